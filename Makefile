@@ -1,0 +1,52 @@
+# Every target installs what it needs: a fresh clone runs `make demo` or `make test` with no other step.
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export LOCKSTEP_CACHE ?= $(HOME)/.cache/lockstep
+
+.PHONY: venv bins test unit e2e lint demo bench cluster-up cluster-down clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q -U pip
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Builds kube-apiserver, kube-scheduler, kubectl, scheduler-plugins, etcd and kwok into
+# $(LOCKSTEP_CACHE)/bin/<name>-<version>/ when missing; does nothing when all are present.
+bins:
+	bash hack/build-bins.sh
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check app coscheduling testbed tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+unit: $(STAMP)
+	$(VPY) -m pytest tests/unit -q
+
+e2e: $(STAMP) bins
+	$(VPY) -m pytest tests/e2e -q
+
+# The whole suite: lint, unit tests and the end-to-end tests on the real test bed.
+test: $(STAMP) bins lint
+	$(VPY) -m pytest tests -q -ra
+
+demo: $(STAMP) bins
+	$(VPY) -m testbed.demo
+
+bench: $(STAMP) bins
+	$(VPY) -m benchmarks
+
+# TOPOLOGY=path/to/topology.yaml LOCKSTEP=1 make cluster-up
+cluster-up: $(STAMP) bins
+	$(VPY) -m testbed up $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(LOCKSTEP),--lockstep)
+
+cluster-down: $(STAMP)
+	$(VPY) -m testbed down
+
+clean:
+	rm -rf $(VENV) run bench-results

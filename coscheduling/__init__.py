@@ -1,0 +1,70 @@
+"""Lockstep's pure core: gangs, reservations, placement and the waiting map.
+
+No network, no framework, no clock: callers pass ``now`` and Kubernetes objects as plain
+dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kubernetes to it.
+"""
+
+from .core import (
+    BindGroup,
+    BindNow,
+    Coscheduler,
+    Expired,
+    FilterDecision,
+    GangPhase,
+    GangView,
+    Notice,
+    NoticeKind,
+    Park,
+    Reject,
+    Settings,
+)
+from .planner import NoFit, Plan
+from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, gang_key, podgroup_from_json
+from .records import (
+    NodeName,
+    NodeRecord,
+    PodKey,
+    PodRecord,
+    RecordError,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
+from .resources import QuantityError, Resources, format_resources
+from .topology import DEFAULT_LEVELS, Level
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "BindGroup",
+    "BindNow",
+    "Coscheduler",
+    "Expired",
+    "FilterDecision",
+    "GangDefaults",
+    "GangKey",
+    "GangPhase",
+    "GangSpec",
+    "GangView",
+    "InvalidGang",
+    "Level",
+    "NoFit",
+    "NodeName",
+    "NodeRecord",
+    "Notice",
+    "NoticeKind",
+    "Park",
+    "Plan",
+    "PodKey",
+    "PodRecord",
+    "QuantityError",
+    "RecordError",
+    "Reject",
+    "Resources",
+    "Settings",
+    "format_resources",
+    "gang_key",
+    "node_from_json",
+    "pod_from_json",
+    "pod_key",
+    "podgroup_from_json",
+]

@@ -1,0 +1,280 @@
+"""Which gang a pod belongs to, and what that gang asks for.
+
+Pods join gangs through the conventions the ecosystem already uses, so a job written for
+scheduler-plugins, Volcano or Koordinator works unchanged:
+
+=====================  ===========================================  ===========================
+convention             pod -> group                                 size / timeout
+=====================  ===========================================  ===========================
+Lockstep               ``lockstep.dev/pod-group`` (annotation/label)  ``lockstep.dev/min-member``,
+                                                                    ``lockstep.dev/timeout-seconds``
+scheduler-plugins      label ``scheduling.x-k8s.io/pod-group``       PodGroup ``spec.minMember``,
+                                                                    ``scheduleTimeoutSeconds``
+Volcano                ``scheduling.k8s.io/group-name`` or           ``scheduling.volcano.sh/
+                       ``scheduling.volcano.sh/group-name``          group-min-member``
+Koordinator            ``gang.scheduling.koordinator.sh/name``       ``.../min-available``,
+                                                                    ``.../waiting-time``
+=====================  ===========================================  ===========================
+
+A bad value is never defaulted: the pod gets an :class:`InvalidGang` naming the field, which
+the app turns into a rejection and an Event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, NewType
+
+from .records import PodRecord
+from .resources import QuantityError, Resources, resource_list
+
+__all__ = [
+    "LOCKSTEP_GROUP",
+    "LOCKSTEP_MIN_MEMBER",
+    "LOCKSTEP_TIMEOUT",
+    "SP_GROUP_LABEL",
+    "GangDefaults",
+    "GangKey",
+    "GangSpec",
+    "InvalidGang",
+    "Membership",
+    "MissingPodGroup",
+    "PodGroupRecord",
+    "Source",
+    "gang_key",
+    "podgroup_from_json",
+    "resolve",
+]
+
+GangKey = NewType("GangKey", str)
+"""``namespace/name`` of a gang."""
+
+LOCKSTEP_GROUP = "lockstep.dev/pod-group"
+LOCKSTEP_MIN_MEMBER = "lockstep.dev/min-member"
+LOCKSTEP_TIMEOUT = "lockstep.dev/timeout-seconds"
+SP_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_GROUP = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+VOLCANO_MIN = "scheduling.volcano.sh/group-min-member"
+KOORD_GROUP = "gang.scheduling.koordinator.sh/name"
+KOORD_MIN = "gang.scheduling.koordinator.sh/min-available"
+KOORD_WAIT = "gang.scheduling.koordinator.sh/waiting-time"
+
+
+def gang_key(namespace: str, name: str) -> GangKey:
+    return GangKey(f"{namespace}/{name}")
+
+
+class Source(Enum):
+    LOCKSTEP = "lockstep"
+    SCHEDULER_PLUGINS = "scheduler-plugins"
+    VOLCANO = "volcano"
+    KOORDINATOR = "koordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class GangDefaults:
+    timeout_seconds: float = 60.0
+    max_timeout_seconds: float = 240.0
+    """Parked bind calls must be answered before kube-scheduler's httpTimeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class GangSpec:
+    key: GangKey
+    min_member: int
+    timeout_seconds: float
+    source: Source
+    min_resources: Resources = field(default_factory=dict)
+    capped_from: float | None = None
+    """The timeout asked for when it was above the maximum and capped."""
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidGang:
+    """A gang declaration that cannot be honoured; ``field`` names what to fix."""
+
+    key: GangKey | None
+    field: str
+    value: str
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class MissingPodGroup:
+    """The pod names a scheduler-plugins PodGroup that does not exist (yet)."""
+
+    key: GangKey
+
+
+Membership = GangSpec | InvalidGang | MissingPodGroup | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupRecord:
+    """A scheduler-plugins ``PodGroup`` (``scheduling.x-k8s.io/v1alpha1``), parsed."""
+
+    key: GangKey
+    min_member: int | None
+    timeout_seconds: float | None
+    min_resources: Resources
+    error: InvalidGang | None = None
+
+
+def _int_field(raw: object, fld: str, key: GangKey | None) -> int | InvalidGang:
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not re.fullmatch(r"[+-]?\d+", text):
+        return InvalidGang(key, fld, str(raw), "not a whole number")
+    value = int(text)
+    if value <= 0:
+        return InvalidGang(key, fld, str(raw), "must be at least 1")
+    return value
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds_field(raw: object, fld: str, key: GangKey | None) -> float | InvalidGang:
+    """Seconds as a number, or a Go duration ("90s", "10m") as Koordinator writes them."""
+    text = str(raw).strip()
+    value: float | None = None
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        value = float(text)
+    elif text and _DURATION.sub("", text) == "":
+        value = sum(float(n) * _UNIT[u] for n, u in _DURATION.findall(text))
+    if value is None:
+        return InvalidGang(key, fld, text, "not a number of seconds or a duration like 90s")
+    if value <= 0:
+        return InvalidGang(key, fld, text, "must be greater than 0")
+    return value
+
+
+def podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
+    meta = obj.get("metadata") or {}
+    key = gang_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+    spec = obj.get("spec") or {}
+    min_member: int | None = None
+    timeout: float | None = None
+    error: InvalidGang | None = None
+    mm = _int_field(spec.get("minMember", 1), "PodGroup.spec.minMember", key)
+    if isinstance(mm, InvalidGang):
+        error = mm
+    else:
+        min_member = mm
+    if spec.get("scheduleTimeoutSeconds") is not None:
+        t = _seconds_field(
+            spec["scheduleTimeoutSeconds"], "PodGroup.spec.scheduleTimeoutSeconds", key
+        )
+        if isinstance(t, InvalidGang):
+            error = error or t
+        else:
+            timeout = t
+    try:
+        min_resources = resource_list(spec.get("minResources"))
+    except QuantityError as e:
+        min_resources = {}
+        error = error or InvalidGang(key, "PodGroup.spec.minResources", str(e.value), e.reason)
+    return PodGroupRecord(key, min_member, timeout, min_resources, error)
+
+
+def _lookup(pod: PodRecord, name: str) -> str | None:
+    return pod.annotations.get(name) or pod.labels.get(name)
+
+
+def _declarations(pod: PodRecord) -> list[tuple[Source, str, str]]:
+    found: list[tuple[Source, str, str]] = []
+    if v := _lookup(pod, LOCKSTEP_GROUP):
+        found.append((Source.LOCKSTEP, LOCKSTEP_GROUP, v))
+    if v := pod.labels.get(SP_GROUP_LABEL):
+        found.append((Source.SCHEDULER_PLUGINS, SP_GROUP_LABEL, v))
+    for name in VOLCANO_GROUP:
+        if v := pod.annotations.get(name):
+            found.append((Source.VOLCANO, name, v))
+    if v := pod.annotations.get(KOORD_GROUP):
+        found.append((Source.KOORDINATOR, KOORD_GROUP, v))
+    return found
+
+
+def _cap(
+    key: GangKey, seconds: float, defaults: GangDefaults
+) -> tuple[float, float | None]:
+    if seconds > defaults.max_timeout_seconds:
+        return defaults.max_timeout_seconds, seconds
+    return seconds, None
+
+
+def resolve(
+    pod: PodRecord,
+    podgroups: Mapping[GangKey, PodGroupRecord],
+    defaults: GangDefaults,
+) -> Membership:
+    """The pod's gang, or why its declaration is unusable; None when it is in no gang."""
+    decls = _declarations(pod)
+    if not decls:
+        return None
+    names = {v for _, _, v in decls}
+    if len(names) > 1:
+        listed = ", ".join(f"{f}={v}" for _, f, v in decls)
+        return InvalidGang(None, "metadata", listed, "conflicting gang declarations")
+    source, fld, name = decls[0]
+    key = gang_key(pod.namespace, name)
+    sources = {s for s, _, _ in decls}
+
+    min_member: int | None = None
+    timeout: float | None = None
+    min_resources: Resources = {}
+    pg = podgroups.get(key)
+    if Source.SCHEDULER_PLUGINS in sources:
+        if pg is None:
+            return MissingPodGroup(key)
+        if pg.error is not None:
+            return pg.error
+        min_member, timeout, min_resources = pg.min_member, pg.timeout_seconds, pg.min_resources
+        source = Source.SCHEDULER_PLUGINS
+
+    for src, ann_min, ann_timeout in (
+        (Source.LOCKSTEP, LOCKSTEP_MIN_MEMBER, LOCKSTEP_TIMEOUT),
+        (Source.VOLCANO, VOLCANO_MIN, None),
+        (Source.KOORDINATOR, KOORD_MIN, KOORD_WAIT),
+    ):
+        if src not in sources:
+            continue
+        raw_min = _lookup(pod, ann_min)
+        if raw_min is not None:
+            mm = _int_field(raw_min, ann_min, key)
+            if isinstance(mm, InvalidGang):
+                return mm
+            if min_member is not None and mm != min_member:
+                return InvalidGang(
+                    key, ann_min, raw_min,
+                    f"conflicts with min-member {min_member} declared elsewhere",
+                )
+            min_member = mm
+        if ann_timeout is not None and (raw_t := _lookup(pod, ann_timeout)) is not None:
+            t = _seconds_field(raw_t, ann_timeout, key)
+            if isinstance(t, InvalidGang):
+                return t
+            timeout = t
+
+    if min_member is None:
+        want = {
+            Source.LOCKSTEP: LOCKSTEP_MIN_MEMBER,
+            Source.VOLCANO: VOLCANO_MIN,
+            Source.KOORDINATOR: KOORD_MIN,
+        }.get(source, "minMember")
+        return InvalidGang(key, want, "", f"missing: {fld}={name} needs {want}")
+
+    asked = timeout if timeout is not None else defaults.timeout_seconds
+    seconds, capped = _cap(key, asked, defaults)
+    return GangSpec(key, min_member, seconds, source, min_resources, capped)

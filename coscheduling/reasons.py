@@ -1,0 +1,130 @@
+"""Why Lockstep said no, as values.
+
+The core returns these; ``app/render.py`` turns them into the one sentence that appears in
+``FailedAndUnresolvableNodes``, in Events and on the explain endpoint, so a reason is worded
+in exactly one place and no caller parses a message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .planner import NoFit
+from .podgroup import GangKey, InvalidGang
+from .records import NodeName
+from .resources import Resources
+
+__all__ = [
+    "BackingOff",
+    "DoesNotFit",
+    "ExtraMemberWaits",
+    "GangReason",
+    "InvalidDeclaration",
+    "NodeReason",
+    "NotEnoughMinResources",
+    "PlannedNodeLost",
+    "PodGroupNotFound",
+    "Reason",
+    "ReservedForGangs",
+    "TimedOut",
+    "UnknownNode",
+    "WaitingForMembers",
+    "WrongNode",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingForMembers:
+    gang: GangKey
+    have: int
+    need: int
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidDeclaration:
+    error: InvalidGang
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupNotFound:
+    gang: GangKey
+
+
+@dataclass(frozen=True, slots=True)
+class BackingOff:
+    gang: GangKey
+    seconds_left: float
+    cause: TimedOut | None
+
+
+@dataclass(frozen=True, slots=True)
+class DoesNotFit:
+    gang: GangKey
+    nofit: NoFit
+    reserved_by: tuple[GangKey, ...]
+    """Admitted gangs holding reservations, which a waiting gang may be waiting for."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotEnoughMinResources:
+    gang: GangKey
+    want: Resources
+    free: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraMemberWaits:
+    gang: GangKey
+    planned: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedNodeLost:
+    gang: GangKey
+    node: NodeName
+    nofit: NoFit
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    gang: GangKey
+    parked: int
+    need: int
+    timeout_seconds: float
+    stragglers: tuple[str, ...]
+    """Members that never reached bind, with what they last waited on."""
+
+
+@dataclass(frozen=True, slots=True)
+class WrongNode:
+    gang: GangKey
+    planned: NodeName | None
+    asked: NodeName
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedForGangs:
+    node: NodeName
+    gangs: tuple[GangKey, ...]
+    short: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownNode:
+    node: NodeName
+
+
+GangReason = (
+    WaitingForMembers
+    | InvalidDeclaration
+    | PodGroupNotFound
+    | BackingOff
+    | DoesNotFit
+    | NotEnoughMinResources
+    | ExtraMemberWaits
+    | PlannedNodeLost
+    | TimedOut
+    | WrongNode
+)
+NodeReason = ReservedForGangs | UnknownNode
+Reason = GangReason | NodeReason

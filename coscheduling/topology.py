@@ -1,0 +1,208 @@
+"""Topology from node labels: domains between nodes, GPU islands inside them, and scores.
+
+Between nodes, topology is an ordered list of levels, coarse to fine, each read from the first
+label a node carries out of several vendors' spellings (NVIDIA Topograph, GKE, AWS, OCI,
+Volcano, our own). A domain is the path of values down to a level, so "rack r1" in block b1
+and in block b2 are different domains.
+
+Inside a node, no Kubernetes standard exists; the ``lockstep.dev/`` labels written by
+``lockstep label-node`` describe NVLink islands and NUMA nodes. A node without them is treated
+as one island of all its GPUs: plain bin-packing, never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .records import NodeRecord
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "GPU",
+    "GPUS_PER_NUMA_LABEL",
+    "HOSTNAME",
+    "INTERCONNECT_LABEL",
+    "ISLAND_SIZE_LABEL",
+    "NUMA_NODES_LABEL",
+    "GpuLayout",
+    "Level",
+    "domain_of",
+    "gpu_layout",
+    "level_by_name",
+    "pack_islands",
+    "score_node",
+]
+
+GPU = "nvidia.com/gpu"
+HOSTNAME = "kubernetes.io/hostname"
+INTERCONNECT_LABEL = "lockstep.dev/gpu-interconnect"
+ISLAND_SIZE_LABEL = "lockstep.dev/nvlink-island-size"
+NUMA_NODES_LABEL = "lockstep.dev/numa-nodes"
+GPUS_PER_NUMA_LABEL = "lockstep.dev/gpus-per-numa"
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    name: str
+    keys: tuple[str, ...]
+    """Label keys that express this level, first present wins."""
+
+    def value(self, labels: Mapping[str, str]) -> str | None:
+        for k in self.keys:
+            v = labels.get(k)
+            if v:
+                return v
+        return None
+
+
+DEFAULT_LEVELS: tuple[Level, ...] = (
+    Level("zone", ("topology.kubernetes.io/zone",)),
+    Level(
+        "block",
+        (
+            "lockstep.dev/block",
+            "fabric.topograph.run/tier-3",
+            "cloud.google.com/gce-topology-block",
+            "topology.k8s.aws/network-node-layer-1",
+            "oci.oraclecloud.com/host.network_block_id",
+            "network.topology.nvidia.com/spine",
+        ),
+    ),
+    Level(
+        "rack",
+        (
+            "lockstep.dev/rack",
+            "fabric.topograph.run/tier-2",
+            "cloud.google.com/gce-topology-subblock",
+            "topology.k8s.aws/network-node-layer-2",
+            "oci.oraclecloud.com/rack_id",
+            "volcano.sh/tor",
+            "network.topology.nvidia.com/accelerator",
+        ),
+    ),
+    Level(
+        "clique",
+        (
+            "nvidia.com/gpu.clique",
+            "accelerator.topograph.run/domain",
+            "fabric.topograph.run/tier-1",
+            "topology.k8s.aws/network-node-layer-3",
+        ),
+    ),
+    Level("hostname", (HOSTNAME,)),
+)
+
+
+def level_by_name(levels: Sequence[Level], name: str) -> Level | None:
+    """A level by its short name ("rack") or by one of its label keys."""
+    for lv in levels:
+        if lv.name == name or name in lv.keys:
+            return lv
+    if name == "node":
+        return level_by_name(levels, "hostname")
+    return None
+
+
+def domain_of(levels: Sequence[Level], index: int, node: NodeRecord) -> tuple[str, ...] | None:
+    """The domain path of ``node`` down to ``levels[index]``; None when it lacks that level."""
+    lv = levels[index]
+    if lv.keys == (HOSTNAME,):
+        own: str | None = node.labels.get(HOSTNAME) or node.name
+    else:
+        own = lv.value(node.labels)
+    if own is None:
+        return None
+    return (*(lv_.value(node.labels) or "" for lv_ in levels[:index]), own)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLayout:
+    islands: tuple[int, ...]
+    """Sizes of the NVLink islands (one island of all GPUs for NVSwitch, 1s for PCIe)."""
+    numa: tuple[int, ...]
+    """GPUs per NUMA node."""
+    labelled: bool
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+    try:
+        v = int(labels.get(key, ""))
+    except ValueError:
+        return None
+    return v if v > 0 else None
+
+
+def gpu_layout(node: NodeRecord) -> GpuLayout:
+    total = node.allocatable.get(GPU, 0)
+    kind = node.labels.get(INTERCONNECT_LABEL)
+    size = _int_label(node.labels, ISLAND_SIZE_LABEL)
+    labelled = kind is not None
+    if kind == "pcie":
+        size = 1
+    elif kind == "nvswitch":
+        size = total or size
+    elif kind == "nvlink-pairs":
+        size = 2
+    if not size or total <= 0 or size > total:
+        size, labelled = max(total, 1), False  # unknown or inconsistent: one island
+    islands = tuple([size] * (total // size) + ([total % size] if total % size else []))
+    numa_n = _int_label(node.labels, NUMA_NODES_LABEL)
+    per = _int_label(node.labels, GPUS_PER_NUMA_LABEL)
+    if numa_n and per and numa_n * per == total:
+        numa = tuple([per] * numa_n)
+    else:
+        numa = (total,) if total else ()
+    return GpuLayout(islands, numa, labelled)
+
+
+def pack_islands(islands: Sequence[int], pods: Iterable[int]) -> list[int]:
+    """Free GPUs left per island after placing ``pods`` (GPU counts) best-fit.
+
+    Models a device plugin that allocates NVLink-aligned GPU sets (as NVIDIA's preferred
+    allocation does): each pod goes to the island it fills most tightly, and a pod larger
+    than any island takes whole islands.
+    """
+    free = list(islands)
+    for g in sorted(pods, reverse=True):
+        if g <= 0:
+            continue
+        candidates = [i for i, f in enumerate(free) if f >= g]
+        if candidates:
+            i = min(candidates, key=lambda i: (free[i] - g, i))
+            free[i] -= g
+            continue
+        for i in sorted(range(len(free)), key=lambda i: -free[i]):
+            take = min(free[i], g)
+            free[i] -= take
+            g -= take
+            if g == 0:
+                break
+    return free
+
+
+def score_node(node: NodeRecord, gpus: int, free_gpus: int, used_gpu_pods: Iterable[int]) -> int:
+    """0..10: how well a pod asking ``gpus`` GPUs sits on ``node``.
+
+    Half of it is bin-packing (a fuller node after placement scores higher, so fewer nodes are
+    left with stranded remainders), half is locality inside the node (all GPUs on one NVLink
+    island, else on one NUMA node). A pod without GPUs prefers nodes without GPUs.
+    """
+    total = node.allocatable.get(GPU, 0)
+    if gpus <= 0:
+        return 10 if total == 0 else 2
+    if total <= 0 or free_gpus < gpus:
+        return 0
+    pack = 10.0 * (total - free_gpus + gpus) / total
+    layout = gpu_layout(node)
+    island_free = pack_islands(layout.islands, used_gpu_pods)
+    fitting = [f for f in island_free if f >= gpus]
+    if fitting:
+        locality = 10.0 if min(fitting) == gpus or max(layout.islands) >= total else 9.0
+    elif gpus > max(layout.islands, default=0):
+        locality = 7.0  # spans islands whatever we choose
+    elif len(layout.numa) > 1 and gpus <= max(layout.numa):
+        locality = 4.0
+    else:
+        locality = 2.0
+    return max(0, min(10, round(0.5 * pack + 0.5 * locality)))
