@@ -1,0 +1,1 @@
+"""Lockstep's edge: HTTP routes and Kubernetes adapters around the pure core."""

@@ -1,0 +1,196 @@
+"""List/watch of nodes, pods and PodGroups into the core, kopf-style.
+
+Each resource: list (paginated), hand the whole set to the core as a *replacement* (so objects
+deleted while we were not watching disappear too, which kopf's re-listing does not need but a
+cache does), then watch from the list's resourceVersion with bookmarks. A 410 Gone or a broken
+stream that cannot resume means: list again. Readiness is reported only after the first full
+list of every resource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coscheduling import (
+    Coscheduler,
+    NodeRecord,
+    PodRecord,
+    RecordError,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+    podgroup_from_json,
+)
+from coscheduling.podgroup import PodGroupRecord, gang_key
+from coscheduling.records import NodeName
+from coscheduling.resources import QuantityError
+
+from .errors import APIError, APIUnreachable, Gone, NotFound
+from .kube import KubeClient
+
+__all__ = ["ClusterCache", "Resource"]
+
+log = logging.getLogger("lockstep.cache")
+
+PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+
+
+@dataclass(slots=True)
+class Resource:
+    name: str
+    path: str
+    optional: bool = False
+    """A CRD that may not be installed: a 404 counts as an empty, synced list."""
+    synced: bool = False
+    last_sync: float = 0.0
+    """Monotonic time of the last list, event or bookmark."""
+    relists: int = 0
+    resource_version: str = ""
+
+
+@dataclass(slots=True)
+class ClusterCache:
+    core: Coscheduler
+    kube: KubeClient
+    on_change: Callable[[], None] = lambda: None
+    watch_timeout: int = 300
+    resources: dict[str, Resource] = field(default_factory=dict)
+    parse_errors: int = 0
+
+    def __post_init__(self) -> None:
+        for r in (
+            Resource("nodes", "/api/v1/nodes"),
+            Resource("pods", "/api/v1/pods"),
+            Resource("podgroups", PODGROUPS, optional=True),
+        ):
+            self.resources[r.name] = r
+
+    @property
+    def synced(self) -> bool:
+        return all(r.synced for r in self.resources.values())
+
+    def sync_age(self, now: float) -> dict[str, float]:
+        return {n: (now - r.last_sync) if r.synced else -1.0 for n, r in self.resources.items()}
+
+    # -------------------------------------------------------------- applying objects
+
+    def _parse(self, kind: str, obj: dict[str, Any]) -> Any:
+        try:
+            if kind == "nodes":
+                return node_from_json(obj)
+            if kind == "pods":
+                return pod_from_json(obj)
+            return podgroup_from_json(obj)
+        except (RecordError, QuantityError, ValueError, TypeError) as e:
+            # One malformed object must not stop the cache; it is simply not scheduled around.
+            self.parse_errors += 1
+            log.warning("skipping unparsable %s %s: %s", kind, _name(obj), e)
+            return None
+
+    def _replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
+        records = [r for r in (self._parse(kind, o) for o in items) if r is not None]
+        if kind == "nodes":
+            self.core.replace_nodes(records)
+        elif kind == "pods":
+            self.core.replace_pods(records)
+        else:
+            self.core.replace_podgroups(records)
+
+    def _apply(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if event_type == "DELETED":
+            name = str(meta.get("name") or "")
+            ns = str(meta.get("namespace") or "default")
+            if kind == "nodes":
+                self.core.delete_node(NodeName(name))
+            elif kind == "pods":
+                current = self.core.pods.get(pod_key(ns, name))
+                if current is None or not meta.get("uid") or current.uid == meta.get("uid"):
+                    self.core.delete_pod(pod_key(ns, name))
+            else:
+                self.core.delete_podgroup(gang_key(ns, name))
+            return
+        rec = self._parse(kind, obj)
+        if rec is None:
+            return
+        if isinstance(rec, NodeRecord):
+            self.core.upsert_node(rec)
+        elif isinstance(rec, PodRecord):
+            self.core.upsert_pod(rec)
+        elif isinstance(rec, PodGroupRecord):
+            self.core.upsert_podgroup(rec)
+
+    # -------------------------------------------------------------- the loops
+
+    async def run(self, kind: str) -> None:
+        """List then watch ``kind`` forever; never returns except by cancellation."""
+        res = self.resources[kind]
+        delay = 0.5
+        while True:
+            try:
+                await self._list(res)
+                delay = 0.5
+                await self._watch(res)
+            except Gone:
+                log.info("%s: resourceVersion expired (410), relisting", kind)
+            except NotFound:
+                if not res.optional:
+                    raise
+                # CRD not installed: synced-empty; look again later.
+                self._replace(kind, [])
+                res.synced, res.last_sync = True, time.monotonic()
+                await asyncio.sleep(30)
+            except (APIUnreachable, APIError) as e:
+                log.warning("%s: %s; retrying in %.1fs", kind, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _list(self, res: Resource) -> None:
+        items, rv = await self.kube.list(res.path)
+        self._replace(res.name, items)
+        res.resource_version = rv
+        res.synced = True
+        res.last_sync = time.monotonic()
+        res.relists += 1
+        self.on_change()
+
+    async def _watch(self, res: Resource) -> None:
+        while True:
+            try:
+                async for ev in self.kube.watch(
+                    res.path, res.resource_version, timeout_seconds=self.watch_timeout
+                ):
+                    etype = ev.get("type")
+                    obj = ev.get("object") or {}
+                    if etype == "ERROR":
+                        if obj.get("code") == 410:
+                            raise Gone(410, "Expired", str(obj.get("message")), path=res.path)
+                        raise APIError(
+                            int(obj.get("code") or 500), str(obj.get("reason") or ""),
+                            str(obj.get("message") or ""), path=res.path,
+                        )
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        res.resource_version = str(rv)
+                    res.last_sync = time.monotonic()
+                    if etype == "BOOKMARK":
+                        continue
+                    if etype not in ("ADDED", "MODIFIED", "DELETED"):
+                        log.warning("%s: unknown watch event %r skipped", res.name, etype)
+                        continue
+                    self._apply(res.name, etype, obj)
+                    self.on_change()
+            except APIUnreachable as e:
+                # Resume from the last resourceVersion; a 410 on resume makes us relist.
+                log.warning("%s watch broken: %s", res.name, e)
+                await asyncio.sleep(0.5)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '?')}"

@@ -1,0 +1,169 @@
+"""The ``lockstep`` command: ``serve``, ``status``, ``explain``, ``label-node``.
+
+Every ``serve`` flag also reads an environment variable (``LOCKSTEP_<FLAG>``), so a
+Deployment can configure it either way; flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+__all__ = ["main"]
+
+
+def _env(name: str, default: Any) -> Any:
+    return os.environ.get("LOCKSTEP_" + name.upper().replace("-", "_"), default)
+
+
+def _serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the extender (filter, prioritize, bind) and debug API")
+    add = p.add_argument
+    add("--kubeconfig", default=_env("kubeconfig", os.environ.get("KUBECONFIG")),
+        help="kubeconfig file; in-cluster service account when unset")
+    add("--host", default=_env("host", "127.0.0.1"), help="listen address (default 127.0.0.1)")
+    add("--port", type=int, default=int(_env("port", 8888)), help="listen port (default 8888)")
+    add("--scheduler-name", action="append", default=None,
+        help="schedulerName(s) whose pods form gangs (default lockstep; repeatable; env: "
+             "comma-separated)")
+    add("--default-timeout", type=float, default=float(_env("default-timeout", 60)),
+        help="gang timeout when a gang does not set one (seconds, default 60)")
+    add("--max-timeout", type=float, default=float(_env("max-timeout", 240)),
+        help="cap on any gang's timeout; keep below kube-scheduler's extender httpTimeout "
+             "(default 240 for httpTimeout 300s)")
+    add("--backoff", type=float, default=float(_env("backoff", 30)),
+        help="seconds a timed-out gang waits before trying again (default 30)")
+    add("--debug-token", default=_env("debug-token", None),
+        help="bearer token that opens /debug/* to non-loopback clients")
+    add("--tls-cert", default=_env("tls-cert", None), help="serve HTTPS with this certificate")
+    add("--tls-key", default=_env("tls-key", None), help="private key for --tls-cert")
+    add("--token", default=_env("token", None),
+        help="API bearer token overriding the kubeconfig's (for least-privilege testing)")
+    add("--log-level", default=_env("log-level", "info"))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from coscheduling import Coscheduler, GangDefaults, Settings
+
+    from .kube import KubeClient, load_config
+    from .main import create_app
+    from .service import Lockstep
+
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.default_timeout <= 0 or args.max_timeout <= 0 or args.backoff < 0:
+        print("lockstep: timeouts must be positive and --backoff not negative", file=sys.stderr)
+        return 2
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("lockstep: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    names = args.scheduler_name or _env("scheduler-name", "lockstep").split(",")
+    settings = Settings(
+        scheduler_names=frozenset(n.strip() for n in names if n.strip()),
+        defaults=GangDefaults(min(args.default_timeout, args.max_timeout), args.max_timeout),
+        backoff_seconds=args.backoff,
+    )
+
+    async def run() -> int:
+        service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
+                                                                         args.token)))
+        app = create_app(service, debug_token=args.debug_token)
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+            ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key, access_log=False,
+            timeout_keep_alive=75,
+        )
+        server = uvicorn.Server(config)
+
+        async def watchdog() -> None:
+            await service.stopped.wait()
+            server.should_exit = True
+
+        guard = asyncio.create_task(watchdog(), name="watchdog")
+        try:
+            await server.serve()
+        finally:
+            guard.cancel()
+        return 1 if service.failed is not None else 0
+
+    return asyncio.run(run())
+
+
+def _get(url: str, path: str, token: str | None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.get(url.rstrip("/") + path, headers=headers, verify=False, timeout=10)
+    if r.status_code >= 400:
+        try:
+            msg = r.json().get("error", r.text)
+        except ValueError:
+            msg = r.text
+        raise SystemExit(f"lockstep: {r.status_code} from {path}: {msg}")
+    return r.json()
+
+
+def _status(args: argparse.Namespace) -> int:
+    gangs = _get(args.url, "/debug/gangs", args.token)["gangs"]
+    if not gangs:
+        print("no gangs")
+        return 0
+    cols = ("GANG", "PHASE", "MIN", "MEMBERS", "BOUND", "PARKED", "RESERVED", "DEADLINE", "REASON")
+    rows = [
+        (
+            g["gang"], g["phase"], str(g["minMember"] or "-"), str(g["members"]),
+            str(g["bound"]), str(g["parked"]), str(len(g["reservation"])),
+            f"{g['deadlineInSeconds']}s" if g["deadlineInSeconds"] is not None else "-",
+            g["reason"] or "",
+        )
+        for g in gangs
+    ]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols[:-1])]
+    for r in (cols, *rows):
+        print("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    ns, _, name = args.pod.partition("/")
+    if not name:
+        ns, name = "default", ns
+    info = _get(args.url, f"/debug/pods/{ns}/{name}", args.token)
+    print(f"{info['pod']}: {info['explanation']}")
+    if "gang" in info:
+        g = info["gang"]
+        print(f"  gang {g['gang']}: {g['phase']}, {g['bound']}/{g['minMember']} bound, "
+              f"{g['parked']} parked, {g['members']} members")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lockstep", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    for name, helptext in (("status", "table of gangs from a running instance"),
+                           ("explain", "why a pod is pending, or where it went")):
+        p = sub.add_parser(name, help=helptext)
+        if name == "explain":
+            p.add_argument("pod", help="namespace/name")
+        p.add_argument("--url", default=_env("url", "http://127.0.0.1:8888"))
+        p.add_argument("--token", default=_env("debug-token", None))
+    sub.add_parser("label-node", help="label this node with its GPU topology", add_help=False)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["label-node"]:
+        from .labeller import main as label_main
+
+        return label_main(argv[1:])
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "status":
+        return _status(args)
+    return _explain(args)

@@ -1,0 +1,102 @@
+"""Plain-words views for the debug endpoints and the CLI: gangs, nodes, one pod's story."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coscheduling import Coscheduler, GangView, NodeName, PodKey, format_resources
+from coscheduling.podgroup import GangSpec, InvalidGang, MissingPodGroup
+from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
+from coscheduling.topology import DEFAULT_LEVELS, gpu_layout
+
+from .render import render
+
+if TYPE_CHECKING:
+    from .service import Lockstep
+
+__all__ = ["explain_pod", "gang_json", "node_json"]
+
+
+def gang_json(v: GangView, now: float) -> dict[str, Any]:
+    return {
+        "gang": v.key,
+        "phase": v.phase.value,
+        "minMember": v.spec.min_member if v.spec else None,
+        "timeoutSeconds": v.spec.timeout_seconds if v.spec else None,
+        "source": v.spec.source.value if v.spec else None,
+        "members": v.members,
+        "bound": v.bound,
+        "parked": v.parked,
+        "reservation": dict(sorted(v.plan.items())),
+        "placedWithin": v.plan_level,
+        "deadlineInSeconds": round(v.deadline - now, 1) if v.deadline is not None else None,
+        "backoffInSeconds": round(v.backoff_until - now, 1)
+        if v.backoff_until is not None and v.backoff_until > now else None,
+        "reason": render(v.reason) if v.reason is not None else None,
+    }
+
+
+def node_json(core: Coscheduler, name: NodeName) -> dict[str, Any]:
+    node = core.nodes[name]
+    layout = gpu_layout(node)
+    domains = {lv.name: lv.value(node.labels) for lv in DEFAULT_LEVELS[:-1]}
+    return {
+        "node": name,
+        "allocatable": format_resources(node.allocatable),
+        "free": format_resources(core.free(name)),
+        "freeOutsideReservations": format_resources(core.free_outside(name, None)),
+        "reservations": {g: format_resources(r) for g, r in sorted(core.reserved_on(name).items())},
+        "topology": {k: v for k, v in domains.items() if v},
+        "gpuIslands": list(layout.islands),
+        "gpusPerNuma": list(layout.numa),
+        "interconnectLabelled": layout.labelled,
+        "unschedulable": node.unschedulable,
+    }
+
+
+def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
+    core = service.core
+    now = service.clock()
+    pod = core.pods[key]
+    out: dict[str, Any] = {"pod": key, "phase": pod.phase, "node": pod.node_name,
+                           "schedulerName": pod.scheduler_name}
+    m = core.membership(key)
+    gang = core.gang_of(key)
+    view = core.gang_view(gang, now) if gang is not None else None
+    if view is not None:
+        out["gang"] = gang_json(view, now)
+    if pod.node_name is not None:
+        where = f" with gang {gang}" if gang else ""
+        out["explanation"] = f"bound to {pod.node_name}{where}; phase {pod.phase}"
+        return out
+    if pod.scheduler_name not in core.settings.scheduler_names:
+        names = ", ".join(sorted(core.settings.scheduler_names))
+        out["explanation"] = (
+            f"schedulerName is {pod.scheduler_name!r}: Lockstep only sees pods for {names}"
+        )
+        return out
+    if isinstance(m, InvalidGang):
+        out["explanation"] = render(InvalidDeclaration(m))
+    elif isinstance(m, MissingPodGroup):
+        out["explanation"] = render(PodGroupNotFound(m.key))
+    elif isinstance(m, GangSpec) and view is not None:
+        if core.waiting.is_parked(key):
+            out["explanation"] = (
+                f"assumed on {view.plan.get(key)} and parked: waiting for gang {gang} to reach "
+                f"{m.min_member} ({view.parked} parked, {view.bound} bound)"
+            )
+        elif key in view.plan:
+            out["explanation"] = (
+                f"gang {gang} admitted; {view.plan[key]} is reserved for this pod and "
+                "kube-scheduler will place it there on its next attempt"
+            )
+        elif view.reason is not None:
+            out["explanation"] = render(view.reason)
+        else:
+            out["explanation"] = f"gang {gang} ({view.phase.value}): not yet filtered"
+    else:
+        out["explanation"] = (
+            "not in a gang: kube-scheduler places it like any pod, on capacity not reserved "
+            "for gangs"
+        )
+    return out

@@ -1,0 +1,199 @@
+"""A small async Kubernetes client on httpx: list, watch, bind, patch, post events.
+
+Lockstep needs a handful of calls on its hot path and wants raw JSON (parsed once into slim
+records), so it talks to the API server directly instead of through the generated client.
+Configuration comes from a kubeconfig (token, client certificate or insecure) or from the
+in-cluster service account.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import yaml
+
+from .errors import APIError, APIUnreachable
+
+__all__ = ["KubeClient", "KubeConfig", "load_config"]
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+@dataclass(frozen=True, slots=True)
+class KubeConfig:
+    server: str
+    token: str | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    insecure: bool = False
+
+
+def _materialise(data: str | None, suffix: str) -> str | None:
+    if not data:
+        return None
+    f = tempfile.NamedTemporaryFile(delete=False, suffix=suffix)  # noqa: SIM115
+    f.write(base64.b64decode(data))
+    f.close()
+    return f.name
+
+
+def load_config(kubeconfig: str | None = None, token_override: str | None = None) -> KubeConfig:
+    """From ``kubeconfig`` (its current context), else the in-cluster service account."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if not path:
+        host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host:
+            raise ValueError("no --kubeconfig, no KUBECONFIG and not running in a cluster")
+        sa_token = token_override or (SA_DIR / "token").read_text().strip()
+        return KubeConfig(f"https://{host}:{port}", sa_token, str(SA_DIR / "ca.crt"))
+    doc = yaml.safe_load(Path(path).read_text())
+    ctx_name = doc.get("current-context")
+    contexts = {c["name"]: c["context"] for c in doc.get("contexts") or ()}
+    ctx = contexts.get(ctx_name) or next(iter(contexts.values()))
+    cluster = {c["name"]: c["cluster"] for c in doc["clusters"]}[ctx["cluster"]]
+    user = {u["name"]: u.get("user") or {} for u in doc.get("users") or ()}.get(ctx.get("user"), {})
+    token = token_override or user.get("token")
+    if not token and user.get("tokenFile"):
+        token = Path(str(user["tokenFile"])).read_text().strip()
+    return KubeConfig(
+        server=cluster["server"].rstrip("/"),
+        token=token,
+        ca_file=cluster.get("certificate-authority")
+        or _materialise(cluster.get("certificate-authority-data"), ".crt"),
+        cert_file=user.get("client-certificate")
+        or _materialise(user.get("client-certificate-data"), ".crt"),
+        key_file=user.get("client-key") or _materialise(user.get("client-key-data"), ".key"),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+    )
+
+
+def _ssl_context(cfg: KubeConfig) -> ssl.SSLContext | bool:
+    if not cfg.server.startswith("https"):
+        return False
+    if cfg.insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    else:
+        ctx = ssl.create_default_context(cafile=cfg.ca_file)
+    if cfg.cert_file and cfg.key_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return ctx
+
+
+class KubeClient:
+    """The calls Lockstep makes, each mapping HTTP failures onto ``app.errors``."""
+
+    def __init__(
+        self, cfg: KubeConfig, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        headers = {"Accept": "application/json", "User-Agent": "lockstep/0.1"}
+        if cfg.token:
+            headers["Authorization"] = f"Bearer {cfg.token}"
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        self._http = httpx.AsyncClient(
+            base_url=cfg.server,
+            headers=headers,
+            verify=_ssl_context(cfg),
+            timeout=httpx.Timeout(30.0, connect=5.0),
+            limits=limits,
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        body = orjson.dumps(json) if json is not None else None
+        try:
+            r = await self._http.request(
+                method, path, content=body, params=params,
+                headers={"Content-Type": content_type} if body is not None else None,
+            )
+        except httpx.TransportError as e:
+            raise APIUnreachable(path, e) from e
+        data = orjson.loads(r.content) if r.content else None
+        if r.status_code >= 400:
+            raise APIError.from_status(r.status_code, data, path)
+        return data
+
+    async def list(
+        self, path: str, *, page: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All items (paginated) and the list's resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        params = {"limit": str(page)}
+        while True:
+            data = await self.request("GET", path, params=params)
+            items.extend(data.get("items") or ())
+            meta = data.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                return items, str(meta.get("resourceVersion") or "")
+            params = {"limit": str(page), "continue": cont}
+
+    async def watch(
+        self, path: str, resource_version: str, *, timeout_seconds: int = 300
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events as dicts (``type``, ``object``); ERROR events are passed through."""
+        params = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        timeout = httpx.Timeout(timeout_seconds + 30.0, connect=5.0)
+        try:
+            async with self._http.stream("GET", path, params=params, timeout=timeout) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    data = orjson.loads(r.content) if r.content else None
+                    raise APIError.from_status(r.status_code, data, path)
+                async for line in r.aiter_lines():
+                    if line:
+                        yield orjson.loads(line)
+        except httpx.TransportError as e:
+            raise APIUnreachable(path, e) from e
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", json=body)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Any:
+        return await self.request(
+            "PATCH", path, json=patch, content_type="application/merge-patch+json"
+        )
+
+    async def post_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=event)
+
+    async def healthy(self) -> bool:
+        try:
+            r = await self._http.get("/readyz", timeout=5.0)
+        except httpx.TransportError:
+            return False
+        return r.status_code == 200

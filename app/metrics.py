@@ -1,0 +1,92 @@
+"""Prometheus metrics, ``lockstep_`` prefixed, following Prometheus naming rules.
+
+Gauges that describe state (gangs by phase, parked binds, cache age) are computed at scrape
+time from the core, so they can never drift from what the core holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from coscheduling import Coscheduler, GangPhase
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0,
+)
+
+
+class _StateCollector(Collector):
+    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]]) -> None:
+        self._core = core
+        self._sync_age = sync_age
+
+    def collect(self) -> Iterable[Metric]:
+        now = time.monotonic()
+        gangs = GaugeMetricFamily("lockstep_gangs", "Gangs known to Lockstep, by phase.",
+                                  labels=["phase"])
+        counts = {p.value: 0 for p in GangPhase}
+        for v in self._core.gang_views(now):
+            counts[v.phase.value] += 1
+        for phase, n in sorted(counts.items()):
+            gangs.add_metric([phase], n)
+        yield gangs
+        yield GaugeMetricFamily("lockstep_parked_binds", "Bind calls held in the waiting map.",
+                                value=self._core.waiting.total())
+        reserved = GaugeMetricFamily(
+            "lockstep_reserved_gpus", "GPUs reserved for admitted gangs and not yet bound.",
+            value=sum(r.get("nvidia.com/gpu", 0)
+                      for per in self._core.reserved_total().values() for r in per.values()),
+        )
+        yield reserved
+        age = GaugeMetricFamily(
+            "lockstep_cache_sync_age_seconds",
+            "Seconds since the last list, watch event or bookmark (-1 before the first list).",
+            labels=["resource"],
+        )
+        for name, a in sorted(self._sync_age(now).items()):
+            age.add_metric([name], a)
+        yield age
+        yield GaugeMetricFamily("lockstep_cache_nodes", "Nodes in the cache.",
+                                value=len(self._core.nodes))
+        yield GaugeMetricFamily("lockstep_cache_pods", "Pods in the cache.",
+                                value=len(self._core.pods))
+
+
+class Metrics:
+    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]]) -> None:
+        self.registry = CollectorRegistry()
+        self.verb_seconds = Histogram(
+            "lockstep_verb_duration_seconds",
+            "Time to answer an extender verb (bind includes time parked).",
+            ["verb"], buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.admission_wait = Histogram(
+            "lockstep_gang_admission_wait_seconds",
+            "From a gang's first filter call to the moment its quorum was released to bind.",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.bind_errors = Counter(
+            "lockstep_bind_errors_total", "Bind calls answered with an error, by cause.",
+            ["cause"], registry=self.registry,
+        )
+        self.binds = Counter(
+            "lockstep_binds_total", "Pods bound through the API by Lockstep.",
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            "lockstep_filter_rejections_total", "Gang pods turned away by filter, by reason.",
+            ["reason"], registry=self.registry,
+        )
+        self.timeouts = Counter(
+            "lockstep_gang_timeouts_total", "Gangs that reached their deadline short of quorum.",
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(core, sync_age))

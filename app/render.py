@@ -1,0 +1,86 @@
+"""Reasons and decisions into the words people read, in exactly one place.
+
+The same sentence goes into ``FailedAndUnresolvableNodes`` (which kube-scheduler folds into
+its FailedScheduling event), into Lockstep's own Events and into the explain endpoint.
+"""
+
+from __future__ import annotations
+
+from coscheduling import format_resources
+from coscheduling.planner import NoFit
+from coscheduling.reasons import (
+    BackingOff,
+    DoesNotFit,
+    ExtraMemberWaits,
+    InvalidDeclaration,
+    NotEnoughMinResources,
+    PlannedNodeLost,
+    PodGroupNotFound,
+    Reason,
+    ReservedForGangs,
+    TimedOut,
+    UnknownNode,
+    WaitingForMembers,
+    WrongNode,
+)
+
+__all__ = ["render", "render_nofit"]
+
+
+def render_nofit(n: NoFit) -> str:
+    shape = format_resources(n.shape)
+    text = f"needs {n.members} x {shape}, {n.free_units} free outside reservations"
+    if n.free_units >= n.members and n.required_level:
+        text = (
+            f"needs {n.members} x {shape} inside one {n.required_level} "
+            f"(topology-required), the best {n.required_level} holds {n.widest_domain_fit}"
+        )
+    elif n.free_units >= n.members:
+        text = f"needs {n.members} x {shape}: capacity exists but not on nodes the members may use"
+    if n.notes:
+        text += "; " + "; ".join(n.notes)
+    return text
+
+
+def render(reason: Reason) -> str:
+    match reason:
+        case WaitingForMembers(gang, have, need):
+            more = need - have
+            return f"gang {gang}: {have}/{need} members exist, waiting for {more} more"
+        case InvalidDeclaration(err):
+            where = f"gang {err.key}: " if err.key else ""
+            value = f" {err.value!r}" if err.value else ""
+            return f"{where}invalid {err.field}{value}: {err.problem}"
+        case PodGroupNotFound(gang):
+            return f"gang {gang}: PodGroup {gang} (scheduling.x-k8s.io) not found"
+        case BackingOff(gang, left, cause):
+            why = f" after {render(cause)}" if cause else ""
+            return f"gang {gang}: backing off for {left:.0f}s more{why}"
+        case DoesNotFit(gang, nofit, reserved_by):
+            held = f" (reserved by {', '.join(reserved_by[:3])})" if reserved_by else ""
+            return f"gang {gang} does not fit: {render_nofit(nofit)}{held}"
+        case NotEnoughMinResources(gang, want, free):
+            return (
+                f"gang {gang}: minResources {format_resources(want)} exceed free "
+                f"{format_resources(free, want)} outside reservations"
+            )
+        case ExtraMemberWaits(gang, planned):
+            return f"gang {gang}: {planned} members planned; extra members wait until it is bound"
+        case PlannedNodeLost(gang, node, nofit):
+            return f"gang {gang}: planned node {node} no longer fits and {render_nofit(nofit)}"
+        case TimedOut(gang, parked, need, timeout, stragglers):
+            missing = f"; not ready: {', '.join(stragglers)}" if stragglers else ""
+            return (
+                f"gang {gang} timed out after {timeout:g}s with {parked}/{need} members "
+                f"ready to bind{missing}"
+            )
+        case WrongNode(gang, planned, asked):
+            return f"gang {gang}: bind to {asked} but the plan holds {planned or 'no node'}"
+        case ReservedForGangs(node, gangs, short):
+            return (
+                f"node {node}: short of {format_resources(short)} outside capacity reserved "
+                f"for gang {', '.join(gangs[:3])}"
+            )
+        case UnknownNode(node):
+            return f"node {node} is not in Lockstep's cache yet"
+    raise AssertionError(f"unrendered reason {reason!r}")
