@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from coscheduling import (
     BindGroup,
@@ -146,7 +146,7 @@ class Lockstep:
 
     def filter(self, pod: PodRecord, names: Sequence[str]) -> FilterDecision:
         now = self.clock()
-        decision = self.core.filter(pod, [NodeName(n) for n in names], now)
+        decision = self.core.filter(pod, cast(list[NodeName], names), now)
         gang = self.core.gang_of(pod.key)
         if gang is not None:
             self._first_seen.setdefault(gang, now)
@@ -156,7 +156,7 @@ class Lockstep:
         return decision
 
     def prioritize(self, pod: PodRecord, names: Sequence[str]) -> list[tuple[str, int]]:
-        return [(str(n), s) for n, s in self.core.prioritize(pod, [NodeName(n) for n in names])]
+        return cast(list[tuple[str, int]], self.core.prioritize(pod, cast(list[NodeName], names)))
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""

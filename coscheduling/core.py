@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import filterfalse
 
 from .planner import Member, NoFit, Plan, plan_gang
 from .podgroup import (
@@ -46,13 +47,12 @@ from .reasons import (
     PodGroupNotFound,
     ReservedForGangs,
     TimedOut,
-    UnknownNode,
     WaitingForMembers,
     WrongNode,
 )
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, fits, shortfall, sub
-from .topology import DEFAULT_LEVELS, GPU, Level, level_by_name, score_node
+from .topology import DEFAULT_LEVELS, GPU, GpuLayout, Level, gpu_layout, level_by_name, score_node
 from .waiting import WaitingMap
 
 __all__ = [
@@ -206,14 +206,19 @@ class Coscheduler:
         self.waiting = WaitingMap()
         self._notices: list[Notice] = []
         self._requeue: set[PodKey] = set()
+        self._layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = {}
+        self._scores: dict[NodeName, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ cache updates
 
     def upsert_node(self, node: NodeRecord) -> None:
         self.nodes[node.name] = node
+        self._scores.pop(node.name, None)
 
     def delete_node(self, name: NodeName) -> None:
         self.nodes.pop(name, None)
+        self._layouts.pop(name, None)
+        self._scores.pop(name, None)
 
     def upsert_podgroup(self, pg: PodGroupRecord) -> None:
         self.podgroups[pg.key] = pg
@@ -317,12 +322,14 @@ class Coscheduler:
 
     def _add_usage(self, pod: PodRecord) -> None:
         assert pod.node_name is not None
+        self._scores.pop(pod.node_name, None)
         self._used[pod.node_name] = add(self._used.get(pod.node_name, {}), pod.requests)
         if gpus := pod.requests.get(GPU, 0):
             self._gpu_pods.setdefault(pod.node_name, {})[pod.key] = gpus
 
     def _release_usage(self, pod: PodRecord) -> None:
         assert pod.node_name is not None
+        self._scores.pop(pod.node_name, None)
         self._used[pod.node_name] = sub(self._used.get(pod.node_name, {}), pod.requests)
         self._gpu_pods.get(pod.node_name, {}).pop(pod.key, None)
 
@@ -348,6 +355,7 @@ class Coscheduler:
     def _reserve(self, g: _Gang, pod: PodKey, node: NodeName) -> None:
         p = self.pods[pod]
         g.plan[pod] = node
+        self._scores.pop(node, None)
         per = self._reserved.setdefault(node, {})
         per[g.key] = add(per.get(g.key, {}), p.requests)
 
@@ -356,6 +364,7 @@ class Coscheduler:
         if node is None:
             return
         p = self.pods.get(pod)
+        self._scores.pop(node, None)
         per = self._reserved.get(node, {})
         if g.key in per:
             left = sub(per[g.key], p.requests) if p is not None else {}
@@ -502,23 +511,27 @@ class Coscheduler:
     def _filter_plain(
         self, pod: PodRecord, candidates: Sequence[NodeName], own: GangKey | None
     ) -> FilterDecision:
-        # kube-scheduler's own filters already checked raw capacity; only nodes holding
-        # reservations can turn this pod away, so the work is O(reserved nodes).
+        # kube-scheduler's own filters already checked raw capacity (a node our cache has
+        # not seen yet included), so only nodes holding reservations can turn this pod away:
+        # the work is O(reserved nodes), plus one C-speed pass when some node fails.
+        everything = candidates if isinstance(candidates, list) else list(candidates)
+        if not self._reserved:
+            return FilterDecision(everything)
+        cand = set(candidates) if len(self._reserved) > 8 else None
         failed: dict[NodeName, NodeReason] = {}
         for node, per in self._reserved.items():
-            others = tuple(sorted(g for g in per if g != own))
-            if not others:
+            if own is not None and len(per) == 1 and own in per:
                 continue
             free = self.free_outside(node, None)
-            if not fits(pod.requests, free):
-                failed[node] = ReservedForGangs(node, others, shortfall(pod.requests, free))
-        unknown = {n for n in candidates if n not in self.nodes}
-        for n in unknown:
-            failed[n] = UnknownNode(n)
+            if fits(pod.requests, free):
+                continue
+            if (cand is not None and node not in cand) or (cand is None and node not in everything):
+                continue
+            others = tuple(sorted(g for g in per if g != own))
+            failed[node] = ReservedForGangs(node, others, shortfall(pod.requests, free))
         if not failed:
-            return FilterDecision(list(candidates))
-        return FilterDecision([n for n in candidates if n not in failed],
-                              {n: r for n, r in failed.items() if n in set(candidates)})
+            return FilterDecision(everything)
+        return FilterDecision(list(filterfalse(failed.__contains__, everything)), failed)
 
     def _levels_for(self, g: _Gang) -> tuple[Level | None, GangReason | None]:
         for k in sorted(g.members):
@@ -632,16 +645,41 @@ class Coscheduler:
     def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[tuple[NodeName, int]]:
         gpus = pod.requests.get(GPU, 0)
         own = self._gang_key(self._membership.get(pod.key))
+        if own is not None:
+            return [(n, self._score(n, gpus, own)) for n in nodes]
+        # Plain pods: scores depend only on the node's state and the GPU count, so they are
+        # cached per node and dropped whenever that node's usage or reservations change.
+        cache = self._scores
         out = []
         for n in nodes:
-            node = self.nodes.get(n)
-            if node is None:
-                out.append((n, 0))
-                continue
-            free = self.free_outside(n, own).get(GPU, 0)
-            used = list(self._gpu_pods.get(n, {}).values())
-            out.append((n, score_node(node, gpus, free, used)))
+            per = cache.get(n)
+            score = per.get(gpus) if per is not None else None
+            if score is None:
+                score = self._score(n, gpus, None)
+                cache.setdefault(n, {})[gpus] = score
+            out.append((n, score))
         return out
+
+    def _score(self, n: NodeName, gpus: int, own: GangKey | None) -> int:
+        node = self.nodes.get(n)
+        if node is None:
+            return 0
+        used = self._gpu_pods.get(n, {}).values()
+        return score_node(node, gpus, self._free_gpus(n, own), used, self._layout(node))
+
+    def _free_gpus(self, node: NodeName, own: GangKey | None) -> int:
+        free = self.nodes[node].allocatable.get(GPU, 0) - self._used.get(node, {}).get(GPU, 0)
+        for g, r in self._reserved.get(node, {}).items():
+            if g != own:
+                free -= r.get(GPU, 0)
+        return free
+
+    def _layout(self, node: NodeRecord) -> GpuLayout:
+        cached = self._layouts.get(node.name)
+        if cached is None or cached[0] is not node:
+            cached = (node, gpu_layout(node))
+            self._layouts[node.name] = cached
+        return cached[1]
 
     # ------------------------------------------------------------------ bind
 

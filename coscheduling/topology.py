@@ -181,7 +181,13 @@ def pack_islands(islands: Sequence[int], pods: Iterable[int]) -> list[int]:
     return free
 
 
-def score_node(node: NodeRecord, gpus: int, free_gpus: int, used_gpu_pods: Iterable[int]) -> int:
+def score_node(
+    node: NodeRecord,
+    gpus: int,
+    free_gpus: int,
+    used_gpu_pods: Iterable[int],
+    layout: GpuLayout | None = None,
+) -> int:
     """0..10: how well a pod asking ``gpus`` GPUs sits on ``node``.
 
     Half of it is bin-packing (a fuller node after placement scores higher, so fewer nodes are
@@ -194,15 +200,18 @@ def score_node(node: NodeRecord, gpus: int, free_gpus: int, used_gpu_pods: Itera
     if total <= 0 or free_gpus < gpus:
         return 0
     pack = 10.0 * (total - free_gpus + gpus) / total
-    layout = gpu_layout(node)
-    island_free = pack_islands(layout.islands, used_gpu_pods)
-    fitting = [f for f in island_free if f >= gpus]
-    if fitting:
-        locality = 10.0 if min(fitting) == gpus or max(layout.islands) >= total else 9.0
-    elif gpus > max(layout.islands, default=0):
-        locality = 7.0  # spans islands whatever we choose
-    elif len(layout.numa) > 1 and gpus <= max(layout.numa):
-        locality = 4.0
+    layout = layout or gpu_layout(node)
+    if len(layout.islands) == 1:
+        locality = 10.0  # one NVSwitch domain (or unlabelled): every GPU set is local
     else:
-        locality = 2.0
+        island_free = pack_islands(layout.islands, used_gpu_pods)
+        fitting = [f for f in island_free if f >= gpus]
+        if fitting:
+            locality = 10.0 if min(fitting) == gpus else 9.0
+        elif gpus > max(layout.islands):
+            locality = 7.0  # spans islands whatever we choose
+        elif len(layout.numa) > 1 and gpus <= max(layout.numa):
+            locality = 4.0
+        else:
+            locality = 2.0
     return max(0, min(10, round(0.5 * pack + 0.5 * locality)))

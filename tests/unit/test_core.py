@@ -230,9 +230,9 @@ def test_cpu_launcher_and_gpu_workers_are_one_gang() -> None:
     assert d.passed == ["cpu0"]  # a CPU-only member keeps off GPU nodes when it can
     nodes = {f"w{i}": filt(core, f"w{i}").passed[0] for i in range(4)}
     assert sorted(nodes.values()) == ["n0", "n0", "n1", "n1"]
+    where = {"launcher": NodeName("cpu0"), **nodes}
     for name in ("launcher", "w0", "w1", "w2"):
-        assert isinstance(core.bind(pod_key("default", name), (["cpu0"] + list(nodes.values()))[
-            ["launcher", "w0", "w1", "w2"].index(name)], 1.0), Park)
+        assert isinstance(core.bind(pod_key("default", name), where[name], 1.0), Park)
     assert isinstance(core.bind(pod_key("default", "w3"), nodes["w3"], 1.0), BindGroup)
 
 

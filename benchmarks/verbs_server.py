@@ -1,0 +1,50 @@
+"""A Lockstep HTTP server whose cache is pre-filled with a synthetic cluster (no API server).
+
+Runs in its own process so the benchmark client and server do not share an event loop, as
+kube-scheduler and Lockstep do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import uvicorn
+
+from app.kube import KubeClient, KubeConfig
+from app.main import create_app
+from app.service import Lockstep
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+
+from .synthetic import cluster_nodes, running_pods, waiting_gang
+
+
+def build(nodes: int) -> Lockstep:
+    core = Coscheduler(Settings())
+    for n in cluster_nodes(nodes):
+        core.upsert_node(node_from_json(n))
+    for p in running_pods(nodes):
+        core.upsert_pod(pod_from_json(p))
+    for p in waiting_gang("admitted", 8):
+        core.upsert_pod(pod_from_json(p))
+    return Lockstep(core, KubeClient(KubeConfig("http://127.0.0.1:9")))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    args = ap.parse_args()
+    service = build(args.nodes)
+    # Admit one gang so reservations exist, as in a busy cluster.
+    names = sorted(service.core.nodes)
+    for i in range(8):
+        service.core.filter(service.core.pods[f"bench/admitted-{i}"], names, 0.0)  # type: ignore[index]
+    app = create_app(service, manage_lifecycle=False)
+    config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
+                            access_log=False)
+    asyncio.run(uvicorn.Server(config).serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""The HTTP edge: wire format, bad input, parked binds, debug endpoints.
+
+The Kubernetes API is faked at the seam with ``httpx.MockTransport``; the core is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.kube import KubeClient, KubeConfig
+from app.main import create_app
+from app.service import Lockstep
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from tests.builders import node, pod
+
+
+class FakeAPI:
+    """Records every call; bindings succeed unless the pod name is in ``fail``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.fail: set[str] = set()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.calls.append((request.method, request.url.path, body))
+        if request.url.path.endswith("/binding"):
+            name = request.url.path.split("/")[-2]
+            if name in self.fail:
+                return httpx.Response(409, json={"reason": "Conflict", "message": "taken"})
+        return httpx.Response(201, json={})
+
+    def bindings(self) -> list[tuple[str, str]]:
+        return [(p.split("/")[-2], b["target"]["name"]) for m, p, b in self.calls
+                if p.endswith("/binding")]
+
+
+@pytest.fixture
+def api() -> FakeAPI:
+    return FakeAPI()
+
+
+@pytest.fixture
+def service(api: FakeAPI) -> Lockstep:
+    core = Coscheduler(Settings(backoff_seconds=5))
+    for i in range(3):
+        core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
+    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    return Lockstep(core, kube)
+
+
+@pytest.fixture
+async def client(service: Lockstep) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(service, manage_lifecycle=False, max_body=200_000)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as c:
+        yield c
+
+
+def filter_body(p: dict[str, Any], names: list[str] | None = None) -> dict[str, Any]:
+    listed = names if names is not None else ["n0", "n1", "n2"]
+    return {"Pod": p, "Nodes": None, "NodeNames": listed}
+
+
+async def test_plain_pod_passes_every_candidate_in_wire_format(client: httpx.AsyncClient) -> None:
+    r = await client.post("/filter", json=filter_body(pod("web").gpu(1).build()))
+    assert r.status_code == 200
+    assert r.json() == {"Nodes": None, "NodeNames": ["n0", "n1", "n2"], "FailedNodes": {},
+                        "FailedAndUnresolvableNodes": {}, "Error": ""}
+
+
+async def test_gang_short_of_members_is_unresolvable_with_reason(client: httpx.AsyncClient,
+                                                           service: Lockstep) -> None:
+    p = pod("a0").gang("a", min_member=4).gpu(1).build()
+    r = await client.post("/filter", json=filter_body(p))
+    body = r.json()
+    assert body["NodeNames"] == []
+    assert body["FailedAndUnresolvableNodes"] == dict.fromkeys(
+        ["n0", "n1", "n2"], "gang default/a: 1/4 members exist, waiting for 3 more")
+
+
+async def test_prioritize_scores_every_node_in_range(client: httpx.AsyncClient) -> None:
+    r = await client.post("/prioritize", json=filter_body(pod("w").gpu(1).build()))
+    assert r.status_code == 200
+    scores = r.json()
+    assert [s["Host"] for s in scores] == ["n0", "n1", "n2"]
+    assert all(0 <= s["Score"] <= 10 for s in scores)
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "want_status", "want_in_error"),
+    [
+        pytest.param("/filter", b"{not json", 400, "malformed JSON", id="filter-malformed"),
+        pytest.param("/filter", b"", 400, "empty request body", id="filter-empty"),
+        pytest.param("/filter", b"[]", 422, "body", id="filter-not-object"),
+        pytest.param("/filter", b'{"NodeNames": []}', 422, "Pod", id="filter-missing-pod"),
+        pytest.param("/filter", b'{"Pod": {}, "NodeNames": []}', 422, "Pod.metadata",
+                     id="filter-pod-without-metadata"),
+        pytest.param("/filter", b'{"Pod": {"metadata": {"name": "p"}, "spec": {}}, '
+                     b'"NodeNames": "n0"}', 422, "NodeNames", id="filter-names-not-list"),
+        pytest.param("/filter", b'{"Pod": {"metadata": {"name": "p"}, "spec": {}}, '
+                     b'"NodeNames": null, "Nodes": null}', 422, "NodeNames",
+                     id="filter-no-nodes-at-all"),
+        pytest.param("/filter", b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": '
+                     b'[{"resources": {"requests": {"cpu": "lots"}}}]}}, "NodeNames": []}',
+                     422, "lots", id="filter-bad-quantity"),
+        pytest.param("/prioritize", b'{"Pod": 7, "NodeNames": []}', 422, "Pod",
+                     id="prioritize-pod-not-object"),
+        pytest.param("/bind", b'{"PodName": "x"}', 422, "PodNamespace", id="bind-missing-fields"),
+        pytest.param("/bind", b'{"PodName": 3, "PodNamespace": "d", "Node": "n0"}', 422,
+                     "PodName", id="bind-mistyped"),
+        pytest.param("/bind", b'{"PodName": "ghost", "PodNamespace": "d", "Node": "n0"}', 404,
+                     "pod d/ghost", id="bind-unknown-pod"),
+        pytest.param("/filter", b'{"Pod": {}, "NodeNames": ["' + b"x" * 300_000 + b'"]}', 413,
+                     "limit", id="filter-huge"),
+    ],
+)
+async def test_bad_input_is_a_4xx_naming_the_problem(
+    client: httpx.AsyncClient, service: Lockstep, path: str, raw: bytes, want_status: int,
+    want_in_error: str,
+) -> None:
+    before = (dict(service.core.pods), dict(service.core.nodes))
+    r = await client.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == want_status, r.text
+    assert want_in_error in r.json()["error"] + " ".join(r.json()["fields"])
+    assert (dict(service.core.pods), dict(service.core.nodes)) == before
+
+
+async def test_bind_unknown_node_is_404(client: httpx.AsyncClient, service: Lockstep) -> None:
+    service.core.upsert_pod(pod_from_json(pod("p").build()))
+    r = await client.post("/bind", json={"PodName": "p", "PodNamespace": "default", "Node": "nope"})
+    assert r.status_code == 404 and "node nope" in r.json()["error"]
+
+
+async def test_parked_binds_wait_for_the_quorum_then_all_bind(
+    service: Lockstep, api: FakeAPI
+) -> None:
+    for i in range(3):
+        service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=3).gpu(1).build()))
+    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
+             for i in range(3)}
+    first = asyncio.ensure_future(service.bind("default", "p0", "", nodes[0]))
+    second = asyncio.ensure_future(service.bind("default", "p1", "", nodes[1]))
+    await asyncio.sleep(0.05)
+    assert not first.done() and not second.done()
+    assert api.bindings() == []
+    third = await service.bind("default", "p2", "", nodes[2])
+    assert third == "" and await first == "" and await second == ""
+    assert sorted(api.bindings()) == sorted((f"p{i}", nodes[i]) for i in range(3))
+
+
+async def test_deadline_answers_parked_binds_with_the_reason(
+    service: Lockstep, api: FakeAPI
+) -> None:
+    clock = [100.0]
+    service.clock = lambda: clock[0]
+    for i in range(2):
+        service.core.upsert_pod(pod_from_json(
+            pod(f"p{i}").gang("g", min_member=2, timeout=10).gpu(1).build()))
+    n0 = service.filter(service.core.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
+    timer = asyncio.ensure_future(service._timer())
+    parked = asyncio.ensure_future(service.bind("default", "p0", "", n0))
+    await asyncio.sleep(0.05)
+    clock[0] = 111.0
+    service._kick.set()
+    err = await asyncio.wait_for(parked, 5)
+    timer.cancel()
+    assert err.startswith("gang default/g timed out after 10s with 1/2 members ready to bind")
+    assert api.bindings() == []
+
+
+async def test_debug_endpoints(client: httpx.AsyncClient, service: Lockstep) -> None:
+    service.core.upsert_pod(pod_from_json(pod("a0").gang("a", min_member=2).gpu(1).build()))
+    await client.post("/filter", json=filter_body(pod("a0").gang("a", min_member=2).gpu(1).build()))
+    gangs = (await client.get("/debug/gangs")).json()["gangs"]
+    assert gangs[0]["gang"] == "default/a" and gangs[0]["phase"] == "Waiting"
+    assert "1/2 members exist" in gangs[0]["reason"]
+    nodes = (await client.get("/debug/nodes")).json()["nodes"]
+    assert [n["node"] for n in nodes] == ["n0", "n1", "n2"]
+    why = (await client.get("/debug/pods/default/a0")).json()
+    assert "1/2 members exist" in why["explanation"]
+    assert (await client.get("/debug/pods/default/ghost")).status_code == 404
+    bad = await client.get("/debug/pods/default/Bad_Name")
+    assert bad.status_code == 400 and "name" in bad.json()["fields"]
+
+
+async def test_metrics_are_prometheus_text(client: httpx.AsyncClient) -> None:
+    await client.post("/filter", json=filter_body(pod("web").gpu(1).build()))
+    text = (await client.get("/metrics")).text
+    assert 'lockstep_verb_duration_seconds_count{verb="filter"} 1.0' in text
+    assert 'lockstep_gangs{phase="Waiting"} 0.0' in text
+    assert "lockstep_parked_binds 0.0" in text
+
+
+async def test_readyz_is_503_until_synced(client: httpx.AsyncClient) -> None:
+    r = await client.get("/readyz")
+    assert r.status_code == 503 and "cache not synced" in r.text
+    assert (await client.get("/healthz")).text == "ok"
