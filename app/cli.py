@@ -60,6 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per API call is noise
     if args.default_timeout <= 0 or args.max_timeout <= 0 or args.backoff < 0:
         print("lockstep: timeouts must be positive and --backoff not negative", file=sys.stderr)
         return 2
@@ -144,6 +145,16 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe(args: argparse.Namespace) -> int:
+    try:
+        r = httpx.get(args.url.rstrip("/") + args.path, verify=False, timeout=3)
+    except httpx.TransportError as e:
+        print(f"lockstep probe: {e}", file=sys.stderr)
+        return 1
+    print(r.text.strip())
+    return 0 if r.status_code == 200 else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lockstep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -155,15 +166,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("pod", help="namespace/name")
         p.add_argument("--url", default=_env("url", "http://127.0.0.1:8888"))
         p.add_argument("--token", default=_env("debug-token", None))
+    probe = sub.add_parser("probe", help="exit 0 when a local endpoint answers 200 (for probes)")
+    probe.add_argument("path", choices=["/healthz", "/readyz"])
+    probe.add_argument("--url", default=_env("url", "http://127.0.0.1:8888"))
     sub.add_parser("label-node", help="label this node with its GPU topology", add_help=False)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["label-node"]:
         from .labeller import main as label_main
 
-        return label_main(argv[1:])
+        return int(label_main(argv[1:]))
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "status":
         return _status(args)
+    if args.command == "probe":
+        return _probe(args)
     return _explain(args)

@@ -1,0 +1,358 @@
+"""Start and stop a real control plane: etcd -> kube-apiserver -> kwok (+ schedulers, Lockstep).
+
+Everything listens on free 127.0.0.1 ports and logs into one run directory, so two test beds
+can run side by side and a failing test can print the tail of every log. Processes are
+started in their own process groups and stopped by PID; ``restart`` keeps ports, certificates
+and data, so tests can restart the API server or Lockstep under load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from .bins import REPO, bin_path
+
+__all__ = ["ADMIN_TOKEN", "Proc", "StartupError", "TestBed", "free_port"]
+
+ADMIN_TOKEN = "lockstep-admin-token"
+STAGES = Path(__file__).with_name("stages") / "stages.yaml"
+CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log: Path
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = None
+    ready_url: str | None = None
+    ready_token: str | None = None
+
+    def start(self) -> None:
+        out = self.log.open("ab")
+        self.popen = subprocess.Popen(
+            self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=self.env,
+        )
+        out.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(5)
+
+
+def _get(url: str, token: str | None = None, timeout: float = 2.0) -> int:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+@dataclass
+class TestBed:
+    """One control plane. Use as a context manager, or call ``start()`` / ``stop()``."""
+
+    run_dir: Path | None = None
+    extra_tokens: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    """token -> (user name, groups) added to the API server's static token file."""
+    with_crds: bool = True
+    procs: dict[str, Proc] = field(default_factory=dict)
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+
+    __test__ = False  # not a pytest test class
+
+    def __post_init__(self) -> None:
+        if self.run_dir is None:
+            self.run_dir = Path(tempfile.mkdtemp(prefix="lockstep-bed-"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.etcd_port = free_port()
+        self.api_port = free_port()
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.api_url = f"https://127.0.0.1:{self.api_port}"
+        self.token = ADMIN_TOKEN
+
+    @property
+    def dir(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> TestBed:
+        self.start()
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfig(self.kubeconfig, self.token)
+            self._start_kwok()
+            if self.with_crds:
+                self._apply_crds()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds["control-plane"] = time.monotonic() - t0
+
+    def stop(self) -> None:
+        for name in reversed(list(self.procs)):
+            self.procs[name].stop()
+
+    def _spawn(self, name: str, argv: list[str], *, ready_url: str | None = None,
+               token: str | None = None, timeout: float = 60.0,
+               env: dict[str, str] | None = None) -> Proc:
+        old = self.procs.get(name)
+        if old is not None:
+            old.stop()
+        proc = Proc(name, argv, self.dir / f"{name}.log", env=env, ready_url=ready_url,
+                    ready_token=token)
+        self.procs[name] = proc
+        t0 = time.monotonic()
+        proc.start()
+        if ready_url:
+            self._wait_ready(proc, timeout)
+        self.startup_seconds[name] = time.monotonic() - t0
+        return proc
+
+    def _wait_ready(self, proc: Proc, timeout: float) -> None:
+        assert proc.ready_url is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                raise StartupError(f"{proc.name} exited early:\n{self.tail(proc.name)}")
+            if _get(proc.ready_url, proc.ready_token) == 200:
+                return
+            time.sleep(0.1)
+        raise StartupError(f"{proc.name} not ready after {timeout:.0f}s:\n{self.tail(proc.name)}")
+
+    def restart(self, name: str, *, down_seconds: float = 0.0) -> None:
+        """Stop ``name`` and start it again with the same arguments (ports, data, certs)."""
+        proc = self.procs[name]
+        proc.stop()
+        time.sleep(down_seconds)
+        t0 = time.monotonic()
+        proc.start()
+        if proc.ready_url:
+            self._wait_ready(proc, 60.0)
+        self.startup_seconds[f"{name}-restart"] = time.monotonic() - t0
+
+    def stop_process(self, name: str) -> None:
+        self.procs[name].stop()
+
+    # ------------------------------------------------------------------ components
+
+    def _start_etcd(self) -> None:
+        peer = free_port()
+        data = self.dir / "etcd-data"
+        self._spawn("etcd", [
+            str(bin_path("etcd")), "--name=default", f"--data-dir={data}",
+            f"--listen-client-urls=http://127.0.0.1:{self.etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{self.etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync=true", "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ], ready_url=f"http://127.0.0.1:{self.etcd_port}/health")
+
+    def _start_apiserver(self) -> None:
+        certs = self.dir / "certs"
+        certs.mkdir(exist_ok=True)
+        sa_key = certs / "sa.key"
+        if not sa_key.exists():
+            subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True,
+                           capture_output=True)
+        tokens = self.dir / "tokens.csv"
+        lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"']
+        for tok, (user, groups) in self.extra_tokens.items():
+            lines.append(f'{tok},{user},{user},"{",".join(groups)}"')
+        tokens.write_text("\n".join(lines) + "\n")
+        self._spawn("kube-apiserver", [
+            str(bin_path("kube-apiserver")),
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.api_port}",
+            f"--cert-dir={certs}", "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC", f"--token-auth-file={tokens}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={sa_key}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
+            "--enable-priority-and-fairness=false", "--profiling=false",
+            "--event-ttl=1h", "--v=1",
+        ], ready_url=f"{self.api_url}/readyz", token=ADMIN_TOKEN, timeout=90.0)
+
+    def _write_kubeconfig(self, path: Path, token: str) -> None:
+        doc = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "testbed",
+            "clusters": [{"name": "testbed", "cluster": {
+                "server": self.api_url, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "testbed", "user": {"token": token}}],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed",
+                                                         "user": "testbed"}}],
+        }
+        path.write_text(yaml.safe_dump(doc))
+
+    def kubeconfig_for(self, token: str, name: str) -> Path:
+        """A kubeconfig that authenticates with ``token`` (one of ``extra_tokens``)."""
+        path = self.dir / f"kubeconfig-{name}"
+        self._write_kubeconfig(path, token)
+        return path
+
+    def _start_kwok(self) -> None:
+        home = self.dir / "kwok-home"
+        home.mkdir(exist_ok=True)
+        env = {**os.environ, "HOME": str(home)}
+        self._spawn("kwok", [
+            str(bin_path("kwok")), f"--kubeconfig={self.kubeconfig}", f"--config={STAGES}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--cidr=10.0.0.0/16", "--node-lease-duration-seconds=0",
+            "--server-address=127.0.0.1:0",
+        ], env=env)
+        time.sleep(0.2)
+        if not self.procs["kwok"].alive():
+            raise StartupError(f"kwok exited early:\n{self.tail('kwok')}")
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(bin_path("kubectl")), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=input, text=True, capture_output=True, check=check,
+        )
+
+    def _apply_crds(self) -> None:
+        for crd in CRDS:
+            self.kubectl("apply", "--server-side", "-f", str(crd))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                     "crd/podgroups.scheduling.x-k8s.io")
+
+    # ------------------------------------------------------------------ schedulers
+
+    def start_scheduler(
+        self,
+        config: Path | None = None,
+        *,
+        name: str = "kube-scheduler",
+        extender_url: str | None = None,
+        binary: str = "kube-scheduler",
+        overrides: dict[str, Any] | None = None,
+    ) -> Proc:
+        """Run kube-scheduler with ``config`` (a repo file), substituting only addresses."""
+        if config is None:
+            doc: dict[str, Any] = {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "profiles": [{"schedulerName": "default-scheduler"}],
+            }
+        else:
+            doc = yaml.safe_load(Path(config).read_text())
+        doc.setdefault("clientConnection", {})
+        doc["clientConnection"]["kubeconfig"] = str(self.kubeconfig)
+        doc["clientConnection"].setdefault("qps", 200)
+        doc["clientConnection"].setdefault("burst", 400)
+        doc["leaderElection"] = {"leaderElect": False}
+        for ext in doc.get("extenders") or ():
+            if extender_url is not None:
+                ext["urlPrefix"] = extender_url.rstrip("/") + "/"
+        for k, v in (overrides or {}).items():
+            doc[k] = v
+        path = self.dir / f"{name}.config.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        port = free_port()
+        return self._spawn(name, [
+            str(bin_path(binary)), f"--config={path}", "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--authentication-skip-lookup=true", "--v=2",
+        ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
+
+    def start_lockstep(
+        self,
+        *,
+        name: str = "lockstep",
+        extra_args: tuple[str, ...] = (),
+        kubeconfig: Path | None = None,
+        port: int | None = None,
+    ) -> str:
+        """Run Lockstep (``python -m app serve``) and wait for /readyz; returns its URL."""
+        port = port or free_port()
+        self._spawn(name, [
+            sys.executable, "-m", "app", "serve", f"--kubeconfig={kubeconfig or self.kubeconfig}",
+            "--host=127.0.0.1", f"--port={port}", *extra_args,
+        ], ready_url=f"http://127.0.0.1:{port}/readyz", timeout=60.0,
+            env={**os.environ, "PYTHONPATH": str(REPO)})
+        return f"http://127.0.0.1:{port}"
+
+    # ------------------------------------------------------------------ debugging
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        path = self.dir / f"{name}.log"
+        if not path.exists():
+            return f"(no log for {name})"
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+        return "\n".join(text)
+
+    def tail_logs(self, lines: int = 40) -> str:
+        return "\n".join(
+            f"----- {name} ({self.dir / (name + '.log')}) -----\n{self.tail(name, lines)}"
+            for name in self.procs
+        )
