@@ -63,6 +63,15 @@ class PodBuilder:
         self._obj["spec"]["nodeSelector"] = dict(selector)
         return self
 
+    def unplaceable(self) -> PodBuilder:
+        """Required pod affinity to pods that never exist: only kube-scheduler's own
+        InterPodAffinity filter rejects it, so Lockstep cannot foresee it."""
+        term = {"labelSelector": {"matchLabels": {"lockstep.dev/never": "present"}},
+                "topologyKey": "kubernetes.io/hostname"}
+        self._obj["spec"]["affinity"] = {
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+        return self
+
     def build(self) -> dict[str, Any]:
         return copy.deepcopy(self._obj)
 

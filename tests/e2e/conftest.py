@@ -1,0 +1,144 @@
+"""Fixtures for end-to-end tests on the real test bed.
+
+Each test gets its own control plane (etcd, kube-apiserver, kwok; ~4 s to start) so clusters
+and capacity never leak between tests. Binaries are built on first use (``make bins``): a
+missing binary is built, never a reason to skip.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from testbed.bins import REPO, ensure_bins
+from testbed.cluster import create_nodes, load_topology, nodes_from_topology
+from testbed.kube import Kube
+from testbed.recorder import BindingRecorder
+from testbed.runner import TestBed
+
+SCHEDULER_CONFIG = REPO / "scheduler-config" / "lockstep.yaml"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _binaries() -> None:
+    ensure_bins()
+
+
+@dataclass
+class Cluster:
+    bed: TestBed
+    kube: Kube
+    recorder: BindingRecorder
+    ns: str
+    lockstep_url: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def create(self, *pods: dict[str, Any]) -> None:
+        for p in pods:
+            p["metadata"]["namespace"] = self.ns
+            self.kube.create_pod(p)
+
+    def names(self, prefix: str, n: int) -> list[str]:
+        return [f"{prefix}-{i}" for i in range(n)]
+
+    def bound(self) -> dict[str, str]:
+        return self.recorder.bound(self.ns)
+
+    def wait_bound(self, names: list[str], timeout: float = 60.0) -> dict[str, str]:
+        return self.recorder.wait_bound(self.ns, names, timeout)
+
+    def wait_running(self, names: list[str], timeout: float = 60.0) -> None:
+        self.kube.wait(f"{names} Running", lambda: all(
+            self.kube.pod(self.ns, n).get("status", {}).get("phase") == "Running"
+            for n in names), timeout)
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        return self.kube.events(self.ns, name)
+
+    def wait_event(self, name: str, reason: str, contains: str = "",
+                   timeout: float = 30.0) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            for e in self.events(name):
+                if e.get("reason") == reason and contains in e.get("message", ""):
+                    return e
+            return None
+        return dict(self.kube.wait(f"event {reason} on {name} containing {contains!r}", find,
+                                   timeout))
+
+    def lockstep(self, path: str) -> Any:
+        assert self.lockstep_url
+        return httpx.get(self.lockstep_url + path, timeout=10).json()
+
+    def metric(self, name: str) -> float:
+        assert self.lockstep_url
+        for line in httpx.get(self.lockstep_url + "/metrics", timeout=10).text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def delete(self, *names: str) -> None:
+        for n in names:
+            self.kube.delete_pod(self.ns, n)
+
+
+ClusterFactory = Callable[..., Cluster]
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterFactory]:
+    made: list[Cluster] = []
+
+    def make(topology: str, *, lockstep: bool = True, stock: bool = False,
+             lockstep_args: tuple[str, ...] = ("--backoff=3",),
+             extra_tokens: dict[str, tuple[str, list[str]]] | None = None) -> Cluster:
+        bed = TestBed(run_dir=tmp_path / f"bed{len(made)}", extra_tokens=extra_tokens or {})
+        bed.start()
+        kube = Kube(bed.api_url, bed.token)
+        c = Cluster(bed, kube, BindingRecorder(kube), ns="e2e")
+        made.append(c)
+        request.node.stash[_BEDS] = [m.bed for m in made]
+        create_nodes(kube, nodes_from_topology(load_topology(topology)))
+        kube.ensure_namespace(c.ns)
+        c.recorder.start()
+        if stock:
+            bed.start_scheduler(None, name="kube-scheduler")
+        if lockstep:
+            c.lockstep_url = bed.start_lockstep(extra_args=lockstep_args)
+            bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
+                                extender_url=c.lockstep_url)
+        return c
+
+    yield make
+    for c in made:
+        c.recorder.stop()
+        c.bed.stop()
+        c.kube.close()
+
+
+_BEDS = pytest.StashKey[list[TestBed]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and call.when == "call":
+        for bed in item.stash.get(_BEDS, []):
+            report.sections.append((f"test bed logs ({bed.dir})", bed.tail_logs(30)))
+    return report
+
+
+def settle(seconds: float) -> None:
+    """Give kube-scheduler time to make (wrong) decisions we then assert did not happen."""
+    time.sleep(seconds)
