@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import orjson
 
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import pod_from_json
 
-from .synthetic import cluster_nodes, plain_pod, running_pods, waiting_gang
+from .synthetic import loaded_core, plain_pod, waiting_gang
 
 SIZES = (500, 5000, 15000)
 
@@ -50,11 +50,7 @@ def _measure(client: httpx.Client, path: str, body: bytes, n: int) -> list[float
 
 def _admission_ms(nodes: int) -> float:
     """In-process: plan and admit a fresh 8 x 8-GPU gang on a half-busy cluster."""
-    core = Coscheduler(Settings())
-    for n in cluster_nodes(nodes):
-        core.upsert_node(node_from_json(n))
-    for p in running_pods(nodes):
-        core.upsert_pod(pod_from_json(p))
+    core = loaded_core(nodes)
     times = []
     names = sorted(core.nodes)
     for round_ in range(5):

@@ -14,17 +14,13 @@ import uvicorn
 from app.kube import KubeClient, KubeConfig
 from app.main import create_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import pod_from_json
 
-from .synthetic import cluster_nodes, running_pods, waiting_gang
+from .synthetic import loaded_core, waiting_gang
 
 
 def build(nodes: int) -> Lockstep:
-    core = Coscheduler(Settings())
-    for n in cluster_nodes(nodes):
-        core.upsert_node(node_from_json(n))
-    for p in running_pods(nodes):
-        core.upsert_pod(pod_from_json(p))
+    core = loaded_core(nodes)
     for p in waiting_gang("admitted", 8):
         core.upsert_pod(pod_from_json(p))
     return Lockstep(core, KubeClient(KubeConfig("http://127.0.0.1:9")))
