@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import filterfalse
 
+from .ledger import Ledger
 from .planner import Member, NoFit, Plan, plan_gang
 from .podgroup import (
     GangDefaults,
@@ -51,7 +52,7 @@ from .reasons import (
     WrongNode,
 )
 from .records import NodeName, NodeRecord, PodKey, PodRecord
-from .resources import Resources, add, fits, shortfall, sub
+from .resources import Resources, add, fits, shortfall
 from .topology import DEFAULT_LEVELS, GPU, GpuLayout, Level, gpu_layout, level_by_name, score_node
 from .waiting import WaitingMap
 
@@ -195,30 +196,25 @@ class Coscheduler:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.nodes: dict[NodeName, NodeRecord] = {}
+        self.ledger = Ledger()
+        self.nodes = self.ledger.nodes
         self.pods: dict[PodKey, PodRecord] = {}
         self.podgroups: dict[GangKey, PodGroupRecord] = {}
-        self._used: dict[NodeName, Resources] = {}
-        self._gpu_pods: dict[NodeName, dict[PodKey, int]] = {}
-        self._reserved: dict[NodeName, dict[GangKey, Resources]] = {}
         self._membership: dict[PodKey, Membership] = {}
         self._gangs: dict[GangKey, _Gang] = {}
         self.waiting = WaitingMap()
         self._notices: list[Notice] = []
         self._requeue: set[PodKey] = set()
         self._layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = {}
-        self._scores: dict[NodeName, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ cache updates
 
     def upsert_node(self, node: NodeRecord) -> None:
-        self.nodes[node.name] = node
-        self._scores.pop(node.name, None)
+        self.ledger.put_node(node)
 
     def delete_node(self, name: NodeName) -> None:
-        self.nodes.pop(name, None)
+        self.ledger.drop_node(name)
         self._layouts.pop(name, None)
-        self._scores.pop(name, None)
 
     def upsert_podgroup(self, pg: PodGroupRecord) -> None:
         self.podgroups[pg.key] = pg
@@ -240,10 +236,10 @@ class Coscheduler:
             self.delete_pod(pod.key)  # same name, new pod: forget the old one first
             old = None
         if old is not None and old.holds_capacity:
-            self._release_usage(old)
+            self.ledger.release_usage(old)
         self.pods[pod.key] = pod
         if pod.holds_capacity:
-            self._add_usage(pod)
+            self.ledger.add_usage(pod)
         membership = self._resolve(pod)
         old_gang = self._gang_key(self._membership.get(pod.key))
         new_gang = self._gang_key(membership)
@@ -283,7 +279,7 @@ class Coscheduler:
         if pod is None:
             return
         if pod.holds_capacity:
-            self._release_usage(pod)
+            self.ledger.release_usage(pod)
         gang = self._gang_key(self._membership.pop(key, None))
         if gang is not None:
             self._leave(gang, key)
@@ -320,60 +316,27 @@ class Coscheduler:
             self._release_plan(g)
             self._gangs.pop(gang, None)
 
-    def _add_usage(self, pod: PodRecord) -> None:
-        assert pod.node_name is not None
-        self._scores.pop(pod.node_name, None)
-        self._used[pod.node_name] = add(self._used.get(pod.node_name, {}), pod.requests)
-        if gpus := pod.requests.get(GPU, 0):
-            self._gpu_pods.setdefault(pod.node_name, {})[pod.key] = gpus
-
-    def _release_usage(self, pod: PodRecord) -> None:
-        assert pod.node_name is not None
-        self._scores.pop(pod.node_name, None)
-        self._used[pod.node_name] = sub(self._used.get(pod.node_name, {}), pod.requests)
-        self._gpu_pods.get(pod.node_name, {}).pop(pod.key, None)
-
     # ------------------------------------------------------------------ capacity
 
     def free(self, node: NodeName) -> Resources:
-        n = self.nodes.get(node)
-        if n is None:
-            return {}
-        return sub(n.allocatable, self._used.get(node, {}))
+        return self.ledger.free(node)
 
     def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
-        return dict(self._reserved.get(node, {}))
+        return dict(self.ledger.reserved.get(node, {}))
 
     def free_outside(self, node: NodeName, gang: GangKey | None) -> Resources:
-        """Free capacity on ``node`` not held by any admitted gang other than ``gang``."""
-        free = self.free(node)
-        for g, r in self._reserved.get(node, {}).items():
-            if g != gang:
-                free = sub(free, r)
-        return free
+        return self.ledger.free_outside(node, gang)
 
     def _reserve(self, g: _Gang, pod: PodKey, node: NodeName) -> None:
-        p = self.pods[pod]
         g.plan[pod] = node
-        self._scores.pop(node, None)
-        per = self._reserved.setdefault(node, {})
-        per[g.key] = add(per.get(g.key, {}), p.requests)
+        self.ledger.reserve(g.key, node, self.pods[pod].requests)
 
     def _unreserve(self, g: _Gang, pod: PodKey) -> None:
         node = g.plan.pop(pod, None)
         if node is None:
             return
         p = self.pods.get(pod)
-        self._scores.pop(node, None)
-        per = self._reserved.get(node, {})
-        if g.key in per:
-            left = sub(per[g.key], p.requests) if p is not None else {}
-            if any(v > 0 for v in left.values()):
-                per[g.key] = left
-            else:
-                per.pop(g.key)
-        if not per:
-            self._reserved.pop(node, None)
+        self.ledger.unreserve(g.key, node, p.requests if p is not None else None)
         if not g.plan:
             g.plan_level = None
 
@@ -515,11 +478,11 @@ class Coscheduler:
         # not seen yet included), so only nodes holding reservations can turn this pod away:
         # the work is O(reserved nodes), plus one C-speed pass when some node fails.
         everything = candidates if isinstance(candidates, list) else list(candidates)
-        if not self._reserved:
+        if not self.ledger.reserved:
             return FilterDecision(everything)
-        cand = set(candidates) if len(self._reserved) > 8 else None
+        cand = set(candidates) if len(self.ledger.reserved) > 8 else None
         failed: dict[NodeName, NodeReason] = {}
-        for node, per in self._reserved.items():
+        for node, per in self.ledger.reserved.items():
             if own is not None and len(per) == 1 and own in per:
                 continue
             free = self.free_outside(node, None)
@@ -580,7 +543,7 @@ class Coscheduler:
             result = plan_gang(members[:need], view, self.settings.levels, required=required)
         if isinstance(result, NoFit):
             return FilterDecision([], unresolvable=self._turn_away(
-                g, DoesNotFit(g.key, result, self._reserving_gangs(g.key))))
+                g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key))))
         self._apply_plan(g, result, now, spec)
         node = result.assignments[pod.key]
         return FilterDecision([node])
@@ -636,10 +599,6 @@ class Coscheduler:
         self._reserve(g, pod.key, node)
         return FilterDecision([node])
 
-    def _reserving_gangs(self, gang: GangKey) -> tuple[GangKey, ...]:
-        out = {g for per in self._reserved.values() for g in per if g != gang}
-        return tuple(sorted(out))
-
     # ------------------------------------------------------------------ prioritize
 
     def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[tuple[NodeName, int]]:
@@ -649,7 +608,7 @@ class Coscheduler:
             return [(n, self._score(n, gpus, own)) for n in nodes]
         # Plain pods: scores depend only on the node's state and the GPU count, so they are
         # cached per node and dropped whenever that node's usage or reservations change.
-        cache = self._scores
+        cache = self.ledger.scores
         out = []
         for n in nodes:
             per = cache.get(n)
@@ -664,15 +623,8 @@ class Coscheduler:
         node = self.nodes.get(n)
         if node is None:
             return 0
-        used = self._gpu_pods.get(n, {}).values()
-        return score_node(node, gpus, self._free_gpus(n, own), used, self._layout(node))
-
-    def _free_gpus(self, node: NodeName, own: GangKey | None) -> int:
-        free = self.nodes[node].allocatable.get(GPU, 0) - self._used.get(node, {}).get(GPU, 0)
-        for g, r in self._reserved.get(node, {}).items():
-            if g != own:
-                free -= r.get(GPU, 0)
-        return free
+        used = self.ledger.gpu_pods.get(n, {}).values()
+        return score_node(node, gpus, self.ledger.free_gpus(n, own), used, self._layout(node))
 
     def _layout(self, node: NodeRecord) -> GpuLayout:
         cached = self._layouts.get(node.name)
@@ -789,7 +741,7 @@ class Coscheduler:
         return [v for v in views if v is not None]
 
     def reserved_total(self) -> Mapping[NodeName, Mapping[GangKey, Resources]]:
-        return self._reserved
+        return self.ledger.reserved
 
 
 
@@ -806,7 +758,7 @@ class _View:
         return self._core.free_outside(node, self._gang)
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
-        return list(self._core._gpu_pods.get(node, {}).values())
+        return list(self._core.ledger.gpu_pods.get(node, {}).values())
 
 
 def _plan_text(plan: Plan) -> str:
