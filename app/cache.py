@@ -26,6 +26,7 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
+from coscheduling.numa import NumaZones, nrt_from_json
 from coscheduling.podgroup import PodGroupRecord, gang_key
 from coscheduling.records import NodeName
 from coscheduling.resources import QuantityError
@@ -38,6 +39,7 @@ __all__ = ["ClusterCache", "Resource"]
 log = logging.getLogger("lockstep.cache")
 
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 
 
 @dataclass(slots=True)
@@ -67,6 +69,7 @@ class ClusterCache:
             Resource("nodes", "/api/v1/nodes"),
             Resource("pods", "/api/v1/pods"),
             Resource("podgroups", PODGROUPS, optional=True),
+            Resource("noderesourcetopologies", NRTS, optional=True),
         ):
             self.resources[r.name] = r
 
@@ -85,6 +88,8 @@ class ClusterCache:
                 return node_from_json(obj)
             if kind == "pods":
                 return pod_from_json(obj)
+            if kind == "noderesourcetopologies":
+                return nrt_from_json(obj)
             return podgroup_from_json(obj)
         except (RecordError, QuantityError, ValueError, TypeError) as e:
             # One malformed object must not stop the cache; it is simply not scheduled around.
@@ -98,6 +103,8 @@ class ClusterCache:
             self.core.replace_nodes(records)
         elif kind == "pods":
             self.core.replace_pods(records)
+        elif kind == "noderesourcetopologies":
+            self.core.replace_numa(records)
         else:
             self.core.replace_podgroups(records)
 
@@ -108,6 +115,8 @@ class ClusterCache:
             ns = str(meta.get("namespace") or "default")
             if kind == "nodes":
                 self.core.delete_node(NodeName(name))
+            elif kind == "noderesourcetopologies":
+                self.core.delete_numa(NodeName(name))
             elif kind == "pods":
                 current = self.core.pods.get(pod_key(ns, name))
                 if current is None or not meta.get("uid") or current.uid == meta.get("uid"):
@@ -124,6 +133,8 @@ class ClusterCache:
             self.core.upsert_pod(rec)
         elif isinstance(rec, PodGroupRecord):
             self.core.upsert_podgroup(rec)
+        elif isinstance(rec, NumaZones):
+            self.core.upsert_numa(rec)
 
     # -------------------------------------------------------------- the loops
 
@@ -161,6 +172,7 @@ class ClusterCache:
 
     async def _watch(self, res: Resource) -> None:
         while True:
+            started = time.monotonic()
             try:
                 async for ev in self.kube.watch(
                     res.path, res.resource_version, timeout_seconds=self.watch_timeout
@@ -189,6 +201,9 @@ class ClusterCache:
                 # Resume from the last resourceVersion; a 410 on resume makes us relist.
                 log.warning("%s watch broken: %s", res.name, e)
                 await asyncio.sleep(0.5)
+                continue
+            # A watch that ends at once (a proxy closing idle streams) must not spin.
+            await asyncio.sleep(0.2 if time.monotonic() - started < 1.0 else 0)
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -78,6 +78,16 @@ def load_config(kubeconfig: str | None = None, token_override: str | None = None
     )
 
 
+def _decode(content: bytes) -> Any:
+    """JSON, or the text itself: a 404 for an unknown API group is plain "404 page not found"."""
+    if not content:
+        return None
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return content.decode(errors="replace")[:500] if content[:1] not in b"{[" else None
+
+
 def _ssl_context(cfg: KubeConfig) -> ssl.SSLContext | bool:
     if not cfg.server.startswith("https"):
         return False
@@ -131,9 +141,11 @@ class KubeClient:
             )
         except httpx.TransportError as e:
             raise APIUnreachable(path, e) from e
-        data = orjson.loads(r.content) if r.content else None
+        data = _decode(r.content)
         if r.status_code >= 400:
             raise APIError.from_status(r.status_code, data, path)
+        if r.content and data is None:
+            raise APIError(r.status_code, "BadResponse", "response is not JSON", path=path)
         return data
 
     async def list(
@@ -166,8 +178,7 @@ class KubeClient:
             async with self._http.stream("GET", path, params=params, timeout=timeout) as r:
                 if r.status_code >= 400:
                     await r.aread()
-                    data = orjson.loads(r.content) if r.content else None
-                    raise APIError.from_status(r.status_code, data, path)
+                    raise APIError.from_status(r.status_code, _decode(r.content), path)
                 async for line in r.aiter_lines():
                     if line:
                         yield orjson.loads(line)

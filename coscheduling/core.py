@@ -25,6 +25,7 @@ from enum import Enum
 from itertools import filterfalse
 
 from .ledger import Ledger
+from .numa import NumaZones
 from .planner import Member, NoFit, Plan, plan_gang
 from .podgroup import (
     GangDefaults,
@@ -206,6 +207,8 @@ class Coscheduler:
         self._notices: list[Notice] = []
         self._requeue: set[PodKey] = set()
         self._layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = {}
+        self.numa: dict[NodeName, NumaZones] = {}
+        """Per-NUMA free GPUs from NodeResourceTopology objects, where a cluster has them."""
 
     # ------------------------------------------------------------------ cache updates
 
@@ -215,6 +218,21 @@ class Coscheduler:
     def delete_node(self, name: NodeName) -> None:
         self.ledger.drop_node(name)
         self._layouts.pop(name, None)
+
+    def upsert_numa(self, zones: NumaZones) -> None:
+        self.numa[zones.node] = zones
+        self.ledger.scores.pop(zones.node, None)
+
+    def delete_numa(self, node: NodeName) -> None:
+        self.numa.pop(node, None)
+        self.ledger.scores.pop(node, None)
+
+    def replace_numa(self, items: Iterable[NumaZones]) -> None:
+        fresh = {z.node: z for z in items}
+        for name in [n for n in self.numa if n not in fresh]:
+            self.delete_numa(name)
+        for z in fresh.values():
+            self.upsert_numa(z)
 
     def upsert_podgroup(self, pg: PodGroupRecord) -> None:
         self.podgroups[pg.key] = pg

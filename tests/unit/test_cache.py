@@ -1,0 +1,132 @@
+"""List/watch into the core with canned API responses: resume, 410 Gone, deletions in the gap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+
+from app.cache import ClusterCache
+from app.kube import KubeClient, KubeConfig
+from coscheduling import Coscheduler, node_from_json
+from coscheduling.numa import nrt_from_json
+from tests.builders import node, pod
+
+
+def pod_json(name: str, rv: str) -> dict[str, Any]:
+    p = pod(name).gpu(1).on("n0").build()
+    p["metadata"]["resourceVersion"] = rv
+    p["metadata"]["uid"] = f"uid-{name}"  # the same pod across events
+    return p
+
+
+class CannedAPI:
+    """Answers lists from ``lists`` (consumed in order) and watches from ``watches``."""
+
+    def __init__(self, lists: list[dict[str, Any]], watches: list[list[dict[str, Any]]]) -> None:
+        self.lists, self.watches = lists, watches
+        self.requests: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(str(request.url.params))
+        if request.url.params.get("watch"):
+            if not self.watches:
+                return httpx.Response(200, content=b"")  # an idle watch that just ends
+            lines = b"".join(json.dumps(e).encode() + b"\n" for e in self.watches.pop(0))
+            return httpx.Response(200, content=lines)
+        return httpx.Response(200, json=self.lists.pop(0))
+
+
+async def run_until(cache: ClusterCache, kind: str, done: Any) -> None:
+    task = asyncio.create_task(cache.run(kind))
+    try:
+        for _ in range(500):
+            if done():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+    finally:
+        task.cancel()
+
+
+async def test_relist_after_410_replaces_the_cache_including_deletions() -> None:
+    api = CannedAPI(
+        lists=[
+            {"metadata": {"resourceVersion": "10"},
+             "items": [pod_json("a", "9"), pod_json("b", "10")]},
+            # After the 410, "a" is gone (deleted while we were not watching) and "c" is new.
+            {"metadata": {"resourceVersion": "30"},
+             "items": [pod_json("b", "10"), pod_json("c", "29")]},
+        ],
+        watches=[
+            [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}},
+             {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}],
+        ],
+    )
+    core = Coscheduler()
+    core.upsert_node(node_from_json(node("n0").gpus(8).build()))
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
+                                          transport=httpx.MockTransport(api)))
+    await run_until(cache, "pods", lambda: "default/c" in core.pods)
+    assert sorted(core.pods) == ["default/b", "default/c"]
+    assert core.free("n0")["nvidia.com/gpu"] == 6  # usage of "a" was released
+    assert cache.resources["pods"].relists == 2
+    # The first watch resumed from the list's resourceVersion.
+    assert any("resourceVersion=10" in r and "watch=1" in r for r in api.requests)
+
+
+async def test_watch_events_apply_and_resume_from_the_last_version() -> None:
+    api = CannedAPI(
+        lists=[{"metadata": {"resourceVersion": "5"}, "items": []}],
+        watches=[
+            [{"type": "ADDED", "object": pod_json("x", "6")},
+             {"type": "MODIFIED", "object": pod_json("x", "7")}],
+            [{"type": "DELETED", "object": pod_json("x", "8")}],
+        ],
+    )
+    core = Coscheduler()
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
+                                          transport=httpx.MockTransport(api)))
+    seen: list[bool] = []
+    cache.on_change = lambda: seen.append("default/x" in core.pods)
+    await run_until(cache, "pods", lambda: len(seen) >= 4)
+    assert seen[1:4] == [True, True, False]
+    assert any("resourceVersion=7" in r for r in api.requests)
+
+
+async def test_missing_crd_counts_as_synced_empty() -> None:
+    def api(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"reason": "NotFound", "message": "no such resource"})
+
+    core = Coscheduler()
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
+                                          transport=httpx.MockTransport(api)))
+    await run_until(cache, "podgroups", lambda: cache.resources["podgroups"].synced)
+
+
+def test_node_resource_topology_zones() -> None:
+    z = nrt_from_json({
+        "metadata": {"name": "n0"},
+        "zones": [
+            {"name": "node-0", "type": "Node",
+             "resources": [{"name": "nvidia.com/gpu", "capacity": "4", "available": "1"}]},
+            {"name": "node-1", "type": "Node",
+             "resources": [{"name": "nvidia.com/gpu", "capacity": "4", "available": "3"}]},
+        ],
+    })
+    assert z is not None and z.gpus_available == (1, 3)
+    assert z.best_fit(2) == 1 and z.best_fit(1) == 0 and z.best_fit(4) is None
+    assert nrt_from_json({"metadata": {"name": "n1"}, "zones": [{"type": "Node"}]}) is None
+
+
+async def test_unknown_api_group_plain_text_404_is_synced_empty() -> None:
+    """kube-apiserver answers an unserved group with text, not a Status object."""
+    def api(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, content=b"404 page not found\n")
+
+    cache = ClusterCache(Coscheduler(), KubeClient(KubeConfig("http://api.test"),
+                                                   transport=httpx.MockTransport(api)))
+    await run_until(cache, "noderesourcetopologies",
+                    lambda: cache.resources["noderesourcetopologies"].synced)
