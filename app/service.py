@@ -182,7 +182,7 @@ class Lockstep:
                 first = self._first_seen.pop(gang, None)
                 if first is not None:
                     self.metrics.admission_wait.observe(now - first)
-                return await self._bind_group(key, binds)
+                return await self._bind_group(key, gang, binds)
             case Park(_, deadline):
                 return await self._park(key, deadline)
         raise AssertionError(decision)
@@ -209,11 +209,18 @@ class Lockstep:
             if self._parked.get(key) is fut:
                 del self._parked[key]
 
-    async def _bind_group(self, own: PodKey, binds: dict[PodKey, NodeName]) -> str:
+    async def _bind_group(
+        self, own: PodKey, gang: GangKey, binds: dict[PodKey, NodeName]
+    ) -> str:
         keys = list(binds)
         results = await asyncio.gather(*(self._bind_one(k, binds[k]) for k in keys))
+        ok = sum(1 for err in results if not err)
         mine = ""
         for k, err in zip(keys, results, strict=True):
+            if not err:
+                detail = f"bound to {binds[k]} together with {ok - 1} other member(s)"
+                self._offer(self._out.events,
+                            (k, Notice(NoticeKind.BOUND, gang, (k,), detail=detail)))
             if k == own:
                 mine = err
                 continue
@@ -299,6 +306,8 @@ class Lockstep:
                 return f"gang {gang} admitted, capacity reserved: {notice.detail}"
             case NoticeKind.RELEASED:
                 return f"gang {gang} reached quorum ({notice.detail}); members bind together"
+            case NoticeKind.BOUND:
+                return f"gang {gang}: {notice.detail}"
             case NoticeKind.TIMEOUT_CAPPED:
                 return f"gang {gang}: timeout {notice.detail} (kube-scheduler httpTimeout bound)"
         return render(notice.reason) if notice.reason is not None else f"gang {gang}"

@@ -101,6 +101,7 @@ class NoticeKind(Enum):
     WAITING = "GangWaiting"
     ADMITTED = "GangAdmitted"
     RELEASED = "GangReleased"
+    BOUND = "GangBound"
     TIMED_OUT = "GangTimedOut"
     INVALID = "GangInvalid"
     TIMEOUT_CAPPED = "GangTimeoutCapped"

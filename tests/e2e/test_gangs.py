@@ -26,6 +26,7 @@ def test_four_pod_gang_binds_all_and_none_before_the_fourth_exists(
     c.recorder.assert_gang_invariants(c.ns)
     # Topology: 8 GPUs fit on one node, so the gang is packed onto one.
     assert len(set(bound.values())) == 1
+    c.wait_event("train-3", "GangBound", "together with 3 other member(s)")
 
 
 def test_two_gangs_on_six_gpus_no_deadlock_and_no_timeout(cluster: ClusterFactory) -> None:
