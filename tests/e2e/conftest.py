@@ -81,6 +81,16 @@ class Cluster:
         assert self.lockstep_url
         return httpx.get(self.lockstep_url + path, timeout=10).json()
 
+    def lockstep_prioritize(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        """Ask Lockstep's prioritize verb directly, as kube-scheduler would."""
+        assert self.lockstep_url
+        nodes = [n["metadata"]["name"] for n in self.kube.list("/api/v1/nodes")]
+        pod["metadata"]["namespace"] = self.ns
+        r = httpx.post(self.lockstep_url + "/prioritize", timeout=10,
+                       json={"Pod": pod, "Nodes": None, "NodeNames": nodes})
+        r.raise_for_status()
+        return list(r.json())
+
     def metric(self, name: str) -> float:
         assert self.lockstep_url
         for line in httpx.get(self.lockstep_url + "/metrics", timeout=10).text.splitlines():
