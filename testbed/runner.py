@@ -332,15 +332,20 @@ class TestBed:
         extra_args: tuple[str, ...] = (),
         kubeconfig: Path | None = None,
         port: int | None = None,
+        tls: tuple[Path, Path] | None = None,
     ) -> str:
-        """Run Lockstep (``python -m app serve``) and wait for /readyz; returns its URL."""
+        """Run Lockstep (``python -m app serve``) and wait for /readyz; returns its URL.
+
+        ``tls`` is (certificate, key): the verbs are then served over HTTPS.
+        """
         port = port or free_port()
+        tls_args = (f"--tls-cert={tls[0]}", f"--tls-key={tls[1]}") if tls else ()
+        url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
         self._spawn(name, [
             sys.executable, "-m", "app", "serve", f"--kubeconfig={kubeconfig or self.kubeconfig}",
-            "--host=127.0.0.1", f"--port={port}", *extra_args,
-        ], ready_url=f"http://127.0.0.1:{port}/readyz", timeout=60.0,
-            env={**os.environ, "PYTHONPATH": str(REPO)})
-        return f"http://127.0.0.1:{port}"
+            "--host=127.0.0.1", f"--port={port}", *tls_args, *extra_args,
+        ], ready_url=f"{url}/readyz", timeout=60.0, env={**os.environ, "PYTHONPATH": str(REPO)})
+        return url
 
     # ------------------------------------------------------------------ debugging
 

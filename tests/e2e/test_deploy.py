@@ -1,0 +1,116 @@
+"""deploy/ against a real API server: server-side dry run, and Lockstep running under exactly
+the `lockstep` ClusterRole (sufficient, and no broader than needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from testbed.bins import REPO
+from testbed.kube import Kube
+from testbed.workloads import pod, podgroup
+
+from .conftest import SCHEDULER_CONFIG, ClusterFactory
+
+DEPLOY = REPO / "deploy"
+TOKEN = "lockstep-rbac-test-token"
+USER = "lockstep-rbac-test"
+
+# Every API call Lockstep makes (app/kube.py, app/cache.py, app/service.py) and its rule.
+USES = [
+    ("list", "nodes", "", "cache: node capacity and topology labels"),
+    ("watch", "nodes", "", "cache"),
+    ("list", "pods", "", "cache: usage and gang members"),
+    ("watch", "pods", "", "cache"),
+    ("patch", "pods", "", "requeue annotation that wakes parked pods"),
+    ("create", "pods/binding", "", "binding gang members"),
+    ("create", "events", "", "GangWaiting / GangAdmitted / GangTimedOut / GangBound"),
+    ("list", "podgroups", "scheduling.x-k8s.io", "scheduler-plugins PodGroups"),
+    ("watch", "podgroups", "scheduling.x-k8s.io", "cache"),
+    ("patch", "podgroups/status", "scheduling.x-k8s.io", "PodGroup phase and counts"),
+    ("list", "noderesourcetopologies", "topology.node.k8s.io", "per-NUMA free GPUs"),
+    ("watch", "noderesourcetopologies", "topology.node.k8s.io", "cache"),
+]
+NOT_NEEDED = [
+    ("delete", "pods", ""), ("create", "pods", ""), ("update", "pods", ""),
+    ("get", "secrets", ""), ("list", "secrets", ""), ("patch", "nodes", ""),
+    ("update", "nodes", ""), ("delete", "nodes", ""), ("list", "configmaps", ""),
+    ("create", "podgroups", "scheduling.x-k8s.io"), ("delete", "podgroups", "scheduling.x-k8s.io"),
+    ("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
+    ("create", "pods/exec", ""), ("delete", "events", ""),
+]
+
+
+def can(kube: Kube, verb: str, resource: str, group: str) -> bool:
+    res, _, sub = resource.partition("/")
+    review = kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": verb, "resource": res, "subresource": sub,
+                                        "group": group, "namespace": "e2e"}}})
+    return bool(review["status"]["allowed"])
+
+
+def test_manifests_pass_server_side_dry_run(cluster: ClusterFactory) -> None:
+    c = cluster("tiny-3x2", lockstep=False)
+    c.bed.kubectl("apply", "--server-side", "-f", str(DEPLOY / "namespace.yaml"))
+    out = c.bed.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(DEPLOY)).stdout
+    for want in ("customresourcedefinition.apiextensions.k8s.io/podgroups.scheduling.x-k8s.io",
+                 "clusterrole.rbac.authorization.k8s.io/lockstep",
+                 "serviceaccount/lockstep-scheduler", "configmap/lockstep-scheduler-config-",
+                 "deployment.apps/lockstep-scheduler"):
+        assert want in out, out
+    labeller = c.bed.kubectl("apply", "--server-side", "--dry-run=server", "-k",
+                             str(DEPLOY / "labeller")).stdout
+    assert "daemonset.apps/lockstep-labeller" in labeller
+    # Dry run changed nothing.
+    assert c.bed.kubectl("get", "deploy", "-A", "-o", "name").stdout.strip() == ""
+
+
+def test_lockstep_runs_under_exactly_its_cluster_role(cluster: ClusterFactory) -> None:
+    c = cluster("tiny-3x2", lockstep=False,
+                extra_tokens={TOKEN: (USER, ["system:authenticated"])})
+    bed = c.bed
+    bed.kubectl("apply", "--server-side", "-f", str(DEPLOY / "namespace.yaml"),
+                "-f", str(DEPLOY / "rbac.yaml"))
+    binding: dict[str, Any] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "lockstep-rbac-test"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "lockstep"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
+    }
+    bed.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
+    restricted = Kube(bed.api_url, TOKEN)
+    try:
+        # No broader than needed: exactly the calls Lockstep makes are allowed.
+        for verb, resource, group, why in USES:
+            assert can(restricted, verb, resource, group), f"{verb} {resource}: for {why}"
+        for verb, resource, group in NOT_NEEDED:
+            assert not can(restricted, verb, resource, group), f"{verb} {resource} is granted"
+    finally:
+        restricted.close()
+
+    # Sufficient: Lockstep does all of its work with that token alone.
+    url = bed.start_lockstep(kubeconfig=bed.kubeconfig_for(TOKEN, "lockstep-rbac"),
+                             extra_args=("--backoff=3",))
+    c.lockstep_url = url
+    bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler", extender_url=url)
+    c.kube.create(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{c.ns}/podgroups",
+                  podgroup("pg", 3, c.ns))
+    c.recorder.min_member_of[f"{c.ns}/pg"] = 3
+    members = [pod(f"pg-{i}").sp_group("pg").gpu(1).build() for i in range(3)]
+    c.create(*members[:2])
+    c.wait_event("pg-0", "GangWaiting", "2/3 members exist")            # events: create
+    c.create(members[2])
+    c.wait_bound(c.names("pg", 3), 30)                                 # pods/binding: create
+    c.wait_event("pg-0", "GangBound")
+    path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{c.ns}/podgroups/pg"
+    c.kube.wait("PodGroup status", lambda: c.kube.get(path).get("status", {}).get(
+        "phase") == "Running", 30)                                     # podgroups/status: patch
+    annotated = [p for p in c.kube.pods(c.ns)
+                 if "lockstep.dev/requeue" in (p["metadata"].get("annotations") or {})]
+    assert annotated, "no requeue annotation was written"               # pods: patch
+    log = (bed.dir / "lockstep.log").read_text()
+    assert "403" not in log and "forbidden" not in log.lower(), log[-2000:]
+    c.recorder.assert_gang_invariants(c.ns)
