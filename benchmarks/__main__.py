@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import verbs
+from . import placement, verbs
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -42,10 +42,6 @@ def main() -> None:
               "and within 2x of no-op)")
         print(table(rows, verbs.TABLE_COLUMNS))
     if "placement" in args.which:
-        try:
-            from . import placement
-        except ImportError as e:  # pragma: no cover - reported, not hidden
-            raise SystemExit(f"placement benchmark unavailable: {e}") from e
         result = placement.run(quick=args.quick)
         (out / "placement.json").write_text(json.dumps({**meta, **result}, indent=2))
         print("\nPlacement quality (stock kube-scheduler vs Lockstep, same seeded workload)")
