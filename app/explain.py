@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from coscheduling import Coscheduler, GangView, NodeName, PodKey, format_resources
+from coscheduling import Coscheduler, GangKey, GangView, NodeName, PodKey, format_resources
 from coscheduling.podgroup import GangSpec, InvalidGang, MissingPodGroup
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
-from coscheduling.topology import DEFAULT_LEVELS, gpu_layout
+from coscheduling.topology import DEFAULT_LEVELS, GPU, gpu_layout
 
 from .render import render
 
@@ -99,4 +99,14 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
             "not in a gang: kube-scheduler places it like any pod, on capacity not reserved "
             "for gangs"
         )
+    out["bestNodes"] = best_nodes(core, pod.requests.get(GPU, 0), gang)
     return out
+
+
+def best_nodes(core: Coscheduler, gpus: int, gang: GangKey | None, top: int = 5
+               ) -> list[dict[str, Any]]:
+    """The nodes Lockstep's prioritize would rank highest for this pod, with why."""
+    scored = [(core.explain_score(n, gpus, gang), n) for n in core.nodes]
+    scored.sort(key=lambda t: (-t[0].total, t[1]))
+    return [{"node": n, "score": s.total, "packing": s.packing, "locality": s.locality,
+             "why": s.why} for s, n in scored[:top]]

@@ -54,7 +54,16 @@ from .reasons import (
 )
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, fits, shortfall
-from .topology import DEFAULT_LEVELS, GPU, GpuLayout, Level, gpu_layout, level_by_name, score_node
+from .topology import (
+    DEFAULT_LEVELS,
+    GPU,
+    GpuLayout,
+    Level,
+    Score,
+    explain_score,
+    gpu_layout,
+    level_by_name,
+)
 from .waiting import WaitingMap
 
 __all__ = [
@@ -642,8 +651,15 @@ class Coscheduler:
         node = self.nodes.get(n)
         if node is None:
             return 0
-        used = self.ledger.gpu_pods.get(n, {}).values()
-        return score_node(node, gpus, self.ledger.free_gpus(n, own), used, self._layout(node))
+        return self.explain_score(n, gpus, own).total
+
+    def explain_score(self, n: NodeName, gpus: int, own: GangKey | None) -> Score:
+        node = self.nodes[n]
+        numa = self.numa.get(n)
+        return explain_score(
+            node, gpus, self.ledger.free_gpus(n, own), self.ledger.gpu_pods.get(n, {}).values(),
+            self._layout(node), numa.gpus_available if numa is not None else None,
+        )
 
     def _layout(self, node: NodeRecord) -> GpuLayout:
         cached = self._layouts.get(node.name)

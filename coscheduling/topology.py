@@ -27,7 +27,9 @@ __all__ = [
     "NUMA_NODES_LABEL",
     "GpuLayout",
     "Level",
+    "Score",
     "domain_of",
+    "explain_score",
     "gpu_layout",
     "level_by_name",
     "pack_islands",
@@ -181,37 +183,76 @@ def pack_islands(islands: Sequence[int], pods: Iterable[int]) -> list[int]:
     return free
 
 
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A node's score for one pod and what it is made of, for the explain endpoint."""
+
+    total: int
+    packing: float
+    """0..10: how full the node is after placement (fewer stranded remainders)."""
+    locality: float
+    """0..10: the pod's GPUs on one NVLink island / one NUMA zone."""
+    why: str
+
+
 def score_node(
     node: NodeRecord,
     gpus: int,
     free_gpus: int,
     used_gpu_pods: Iterable[int],
     layout: GpuLayout | None = None,
+    numa_free: Sequence[int] | None = None,
 ) -> int:
-    """0..10: how well a pod asking ``gpus`` GPUs sits on ``node``.
+    """0..10: how well a pod asking ``gpus`` GPUs sits on ``node`` (see :func:`explain_score`)."""
+    return explain_score(node, gpus, free_gpus, used_gpu_pods, layout, numa_free).total
 
-    Half of it is bin-packing (a fuller node after placement scores higher, so fewer nodes are
-    left with stranded remainders), half is locality inside the node (all GPUs on one NVLink
-    island, else on one NUMA node). A pod without GPUs prefers nodes without GPUs.
+
+def explain_score(
+    node: NodeRecord,
+    gpus: int,
+    free_gpus: int,
+    used_gpu_pods: Iterable[int],
+    layout: GpuLayout | None = None,
+    numa_free: Sequence[int] | None = None,
+) -> Score:
+    """Half bin-packing, half locality inside the node.
+
+    Bin-packing: a fuller node after placement scores higher, so fewer nodes are left with
+    stranded remainders. Locality: all the pod's GPUs on one NVLink island, else on one NUMA
+    node; ``numa_free`` (per-NUMA available GPUs from NodeResourceTopology) is used when the
+    cluster publishes it. A pod without GPUs prefers nodes without GPUs.
     """
     total = node.allocatable.get(GPU, 0)
     if gpus <= 0:
-        return 10 if total == 0 else 2
+        if total == 0:
+            return Score(10, 10.0, 10.0, "no GPUs requested, node has none")
+        return Score(2, 0.0, 0.0, "no GPUs requested: keep GPU nodes for GPU pods")
     if total <= 0 or free_gpus < gpus:
-        return 0
+        return Score(0, 0.0, 0.0, f"{free_gpus} GPUs free, {gpus} needed")
     pack = 10.0 * (total - free_gpus + gpus) / total
     layout = layout or gpu_layout(node)
     if len(layout.islands) == 1:
-        locality = 10.0  # one NVSwitch domain (or unlabelled): every GPU set is local
+        locality, why = 10.0, "one NVLink domain" if layout.labelled else "no interconnect labels"
     else:
         island_free = pack_islands(layout.islands, used_gpu_pods)
         fitting = [f for f in island_free if f >= gpus]
         if fitting:
-            locality = 10.0 if min(fitting) == gpus else 9.0
+            exact = min(fitting) == gpus
+            locality, why = (10.0, "fills an NVLink island") if exact else (
+                9.0, "fits one NVLink island")
         elif gpus > max(layout.islands):
-            locality = 7.0  # spans islands whatever we choose
+            locality, why = 7.0, "larger than any NVLink island"
         elif len(layout.numa) > 1 and gpus <= max(layout.numa):
-            locality = 4.0
+            locality, why = 4.0, "no free NVLink island; one NUMA node"
         else:
-            locality = 2.0
-    return max(0, min(10, round(0.5 * pack + 0.5 * locality)))
+            locality, why = 2.0, "no free NVLink island"
+    if numa_free:
+        zones = [a for a in numa_free if a >= gpus]
+        if zones:
+            numa = 10.0 if min(zones) == gpus else 9.0
+        else:
+            numa = 7.0 if gpus > max(layout.numa or (total,)) else 3.0
+        locality = (locality + numa) / 2
+        why += f"; NUMA free {list(numa_free)}"
+    score = max(0, min(10, round(0.5 * pack + 0.5 * locality)))
+    return Score(score, round(pack, 1), round(locality, 1), why)

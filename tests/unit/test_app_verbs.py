@@ -185,6 +185,9 @@ async def test_debug_endpoints(client: httpx.AsyncClient, service: Lockstep) -> 
     assert [n["node"] for n in nodes] == ["n0", "n1", "n2"]
     why = (await client.get("/debug/pods/default/a0")).json()
     assert "1/2 members exist" in why["explanation"]
+    best = why["bestNodes"]
+    assert [b["node"] for b in best] == ["n0", "n1", "n2"]
+    assert all(b["score"] == 8 and b["why"] == "no interconnect labels" for b in best)
     assert (await client.get("/debug/pods/default/ghost")).status_code == 404
     bad = await client.get("/debug/pods/default/Bad_Name")
     assert bad.status_code == 400 and "name" in bad.json()["fields"]

@@ -244,3 +244,19 @@ def test_a_gang_that_never_fits_does_not_block_others() -> None:
     assert isinstance(d.unresolvable, DoesNotFit)
     assert d.unresolvable.nofit.members == 4 and d.unresolvable.nofit.free_units == 3
     assert len(filt(core, "s0").passed) == 1
+
+
+def test_node_resource_topology_steers_pods_to_a_numa_zone_that_holds_them() -> None:
+    from coscheduling.numa import NumaZones
+
+    core = cluster(node("split").gpus(4).build(), node("whole").gpus(4).build())
+    add(core, pod("p").gpu(2).build())
+    plain = core.pods[pod_key("default", "p")]
+    assert dict(core.prioritize(plain, [NodeName("split"), NodeName("whole")])) == {
+        "split": 8, "whole": 8}
+    # NodeResourceTopology says "split" has one free GPU on each NUMA zone.
+    core.upsert_numa(NumaZones(NodeName("split"), (1, 1)))
+    core.upsert_numa(NumaZones(NodeName("whole"), (2, 0)))
+    scores = dict(core.prioritize(plain, [NodeName("split"), NodeName("whole")]))
+    assert scores["whole"] > scores["split"]
+    assert "NUMA free [1, 1]" in core.explain_score(NodeName("split"), 2, None).why
