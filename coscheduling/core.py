@@ -60,6 +60,7 @@ from .topology import (
     GpuLayout,
     Level,
     Score,
+    domain_of,
     explain_score,
     gpu_layout,
     level_by_name,
@@ -217,17 +218,23 @@ class Coscheduler:
         self._notices: list[Notice] = []
         self._requeue: set[PodKey] = set()
         self._layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = {}
+        self._domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = {}
+        """Nodes by topology domain per level; rebuilt only when nodes or their labels change."""
         self.numa: dict[NodeName, NumaZones] = {}
         """Per-NUMA free GPUs from NodeResourceTopology objects, where a cluster has them."""
 
     # ------------------------------------------------------------------ cache updates
 
     def upsert_node(self, node: NodeRecord) -> None:
+        old = self.nodes.get(node.name)
+        if old is None or old.labels != node.labels:
+            self._domains.clear()
         self.ledger.put_node(node)
 
     def delete_node(self, name: NodeName) -> None:
         self.ledger.drop_node(name)
         self._layouts.pop(name, None)
+        self._domains.clear()
 
     def upsert_numa(self, zones: NumaZones) -> None:
         self.numa[zones.node] = zones
@@ -775,6 +782,17 @@ class Coscheduler:
         views = (self.gang_view(k, now) for k in sorted(self._gangs))
         return [v for v in views if v is not None]
 
+    def domains(self, index: int) -> dict[tuple[str, ...], list[NodeName]]:
+        cached = self._domains.get(index)
+        if cached is None:
+            cached = {}
+            for n in sorted(self.nodes):
+                d = domain_of(self.settings.levels, index, self.nodes[n])
+                if d is not None:
+                    cached.setdefault(d, []).append(n)
+            self._domains[index] = cached
+        return cached
+
     def reserved_total(self) -> Mapping[NodeName, Mapping[GangKey, Resources]]:
         return self.ledger.reserved
 
@@ -794,6 +812,12 @@ class _View:
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
         return list(self._core.ledger.gpu_pods.get(node, {}).values())
+
+    def free_gpus(self, node: NodeName) -> int:
+        return self._core.ledger.free_gpus(node, self._gang)
+
+    def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
+        return self._core.domains(index)
 
 
 def _plan_text(plan: Plan) -> str:

@@ -17,7 +17,7 @@ from typing import Protocol
 from .eligibility import eligible
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import PODS, Resources, fits, sub
-from .topology import GPU, Level, domain_of, score_node
+from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout, score_node
 
 __all__ = ["CapacityView", "Member", "NoFit", "Plan", "plan_gang"]
 
@@ -45,6 +45,14 @@ class CapacityView(Protocol):
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
         """GPU counts of the pods holding GPUs on ``node`` (for island packing)."""
+        ...
+
+    def free_gpus(self, node: NodeName) -> int:
+        """``free_for_gang(node)[GPU]`` without building the whole vector."""
+        ...
+
+    def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
+        """Nodes grouped by their domain at ``levels[index]`` (nodes lacking it left out)."""
         ...
 
 
@@ -84,35 +92,75 @@ def _size_key(m: Member) -> tuple[int, int, int, str]:
     return (-r.get(GPU, 0), -r.get("cpu", 0), -r.get("memory", 0), m.key)
 
 
-def _place(
-    members: Sequence[Member],
-    nodes: Sequence[NodeName],
-    view: CapacityView,
-    ok: Mapping[tuple[PodKey, NodeName], bool],
-) -> dict[PodKey, NodeName] | None:
+TIES_TRIED = 8
+"""Equally tight domains tried before taking the best of them (bounds the work on clusters
+with thousands of identical racks)."""
+
+
+class _Context:
+    """Everything one planning call reads more than once, computed at most once per node."""
+
+    def __init__(self, todo: Sequence[Member], view: CapacityView,
+                 levels: Sequence[Level]) -> None:
+        self.view = view
+        self.levels = levels
+        self.names = sorted(view.nodes)
+        self.todo = todo
+        self.keys = [m.key for m in todo]
+        self._free: dict[NodeName, Resources] = {}
+        self._layouts: dict[NodeName, GpuLayout] = {}
+        # Eligibility is the same for members with the same spec: compute it per spec.
+        by_sig: dict[tuple[object, ...], frozenset[NodeName]] = {}
+        self.eligible: list[frozenset[NodeName]] = []
+        for m in todo:
+            sig = _signature(m.pod)
+            if sig not in by_sig:
+                by_sig[sig] = frozenset(n for n in self.names
+                                        if eligible(m.pod, view.nodes[n]))
+            ok = by_sig[sig]
+            self.eligible.append(ok & m.candidates if m.candidates is not None else ok)
+
+    def free(self, n: NodeName) -> Resources:
+        f = self._free.get(n)
+        if f is None:
+            f = self._free[n] = self.view.free_for_gang(n)
+        return f
+
+    def layout(self, n: NodeName) -> GpuLayout:
+        lay = self._layouts.get(n)
+        if lay is None:
+            lay = self._layouts[n] = gpu_layout(self.view.nodes[n])
+        return lay
+
+    def domain(self, index: int, n: NodeName) -> tuple[str, ...] | None:
+        return domain_of(self.levels, index, self.view.nodes[n])
+
+
+def _place(ctx: _Context, nodes: Sequence[NodeName]) -> dict[PodKey, NodeName] | None:
     free: dict[NodeName, Resources] = {}
     extra_gpu: dict[NodeName, list[int]] = {}
     out: dict[PodKey, NodeName] = {}
-    for m in members:
+    view = ctx.view
+    for i, m in enumerate(ctx.todo):
         req = m.pod.requests
         gpus = req.get(GPU, 0)
+        ok = ctx.eligible[i]
         best: tuple[tuple[float, ...], NodeName] | None = None
         for n in nodes:
-            if not ok.get((m.key, n), False):
+            if n not in ok:
                 continue
             f = free.get(n)
             if f is None:
-                f = free[n] = view.free_for_gang(n)
+                f = free[n] = ctx.free(n)
             if not fits(req, f):
                 continue
-            node = view.nodes[n]
             if gpus:
                 used = [*view.gpu_pods_on(n), *extra_gpu.get(n, ())]
-                score = score_node(node, gpus, f.get(GPU, 0), used)
+                score = score_node(view.nodes[n], gpus, f.get(GPU, 0), used, ctx.layout(n))
                 rank: tuple[float, ...] = (f.get(GPU, 0) - gpus, -score)
             else:
                 # CPU-only members (launchers) prefer nodes without GPUs, then the tightest.
-                rank = (node.allocatable.get(GPU, 0), f.get("cpu", 0) - req.get("cpu", 0))
+                rank = (view.nodes[n].allocatable.get(GPU, 0), f.get("cpu", 0) - req.get("cpu", 0))
             if best is None or (rank, n) < (best[0], best[1]):
                 best = (rank, n)
         if best is None:
@@ -121,7 +169,7 @@ def _place(
         free[n] = sub(free[n], req)
         if gpus:
             extra_gpu.setdefault(n, []).append(gpus)
-        out[m.key] = n
+        out[ctx.keys[i]] = n
     return out
 
 
@@ -136,48 +184,35 @@ def plan_gang(
     """Place ``members``; ``fixed`` members already hold their node (parked bind calls)."""
     fixed = dict(fixed or {})
     todo = sorted((m for m in members if m.key not in fixed), key=_size_key)
-    names = sorted(view.nodes)
-    ok: dict[tuple[PodKey, NodeName], bool] = {}
-    by_sig: dict[tuple[object, ...], list[NodeName]] = {}
-    for m in todo:
-        sig = _signature(m.pod)
-        if sig not in by_sig:
-            by_sig[sig] = [n for n in names if eligible(m.pod, view.nodes[n])]
-        cands = by_sig[sig]
-        for n in cands:
-            if m.candidates is None or n in m.candidates:
-                ok[(m.key, n)] = True
     if not todo:
         return Plan(dict(fixed), None)
-
-    start = len(levels) - 1
-    stop = 0
-    if required is not None:
-        stop = levels.index(required)
-    fixed_nodes = {fixed[k] for k in fixed}
+    ctx = _Context(todo, view, levels)
+    stop = levels.index(required) if required is not None else 0
+    fixed_nodes = {fixed[k] for k in fixed if fixed[k] in view.nodes}
     total_gpu = sum(m.pod.requests.get(GPU, 0) for m in todo)
 
-    for index in range(start, stop - 1, -1):
-        domains: dict[tuple[str, ...], list[NodeName]] = {}
-        for n in names:
-            d = domain_of(levels, index, view.nodes[n])
-            if d is not None:
-                domains.setdefault(d, []).append(n)
+    for index in range(len(levels) - 1, stop - 1, -1):
+        domains = view.domains(index)
         if fixed_nodes:
             # Parked members already sit on their nodes: only their domain can hold the rest.
-            doms = {domain_of(levels, index, view.nodes[n]) for n in fixed_nodes if n in view.nodes}
+            doms = {ctx.domain(index, n) for n in fixed_nodes}
             domains = {d: ns for d, ns in domains.items() if d in doms}
-        best: tuple[tuple[int, int, tuple[str, ...]], dict[PodKey, NodeName]] | None = None
         sized = []
         for d, ns in domains.items():
-            free_gpu = sum(view.free_for_gang(n).get(GPU, 0) for n in ns)
+            free_gpu = sum(view.free_gpus(n) for n in ns)
             if free_gpu >= total_gpu:
                 sized.append((free_gpu, d, ns))
         # Tightest domains first: once one fits, only domains as tight can still beat it.
+        best: tuple[tuple[int, int, tuple[str, ...]], dict[PodKey, NodeName]] | None = None
+        ties = 0
         for free_gpu, d, ns in sorted(sized, key=lambda t: (t[0], t[1])):
-            if best is not None and free_gpu - total_gpu > best[0][0]:
-                break
-            placed = _place(todo, ns, view, ok)
+            if best is not None:
+                if free_gpu - total_gpu > best[0][0]:
+                    break
+                ties += 1
+                if ties > TIES_TRIED:
+                    break
+            placed = _place(ctx, ns)
             if placed is None:
                 continue
             rank = (free_gpu - total_gpu, len(set(placed.values())), d)
@@ -187,48 +222,39 @@ def plan_gang(
             return Plan({**fixed, **best[1]}, levels[index].name, best[0][2])
 
     if required is None:
-        placed = _place(todo, names, view, ok)
+        placed = _place(ctx, ctx.names)
         if placed is not None:
             return Plan({**fixed, **placed}, None)
-    return _explain(todo, view, names, ok, required, levels)
+    return _explain(ctx, required)
 
 
-def _explain(
-    todo: Sequence[Member],
-    view: CapacityView,
-    names: Sequence[NodeName],
-    ok: Mapping[tuple[PodKey, NodeName], bool],
-    required: Level | None,
-    levels: Sequence[Level],
-) -> NoFit:
+def _units(shape: Resources, free: Resources, cap: int) -> int:
+    count = 0
+    while count < cap and fits(shape, free):
+        free = sub(free, shape)
+        count += 1
+    return count
+
+
+def _explain(ctx: _Context, required: Level | None) -> NoFit:
+    todo = ctx.todo
     shape = dict(todo[0].pod.requests)
     shape.pop(PODS, None)
+    cap = len(todo) + 1
+    eligible_nodes = set().union(*ctx.eligible)
     units = 0
-    eligible_nodes = {n for (_, n) in ok}
     for n in eligible_nodes:
-        f = view.free_for_gang(n)
-        while fits(shape, f) and units < len(todo) + 1:
-            f = sub(f, shape)
-            units += 1
-    notes: list[str] = []
-    for m in todo:
-        if not any(ok.get((m.key, n)) for n in names):
-            notes.append(f"{m.key} matches no node (selector, affinity or taints)")
+        units += _units(shape, ctx.free(n), cap - units)
+        if units >= cap:
+            break
+    notes = [f"{m.key} matches no node (selector, affinity or taints)"
+             for m, ok in zip(todo, ctx.eligible, strict=True) if not ok]
     widest = 0
     if required is not None:
-        index = levels.index(required)
-        domains: dict[tuple[str, ...], list[NodeName]] = {}
-        for n in names:
-            d = domain_of(levels, index, view.nodes[n])
-            if d is not None:
-                domains.setdefault(d, []).append(n)
-        for ns in domains.values():
+        for ns in ctx.view.domains(ctx.levels.index(required)).values():
             count = 0
             for n in ns:
-                f = view.free_for_gang(n)
-                while fits(shape, f) and count < len(todo):
-                    f = sub(f, shape)
-                    count += 1
+                count += _units(shape, ctx.free(n), len(todo) - count)
             widest = max(widest, count)
     return NoFit(
         members=len(todo),
