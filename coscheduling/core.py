@@ -238,11 +238,11 @@ class Coscheduler:
 
     def upsert_numa(self, zones: NumaZones) -> None:
         self.numa[zones.node] = zones
-        self.ledger.scores.pop(zones.node, None)
+        self.ledger.drop_scores(zones.node)
 
     def delete_numa(self, node: NodeName) -> None:
         self.numa.pop(node, None)
-        self.ledger.scores.pop(node, None)
+        self.ledger.drop_scores(node)
 
     def replace_numa(self, items: Iterable[NumaZones]) -> None:
         fresh = {z.node: z for z in items}
@@ -642,16 +642,14 @@ class Coscheduler:
         if own is not None:
             return [(n, self._score(n, gpus, own)) for n in nodes]
         # Plain pods: scores depend only on the node's state and the GPU count, so they are
-        # cached per node and dropped whenever that node's usage or reservations change.
-        cache = self.ledger.scores
-        out = []
-        for n in nodes:
-            per = cache.get(n)
-            score = per.get(gpus) if per is not None else None
-            if score is None:
-                score = self._score(n, gpus, None)
-                cache.setdefault(n, {})[gpus] = score
-            out.append((n, score))
+        # cached per GPU count and dropped whenever a node's usage or reservations change.
+        cache = self.ledger.scores.setdefault(gpus, {})
+        get = cache.get
+        out = [(n, get(n, -1)) for n in nodes]
+        for i, (n, score) in enumerate(out):
+            if score < 0:
+                score = cache[n] = self._score(n, gpus, None)
+                out[i] = (n, score)
         return out
 
     def _score(self, n: NodeName, gpus: int, own: GangKey | None) -> int:

@@ -25,38 +25,42 @@ class Ledger:
     gpu_pods: dict[NodeName, dict[PodKey, int]] = field(default_factory=dict)
     """GPU counts of the pods holding GPUs on each node (for NVLink island packing)."""
     reserved: dict[NodeName, dict[GangKey, Resources]] = field(default_factory=dict)
-    scores: dict[NodeName, dict[int, int]] = field(default_factory=dict)
-    """Cached plain-pod scores per node and GPU count; dropped when the node changes."""
+    scores: dict[int, dict[NodeName, int]] = field(default_factory=dict)
+    """Cached plain-pod scores by GPU count, then node; a node's are dropped when it changes."""
+
+    def drop_scores(self, node: NodeName) -> None:
+        for per_node in self.scores.values():
+            per_node.pop(node, None)
 
     def put_node(self, node: NodeRecord) -> None:
         self.nodes[node.name] = node
-        self.scores.pop(node.name, None)
+        self.drop_scores(node.name)
 
     def drop_node(self, name: NodeName) -> None:
         self.nodes.pop(name, None)
-        self.scores.pop(name, None)
+        self.drop_scores(name)
 
     def add_usage(self, pod: PodRecord) -> None:
         assert pod.node_name is not None
-        self.scores.pop(pod.node_name, None)
+        self.drop_scores(pod.node_name)
         self.used[pod.node_name] = add(self.used.get(pod.node_name, {}), pod.requests)
         if gpus := pod.requests.get(GPU, 0):
             self.gpu_pods.setdefault(pod.node_name, {})[pod.key] = gpus
 
     def release_usage(self, pod: PodRecord) -> None:
         assert pod.node_name is not None
-        self.scores.pop(pod.node_name, None)
+        self.drop_scores(pod.node_name)
         self.used[pod.node_name] = sub(self.used.get(pod.node_name, {}), pod.requests)
         self.gpu_pods.get(pod.node_name, {}).pop(pod.key, None)
 
     def reserve(self, gang: GangKey, node: NodeName, requests: Resources) -> None:
-        self.scores.pop(node, None)
+        self.drop_scores(node)
         per = self.reserved.setdefault(node, {})
         per[gang] = add(per.get(gang, {}), requests)
 
     def unreserve(self, gang: GangKey, node: NodeName, requests: Resources | None) -> None:
         """Give back ``requests`` (everything the gang holds there when None)."""
-        self.scores.pop(node, None)
+        self.drop_scores(node)
         per = self.reserved.get(node, {})
         if gang in per:
             left = sub(per[gang], requests) if requests is not None else {}
