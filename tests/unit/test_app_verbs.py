@@ -205,3 +205,25 @@ async def test_readyz_is_503_until_synced(client: httpx.AsyncClient) -> None:
     r = await client.get("/readyz")
     assert r.status_code == 503 and "cache not synced" in r.text
     assert (await client.get("/healthz")).text == "ok"
+
+
+async def test_a_failing_bind_is_reported_and_the_member_retries_into_its_slot(
+    service: Lockstep, api: FakeAPI
+) -> None:
+    for i in range(2):
+        service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=2).gpu(1).build()))
+    names = ["n0", "n1", "n2"]
+    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
+             for i in range(2)}
+    api.fail.add("p1")
+    first = asyncio.ensure_future(service.bind("default", "p0", "", nodes[0]))
+    await asyncio.sleep(0.01)
+    err = await service.bind("default", "p1", "", nodes[1])
+    assert await first == ""
+    assert err.startswith("binding default/p1 to") and "taken" in err
+    # kube-scheduler retries p1: the gang is released, so it gets its slot and binds at once.
+    api.fail.clear()
+    again = service.filter(service.core.pods["default/p1"], names)  # type: ignore[index]
+    assert again.passed == [nodes[1]]
+    assert await service.bind("default", "p1", "", nodes[1]) == ""
+    assert ("p1", nodes[1]) in api.bindings()
