@@ -217,3 +217,24 @@ def test_apiserver_restart_and_watch_resume(cluster: ClusterFactory) -> None:
     c.create(*gang("after", 4))
     c.wait_bound(c.names("after", 4), 60)
     c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_lockstep_restart_with_parked_binds_never_binds_part_of_a_gang(
+    cluster: ClusterFactory,
+) -> None:
+    """Three members parked (the fourth cannot be placed); Lockstep restarts and loses the
+    parked calls. kube-scheduler sees errors and retries; nothing of the gang binds until a
+    placeable fourth member exists, then all four bind together."""
+    c = cluster("tiny-3x2")
+    parked = gang("p", 4, timeout=60)
+    parked[3] = pod("p-3").gang("p", 4, timeout=60).gpu(1).unplaceable().build()
+    c.create(*parked)
+    c.kube.wait("three parked", lambda: c.lockstep("/debug/gangs")["gangs"][0]["parked"] == 3,
+                30)
+    c.bed.restart("lockstep")
+    settle(3)
+    assert c.bound() == {}
+    c.delete("p-3")
+    c.create(pod("p-3").gang("p", 4, timeout=60).gpu(1).build())
+    c.wait_bound(c.names("p", 4), 60)
+    c.recorder.assert_gang_invariants(c.ns)
