@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["PodBuilder", "gang", "pod", "podgroup"]
 
@@ -24,7 +24,7 @@ class PodBuilder:
             },
         }
 
-    def _res(self, key: str, value: str) -> PodBuilder:
+    def _res(self, key: str, value: str) -> Self:
         r = self._obj["spec"]["containers"][0]["resources"]
         r["requests"][key] = value
         if key == "nvidia.com/gpu":
@@ -32,7 +32,7 @@ class PodBuilder:
         return self
 
     def gang(self, name: str, min_member: int | None = None,
-             timeout: float | None = None) -> PodBuilder:
+             timeout: float | None = None) -> Self:
         ann = self._obj["metadata"]["annotations"]
         ann["lockstep.dev/pod-group"] = name
         if min_member is not None:
@@ -41,29 +41,29 @@ class PodBuilder:
             ann["lockstep.dev/timeout-seconds"] = f"{timeout:g}"
         return self
 
-    def sp_group(self, name: str) -> PodBuilder:
+    def sp_group(self, name: str) -> Self:
         self._obj["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = name
         return self
 
-    def annotate(self, key: str, value: str) -> PodBuilder:
+    def annotate(self, key: str, value: str) -> Self:
         self._obj["metadata"]["annotations"][key] = value
         return self
 
-    def gpu(self, n: int) -> PodBuilder:
+    def gpu(self, n: int) -> Self:
         return self._res("nvidia.com/gpu", str(n))
 
-    def cpu(self, q: str) -> PodBuilder:
+    def cpu(self, q: str) -> Self:
         return self._res("cpu", q)
 
-    def scheduler(self, name: str) -> PodBuilder:
+    def scheduler(self, name: str) -> Self:
         self._obj["spec"]["schedulerName"] = name
         return self
 
-    def node_selector(self, selector: dict[str, str]) -> PodBuilder:
+    def node_selector(self, selector: dict[str, str]) -> Self:
         self._obj["spec"]["nodeSelector"] = dict(selector)
         return self
 
-    def unplaceable(self) -> PodBuilder:
+    def unplaceable(self) -> Self:
         """Required pod affinity to pods that never exist: only kube-scheduler's own
         InterPodAffinity filter rejects it, so Lockstep cannot foresee it."""
         term = {"labelSelector": {"matchLabels": {"lockstep.dev/never": "present"}},

@@ -10,74 +10,31 @@ import copy
 import itertools
 from typing import Any
 
+from testbed import workloads
+
 _uid = itertools.count(1)
 
 
-class PodBuilder:
+class PodBuilder(workloads.PodBuilder):
+    """The test bed's pod builder plus what unit tests need: a uid, a status, a binding."""
+
     def __init__(self, name: str, namespace: str = "default") -> None:
-        self._obj: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": f"uid-{next(_uid)}",
-                "labels": {},
-                "annotations": {},
-            },
-            "spec": {
-                "schedulerName": "lockstep",
-                "containers": [{"name": "main", "image": "train", "resources": {"requests": {}}}],
-            },
-            "status": {"phase": "Pending"},
-        }
-
-    @property
-    def _requests(self) -> dict[str, Any]:
-        return self._obj["spec"]["containers"][0]["resources"]["requests"]  # type: ignore[no-any-return]
-
-    def gang(
-        self, name: str, *, min_member: int | str | None = None, timeout: float | str | None = None
-    ) -> PodBuilder:
-        ann = self._obj["metadata"]["annotations"]
-        ann["lockstep.dev/pod-group"] = name
-        if min_member is not None:
-            ann["lockstep.dev/min-member"] = str(min_member)
-        if timeout is not None:
-            ann["lockstep.dev/timeout-seconds"] = str(timeout)
-        return self
-
-    def annotate(self, key: str, value: str) -> PodBuilder:
-        self._obj["metadata"]["annotations"][key] = value
-        return self
+        super().__init__(name, namespace)
+        self._obj["metadata"]["uid"] = f"uid-{next(_uid)}"
+        self._obj["status"] = {"phase": "Pending"}
 
     def label(self, key: str, value: str) -> PodBuilder:
         self._obj["metadata"]["labels"][key] = value
         return self
 
-    def gpu(self, n: int) -> PodBuilder:
-        self._requests["nvidia.com/gpu"] = str(n)
-        return self
-
-    def cpu(self, q: str) -> PodBuilder:
-        self._requests["cpu"] = q
-        return self
-
-    def scheduler(self, name: str) -> PodBuilder:
-        self._obj["spec"]["schedulerName"] = name
-        return self
-
-    def node_selector(self, **labels: str) -> PodBuilder:
-        self._obj["spec"]["nodeSelector"] = dict(labels)
+    def node_selector(self, selector: dict[str, str] | None = None, **labels: str) -> PodBuilder:
+        super().node_selector({**(selector or {}), **labels})
         return self
 
     def on(self, node: str, phase: str = "Running") -> PodBuilder:
         self._obj["spec"]["nodeName"] = node
         self._obj["status"]["phase"] = phase
         return self
-
-    def build(self) -> dict[str, Any]:
-        return copy.deepcopy(self._obj)
 
 
 class NodeBuilder:
