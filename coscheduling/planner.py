@@ -17,7 +17,7 @@ from typing import Protocol
 from .eligibility import eligible
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import PODS, Resources, fits, sub
-from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout, score_node
+from .topology import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout
 
 __all__ = ["CapacityView", "Member", "NoFit", "Plan", "plan_gang"]
 
@@ -156,7 +156,8 @@ def _place(ctx: _Context, nodes: Sequence[NodeName]) -> dict[PodKey, NodeName] |
                 continue
             if gpus:
                 used = [*view.gpu_pods_on(n), *extra_gpu.get(n, ())]
-                score = score_node(view.nodes[n], gpus, f.get(GPU, 0), used, ctx.layout(n))
+                score = explain_score(view.nodes[n], gpus, f.get(GPU, 0), used,
+                                      ctx.layout(n)).total
                 rank: tuple[float, ...] = (f.get(GPU, 0) - gpus, -score)
             else:
                 # CPU-only members (launchers) prefer nodes without GPUs, then the tightest.

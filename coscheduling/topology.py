@@ -33,7 +33,6 @@ __all__ = [
     "gpu_layout",
     "level_by_name",
     "pack_islands",
-    "score_node",
 ]
 
 GPU = "nvidia.com/gpu"
@@ -193,18 +192,6 @@ class Score:
     locality: float
     """0..10: the pod's GPUs on one NVLink island / one NUMA zone."""
     why: str
-
-
-def score_node(
-    node: NodeRecord,
-    gpus: int,
-    free_gpus: int,
-    used_gpu_pods: Iterable[int],
-    layout: GpuLayout | None = None,
-    numa_free: Sequence[int] | None = None,
-) -> int:
-    """0..10: how well a pod asking ``gpus`` GPUs sits on ``node`` (see :func:`explain_score`)."""
-    return explain_score(node, gpus, free_gpus, used_gpu_pods, layout, numa_free).total
 
 
 def explain_score(
