@@ -24,6 +24,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import filterfalse
 
+from .decisions import (
+    BindDecision,
+    BindGroup,
+    BindNow,
+    Expired,
+    FilterDecision,
+    Notice,
+    NoticeKind,
+    Park,
+    Reject,
+)
 from .ledger import Ledger
 from .numa import NumaZones
 from .planner import Member, NoFit, Plan, plan_gang
@@ -105,71 +116,6 @@ class Settings:
     defaults: GangDefaults = GangDefaults()
     backoff_seconds: float = 30.0
     levels: tuple[Level, ...] = DEFAULT_LEVELS
-
-
-class NoticeKind(Enum):
-    WAITING = "GangWaiting"
-    ADMITTED = "GangAdmitted"
-    RELEASED = "GangReleased"
-    BOUND = "GangBound"
-    TIMED_OUT = "GangTimedOut"
-    INVALID = "GangInvalid"
-    TIMEOUT_CAPPED = "GangTimeoutCapped"
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Something a person should see as an Event on the gang's pods."""
-
-    kind: NoticeKind
-    gang: GangKey | None
-    pods: tuple[PodKey, ...]
-    reason: GangReason | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class FilterDecision:
-    passed: list[NodeName]
-    failed: dict[NodeName, NodeReason] = field(default_factory=dict)
-    """Nodes rejected for this pod only (preemption may help)."""
-    unresolvable: GangReason | None = None
-    """Set when every candidate is rejected for a gang-level reason."""
-
-
-@dataclass(frozen=True, slots=True)
-class BindNow:
-    pod: PodKey
-    node: NodeName
-
-
-@dataclass(frozen=True, slots=True)
-class Park:
-    gang: GangKey
-    deadline: float
-
-
-@dataclass(frozen=True, slots=True)
-class BindGroup:
-    """Quorum reached: bind every one of these now and answer their parked calls."""
-
-    gang: GangKey
-    binds: dict[PodKey, NodeName]
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    reason: GangReason
-
-
-BindDecision = BindNow | Park | BindGroup | Reject
-
-
-@dataclass(frozen=True, slots=True)
-class Expired:
-    gang: GangKey
-    parked: dict[PodKey, NodeName]
-    reason: TimedOut
 
 
 @dataclass(slots=True)

@@ -1,0 +1,91 @@
+"""What the coscheduler decides, as values the app acts on and renders.
+
+Each verb returns exactly one of these; ``app/`` maps them to HTTP answers, API calls and
+Events in one place. Notices are the things a person should see as Events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .podgroup import GangKey
+from .reasons import GangReason, NodeReason, TimedOut
+from .records import NodeName, PodKey
+
+__all__ = [
+    "BindDecision",
+    "BindGroup",
+    "BindNow",
+    "Expired",
+    "FilterDecision",
+    "Notice",
+    "NoticeKind",
+    "Park",
+    "Reject",
+]
+
+
+class NoticeKind(Enum):
+    WAITING = "GangWaiting"
+    ADMITTED = "GangAdmitted"
+    RELEASED = "GangReleased"
+    BOUND = "GangBound"
+    TIMED_OUT = "GangTimedOut"
+    INVALID = "GangInvalid"
+    TIMEOUT_CAPPED = "GangTimeoutCapped"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something a person should see as an Event on the gang's pods."""
+
+    kind: NoticeKind
+    gang: GangKey | None
+    pods: tuple[PodKey, ...]
+    reason: GangReason | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterDecision:
+    passed: list[NodeName]
+    failed: dict[NodeName, NodeReason] = field(default_factory=dict)
+    """Nodes rejected for this pod only (preemption may help)."""
+    unresolvable: GangReason | None = None
+    """Set when every candidate is rejected for a gang-level reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindNow:
+    pod: PodKey
+    node: NodeName
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    gang: GangKey
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class BindGroup:
+    """Quorum reached: bind every one of these now and answer their parked calls."""
+
+    gang: GangKey
+    binds: dict[PodKey, NodeName]
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    reason: GangReason
+
+
+BindDecision = BindNow | Park | BindGroup | Reject
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    gang: GangKey
+    parked: dict[PodKey, NodeName]
+    reason: TimedOut
