@@ -111,24 +111,30 @@ def _names(args: ExtenderArgs) -> list[str]:
                      ["NodeNames", "Nodes"])
 
 
-_FRAGMENTS: dict[tuple[str, int], bytes] = {}
+_FRAGMENTS: dict[str, tuple[int, bytes]] = {}
 
 
-def _host_priorities(scores: list[tuple[str, int]]) -> bytes:
-    """``[{"Host": ..., "Score": ...}, ...]`` from cached per-(node, score) fragments.
+def _host_priorities(names: list[str], scores: list[int]) -> bytes:
+    """``[{"Host": ..., "Score": ...}, ...]`` from a per-node cache of JSON fragments.
 
-    Three times faster than building a dict per node and serialising the list, on the verb
-    kube-scheduler waits for; at most nodes x 11 fragments are ever cached.
+    Several times faster than building a dict per node and serialising the list, on a verb
+    kube-scheduler waits for; one fragment per node is kept and rebuilt when its score moves.
     """
-    if len(_FRAGMENTS) > 1_000_000:
+    if len(_FRAGMENTS) > 200_000:
         _FRAGMENTS.clear()
-    parts = []
-    for hs in scores:
-        frag = _FRAGMENTS.get(hs)
-        if frag is None:
-            frag = _FRAGMENTS[hs] = b'{"Host":%s,"Score":%d}' % (orjson.dumps(hs[0]), hs[1])
-        parts.append(frag)
+    get = _FRAGMENTS.get
+    parts = [
+        cached[1] if (cached := get(name)) is not None and cached[0] == score
+        else _fragment(name, score)
+        for name, score in zip(names, scores, strict=True)
+    ]
     return b"[" + b",".join(parts) + b"]"
+
+
+def _fragment(name: str, score: int) -> bytes:
+    frag = b'{"Host":%s,"Score":%d}' % (orjson.dumps(name), score)
+    _FRAGMENTS[name] = (score, frag)
+    return frag
 
 
 def _loopback(request: Request) -> bool:
@@ -201,8 +207,8 @@ def create_app(
     async def prioritize(request: Request) -> Response:
         done = timed("prioritize")
         args = _decode(ExtenderArgs, await _body(request, max_body))
-        scores = service.prioritize(_pod(args), _names(args))
-        body = _host_priorities(scores)
+        names = _names(args)
+        body = _host_priorities(names, service.prioritize(_pod(args), names))
         done()
         return Response(body, media_type="application/json")
 

@@ -156,8 +156,9 @@ class Lockstep:
         self._flush()
         return decision
 
-    def prioritize(self, pod: PodRecord, names: Sequence[str]) -> list[tuple[str, int]]:
-        return cast(list[tuple[str, int]], self.core.prioritize(pod, cast(list[NodeName], names)))
+    def prioritize(self, pod: PodRecord, names: Sequence[str]) -> list[int]:
+        """Scores aligned with ``names``."""
+        return self.core.prioritize(pod, cast(list[NodeName], names))
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""

@@ -582,20 +582,21 @@ class Coscheduler:
 
     # ------------------------------------------------------------------ prioritize
 
-    def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[tuple[NodeName, int]]:
+    def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[int]:
+        """A 0..10 score for each of ``nodes``, in the same order."""
         gpus = pod.requests.get(GPU, 0)
         own = self._gang_key(self._membership.get(pod.key))
         if own is not None:
-            return [(n, self._score(n, gpus, own)) for n in nodes]
+            return [self._score(n, gpus, own) for n in nodes]
         # Plain pods: scores depend only on the node's state and the GPU count, so they are
         # cached per GPU count and dropped whenever a node's usage or reservations change.
         cache = self.ledger.scores.setdefault(gpus, {})
         get = cache.get
-        out = [(n, get(n, -1)) for n in nodes]
-        for i, (n, score) in enumerate(out):
-            if score < 0:
-                score = cache[n] = self._score(n, gpus, None)
-                out[i] = (n, score)
+        out = [get(n, -1) for n in nodes]
+        if -1 in out:
+            for i, n in enumerate(nodes):
+                if out[i] < 0:
+                    out[i] = cache[n] = self._score(n, gpus, None)
         return out
 
     def _score(self, n: NodeName, gpus: int, own: GangKey | None) -> int:

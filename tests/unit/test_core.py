@@ -252,11 +252,10 @@ def test_node_resource_topology_steers_pods_to_a_numa_zone_that_holds_them() -> 
     core = cluster(node("split").gpus(4).build(), node("whole").gpus(4).build())
     add(core, pod("p").gpu(2).build())
     plain = core.pods[pod_key("default", "p")]
-    assert dict(core.prioritize(plain, [NodeName("split"), NodeName("whole")])) == {
-        "split": 8, "whole": 8}
+    assert core.prioritize(plain, [NodeName("split"), NodeName("whole")]) == [8, 8]
     # NodeResourceTopology says "split" has one free GPU on each NUMA zone.
     core.upsert_numa(NumaZones(NodeName("split"), (1, 1)))
     core.upsert_numa(NumaZones(NodeName("whole"), (2, 0)))
-    scores = dict(core.prioritize(plain, [NodeName("split"), NodeName("whole")]))
-    assert scores["whole"] > scores["split"]
+    split, whole = core.prioritize(plain, [NodeName("split"), NodeName("whole")])
+    assert whole > split
     assert "NUMA free [1, 1]" in core.explain_score(NodeName("split"), 2, None).why
