@@ -227,3 +227,17 @@ async def test_a_failing_bind_is_reported_and_the_member_retries_into_its_slot(
     assert again.passed == [nodes[1]]
     assert await service.bind("default", "p1", "", nodes[1]) == ""
     assert ("p1", nodes[1]) in api.bindings()
+
+
+async def test_debug_endpoints_need_loopback_or_the_bearer_token(service: Lockstep) -> None:
+    app = create_app(service, manage_lifecycle=False, debug_token="s3cret")
+    remote = httpx.ASGITransport(app=app, client=("10.1.2.3", 4321))
+    async with httpx.AsyncClient(transport=remote, base_url="http://lockstep.test") as c:
+        denied = await c.get("/debug/gangs")
+        assert denied.status_code == 403 and "bearer token" in denied.json()["error"]
+        wrong = await c.get("/debug/nodes", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 403
+        ok = await c.get("/debug/nodes", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and len(ok.json()["nodes"]) == 3
+        # The verbs and health endpoints stay open: kube-scheduler and kubelet call them.
+        assert (await c.get("/healthz")).status_code == 200
