@@ -77,3 +77,17 @@ def test_two_gpu_pods_take_a_whole_free_nvlink_pair(cluster: ClusterFactory) -> 
     scores = {s["Host"]: s["Score"] for s in c.lockstep_prioritize(pod("probe").gpu(2).build())}
     assert scores["pcie-r0-n0"] == 0  # one GPU left: no pair, no fit
     c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_gang_stays_inside_one_nvlink_clique(cluster: ClusterFactory) -> None:
+    """GB200 NVL72: 18 nodes x 4 GPUs share an NVLink domain (nvidia.com/gpu.clique). A 64-GPU
+    gang fits one clique; a second one must take the other clique, not the 8 GPUs left."""
+    c = cluster("gb200-nvl72")
+    clique = {n["metadata"]["name"]: n["metadata"]["labels"]["nvidia.com/gpu.clique"]
+              for n in c.kube.list("/api/v1/nodes")}
+    c.create(*gang("nvl-a", 16, gpus=4), *gang("nvl-b", 16, gpus=4))
+    a = c.wait_bound(c.names("nvl-a", 16), 60)
+    b = c.wait_bound(c.names("nvl-b", 16), 60)
+    cliques_a, cliques_b = {clique[n] for n in a.values()}, {clique[n] for n in b.values()}
+    assert len(cliques_a) == 1 and len(cliques_b) == 1 and cliques_a != cliques_b
+    c.recorder.assert_gang_invariants(c.ns)
