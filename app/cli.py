@@ -83,7 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
             ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key, access_log=False,
             timeout_keep_alive=75,
         )
-        server = uvicorn.Server(config)
+        server = _make_server_class()(config, service)
 
         async def watchdog() -> None:
             await service.stopped.wait()
@@ -97,6 +97,37 @@ def _serve(args: argparse.Namespace) -> int:
         return 1 if service.failed is not None else 0
 
     return asyncio.run(run())
+
+
+def _make_server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, answering parked bind calls the moment SIGTERM arrives.
+
+        uvicorn waits for in-flight requests before it runs the lifespan shutdown, and a
+        parked bind is an in-flight request that may last until its gang's deadline: without
+        this a rolling update would stall for minutes (issue 9). kube-scheduler retries the
+        answered calls against the next Lockstep.
+        """
+
+        def __init__(self, config: uvicorn.Config, service: Any) -> None:
+            super().__init__(config)
+            self._service = service
+            self._loop: asyncio.AbstractEventLoop | None = None
+
+        async def serve(self, sockets: Any = None) -> None:
+            self._loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(
+                    self._service.answer_parked,
+                    "Lockstep is shutting down; kube-scheduler will retry this bind")
+            super().handle_exit(sig, frame)
+
+    return Server
 
 
 def _get(url: str, path: str, token: str | None) -> Any:

@@ -134,6 +134,19 @@ class Lockstep:
                 fut.set_result("Lockstep is shutting down; kube-scheduler will retry")
         await self.kube.aclose()
 
+    def answer_parked(self, text: str) -> int:
+        """Answer every parked bind call now with ``text`` (shutdown); returns how many.
+
+        The calls' slots are given back to the core, so a service that keeps running (a
+        test, a drained replica) stays consistent."""
+        answered = 0
+        for key, fut in list(self._parked.items()):
+            if not fut.done():
+                fut.set_result(text)
+                self.core.abandon(key)
+                answered += 1
+        return answered
+
     @property
     def ready(self) -> bool:
         return self.cache.synced and self.api_ok and self.failed is None
