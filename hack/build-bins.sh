@@ -8,25 +8,18 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../testbed/versions.env"
 cache="${LOCKSTEP_CACHE:-$HOME/.cache/lockstep}/bin"
 
-need_go="1.26"
-if ! command -v go >/dev/null 2>&1; then
-  echo "build-bins: Go >= $need_go is needed to build kube-apiserver, kube-scheduler, etcd and kwok." >&2
-  echo "  Install it from https://go.dev/dl/ (or your distribution) and make sure 'go' is on PATH." >&2
-  exit 2
-fi
-have_go="$(go env GOVERSION | sed 's/^go//')"
-if [ "$(printf '%s\n%s\n' "$need_go" "$have_go" | sort -V | head -n1)" != "$need_go" ]; then
-  echo "build-bins: Go $have_go is too old; Go >= $need_go is needed (etcd $ETCD_VERSION and kwok $KWOK_VERSION require it)." >&2
-  echo "  Install a newer Go from https://go.dev/dl/." >&2
-  exit 2
-fi
-
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
-k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
- -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#v1.} \
- -X k8s.io/component-base/version.gitTreeState=clean \
- -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION \
- -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+# -mod=readonly: the committed go.sum files pin every module; a missing hash fails the build
+# instead of resolving anything new.
+export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+# What upstream's hack/lib/version.sh stamps, into both version packages: `kubectl version`
+# and the API server's /version then read v1.34.10, major 1, minor 34.
+k8s_minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
+  k8s_ldflags+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean"
+  k8s_ldflags+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
 
 # name version module-dir package [ldflags]
 targets=(
@@ -44,10 +37,31 @@ for t in "${targets[@]}"; do
   [ -x "$cache/$name-$version/$name" ] || missing=$((missing + 1))
 done
 if [ "$missing" -eq 0 ]; then
-  echo "build-bins: all binaries present in $cache"
+  echo "build-bins: all ${#targets[@]} binaries present in $cache"
   exit 0
 fi
 
+# etcd v3.6.16 and kwok v0.8.0 declare `go 1.26.0` in their go.mod (Kubernetes 1.34 alone would
+# do with 1.24); GOTOOLCHAIN=local: never download a toolchain behind the user's back.
+need_go="1.26"
+export GOTOOLCHAIN=local
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  PATH="$PATH:/usr/local/go/bin"
+fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "build-bins: Go >= $need_go is needed to build kube-apiserver, kube-scheduler, etcd and kwok." >&2
+  echo "  Install it from https://go.dev/dl/ (or your distribution) and make sure 'go' is on PATH." >&2
+  exit 2
+fi
+have_go="$(go env GOVERSION | sed 's/^go//')"
+if [ "$(printf '%s\n%s\n' "$need_go" "$have_go" | sort -V | head -n1)" != "$need_go" ]; then
+  echo "build-bins: Go $have_go is too old; Go >= $need_go is needed (etcd $ETCD_VERSION and kwok $KWOK_VERSION require it)." >&2
+  echo "  Install a newer Go from https://go.dev/dl/." >&2
+  exit 2
+fi
+
+tmp=""
+trap '[ -n "$tmp" ] && rm -f "$tmp"' EXIT
 start_all=$(date +%s)
 for t in "${targets[@]}"; do
   read -r name version moddir pkg <<<"$t"
@@ -62,8 +76,13 @@ for t in "${targets[@]}"; do
   esac
   echo "build-bins: building $name $version (one at a time: the kube-apiserver link needs ~2 GB)"
   t0=$(date +%s)
-  (cd "$here/gomod/$moddir" && go build -trimpath -ldflags "$flags" -o "$out.tmp" "$pkg")
-  mv "$out.tmp" "$out"
+  tmp="$out.tmp.$$"
+  if ! (cd "$here/gomod/$moddir" && go build -trimpath -ldflags "$flags" -o "$tmp" "$pkg"); then
+    echo "build-bins: building $name failed (see above); nothing was installed for it" >&2
+    exit 1
+  fi
+  mv "$tmp" "$out"  # atomic: a half-written binary never sits at the final path
+  tmp=""
   echo "build-bins: $name built in $(( $(date +%s) - t0 ))s"
 done
 echo "build-bins: done in $(( $(date +%s) - start_all ))s -> $cache"

@@ -1,4 +1,8 @@
-"""Where the Go-built binaries live: ``$LOCKSTEP_CACHE/bin/<name>-<version>/<name>``."""
+"""Where the Go-built binaries live: ``$LOCKSTEP_CACHE/bin/<name>-<version>/<name>``.
+
+Versions are pinned in one place, ``testbed/versions.env``, which ``hack/build-bins.sh`` reads
+too, so a version bump rebuilds into a new directory and never runs a stale binary.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ import os
 import subprocess
 from pathlib import Path
 
-__all__ = ["REPO", "VERSIONS", "BinaryMissing", "bin_path", "ensure_bins"]
+__all__ = ["NAMES", "REPO", "VERSIONS", "BinaryMissing", "bin_path", "ensure_bins",
+           "version_of"]
 
 REPO = Path(__file__).resolve().parent.parent
 _ENV = Path(__file__).with_name("versions.env")
@@ -32,9 +37,18 @@ _VERSION_OF = {
     "scheduler-plugins": VERSIONS["SCHEDULER_PLUGINS_VERSION"],
 }
 
+NAMES = tuple(_VERSION_OF)
+
 
 class BinaryMissing(FileNotFoundError):
     pass
+
+
+def version_of(name: str) -> str:
+    try:
+        return _VERSION_OF[name]
+    except KeyError:
+        raise ValueError(f"unknown binary {name!r}; the test bed builds {NAMES}") from None
 
 
 def cache_dir() -> Path:
@@ -42,12 +56,15 @@ def cache_dir() -> Path:
 
 
 def bin_path(name: str) -> Path:
-    p = cache_dir() / "bin" / f"{name}-{_VERSION_OF[name]}" / name
+    p = cache_dir() / "bin" / f"{name}-{version_of(name)}" / name
     if not p.exists():
         raise BinaryMissing(f"{p} is missing: run `make bins` (builds it from the Go module proxy)")
     return p
 
 
 def ensure_bins() -> None:
-    """Build whatever is missing (a no-op when all are present)."""
-    subprocess.run(["bash", str(REPO / "hack" / "build-bins.sh")], check=True)
+    """Build whatever is missing (a no-op when all are present); BinaryMissing if it fails
+    (the script has printed why: no Go, too old a Go, a module the proxy refused)."""
+    rc = subprocess.run(["bash", str(REPO / "hack" / "build-bins.sh")], check=False).returncode
+    if rc != 0:
+        raise BinaryMissing(f"hack/build-bins.sh failed (exit {rc}); see its output above")

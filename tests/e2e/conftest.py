@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from testbed.bins import REPO, ensure_bins
+from testbed.bins import REPO, BinaryMissing, ensure_bins
 from testbed.cluster import create_nodes, load_topology, nodes_from_topology
 from testbed.kube import Kube
 from testbed.recorder import BindingRecorder
@@ -33,7 +33,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _binaries() -> None:
-    ensure_bins()
+    try:
+        ensure_bins()
+    except BinaryMissing as e:  # build-bins.sh printed what is needed and how to get it
+        pytest.fail(f"the test bed's binaries are missing and could not be built: {e}",
+                    pytrace=False)
 
 
 @dataclass
