@@ -5,6 +5,10 @@ pods is N API calls, so a watch sees a gang's count climb over a few millisecond
 asserted is that a gang's first binding comes after its min-member-th member was created,
 that from its first binding the gang reaches min-member bound within a short window, and
 that no gang rests partially bound.
+
+Times are local ``time.monotonic()`` readings taken when the watch delivered the event:
+``metadata.creationTimestamp`` has 1 s resolution, too coarse to order a gang's members
+against its first binding (it is kept as ``created`` for reports only).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ class PodRecord:
     bound_at: float | None = None
     node: str | None = None
     deleted_at: float | None = None
+    created: str | None = None
+    """metadata.creationTimestamp (1 s resolution)."""
 
 
 @dataclass
@@ -45,10 +51,14 @@ class BindingRecorder:
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._thread = threading.Thread(target=self._run, name="binding-recorder", daemon=True)
+        # The watch gets a client of its own in start(), closed by stop(): an open watch would
+        # hold up the API server's graceful shutdown (it waits for every connection to go idle).
+        self._watch: Kube | None = None
         self.min_member_of: dict[str, int] = {}
         """gang (ns/name) -> min-member for gangs declared by PodGroup objects."""
 
     def start(self) -> BindingRecorder:
+        self._watch = self.kube.clone()
         self._thread.start()
         if not self._synced.wait(30):
             raise RuntimeError("binding recorder did not sync")
@@ -56,6 +66,12 @@ class BindingRecorder:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._watch is not None:
+            self._watch.abort_watches()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        if self._watch is not None:
+            self._watch.close()
 
     def _observe(self, etype: str, obj: dict[str, Any], now: float) -> None:
         meta = obj.get("metadata") or {}
@@ -69,7 +85,8 @@ class BindingRecorder:
                             None)
                 mm = ann.get("lockstep.dev/min-member")
                 rec = PodRecord(key[0], key[1], str(meta.get("uid")), gang,
-                                int(mm) if mm and mm.isdigit() else None, now)
+                                int(mm) if mm and mm.isdigit() else None, now,
+                                created=meta.get("creationTimestamp"))
                 self.pods[key] = rec
             node = (obj.get("spec") or {}).get("nodeName")
             if node and rec.bound_at is None:
@@ -84,12 +101,20 @@ class BindingRecorder:
                 if not rv:
                     data = self.kube.request("GET", "/api/v1/pods")
                     now = time.monotonic()
+                    listed = set()
                     for obj in data.get("items") or ():
                         self._observe("ADDED", obj, now)
+                        meta = obj.get("metadata") or {}
+                        listed.add((meta.get("namespace", ""), meta.get("name", "")))
+                    with self._lock:  # deleted while the watch was down
+                        for key, rec in self.pods.items():
+                            if key not in listed and rec.deleted_at is None:
+                                rec.deleted_at = now
                     rv = data["metadata"]["resourceVersion"]
                     self.relists += 1
                     self._synced.set()
-                for ev in self.kube.watch("/api/v1/pods", rv, timeout=30):
+                assert self._watch is not None
+                for ev in self._watch.watch("/api/v1/pods", rv, timeout=30):
                     if self._stop.is_set():
                         return
                     obj = ev.get("object") or {}
@@ -99,7 +124,13 @@ class BindingRecorder:
                     rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
                     if ev.get("type") != "BOOKMARK":
                         self._observe(str(ev.get("type")), obj, time.monotonic())
-            except (KubeError, OSError, Exception):
+            except KubeError as e:
+                if e.status == 410:  # resourceVersion too old: relist
+                    rv = ""
+                time.sleep(0.2)
+            except Exception:  # connection refused (API server restarting), read timeout
+                if self._stop.is_set():
+                    return
                 time.sleep(0.2)
 
     # ------------------------------------------------------------------ queries
@@ -120,36 +151,60 @@ class BindingRecorder:
         missing = [n for n in names if n not in b]
         raise TimeoutError(f"not bound after {timeout:.0f}s: {missing} (bound: {sorted(b)})")
 
-    def timeline(self, ns: str) -> str:
+    def timeline(self, ns: str | None = None) -> str:
+        """Every pod (of ``ns``, or all) in the order first seen, times relative to the first."""
         with self._lock:
-            recs = sorted((r for r in self.pods.values() if r.namespace == ns),
+            recs = sorted((r for r in self.pods.values() if ns is None or r.namespace == ns),
                           key=lambda r: r.first_seen)
             t0 = recs[0].first_seen if recs else 0.0
             return "\n".join(
-                f"  {r.name:<20} gang={r.gang} seen=+{r.first_seen - t0:.3f}s "
+                f"  {r.namespace + '/' + r.name:<28} gang={r.gang} "
+                f"seen=+{r.first_seen - t0:.3f}s "
                 + (f"bound=+{r.bound_at - t0:.3f}s on {r.node}" if r.bound_at else "unbound")
+                + (f" deleted=+{r.deleted_at - t0:.3f}s" if r.deleted_at else "")
                 for r in recs
             )
 
-    def assert_gang_invariants(self, ns: str, window: float = 1.0) -> None:
-        """Invariant 1 for every gang in ``ns`` (raises AssertionError with a timeline)."""
+    def _min_member(self, ns: str, gang: str, members: list[PodRecord]) -> int:
+        """min-member: PodGroup given to ``min_member_of``, the annotation, the PodGroup
+        object of that name, or else every member seen."""
+        known = self.min_member_of.get(f"{ns}/{gang}") or max(
+            (m.min_member or 0 for m in members), default=0)
+        if known:
+            return known
+        try:
+            pg = self.kube.get(
+                f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{gang}")
+            mm = int((pg.get("spec") or {}).get("minMember") or 0)
+        except Exception:  # no PodGroup CRD or object, or the API server is gone
+            mm = 0
+        if mm:
+            self.min_member_of[f"{ns}/{gang}"] = mm
+        return mm or len(members)
+
+    def assert_gang_invariants(self, ns: str | None = None, window: float = 1.0) -> None:
+        """Invariant 1 for every gang (in ``ns``, or in every namespace): its first binding
+        comes after its min-member-th member was first seen, it reaches min-member bound
+        within ``window`` seconds of its first binding, and none rests with
+        0 < bound < min-member. Raises AssertionError with a timeline."""
         with self._lock:
-            gangs: dict[str, list[PodRecord]] = {}
+            by_ns: dict[tuple[str, str], list[PodRecord]] = {}
             for r in self.pods.values():
-                if r.namespace == ns and r.gang:
-                    gangs.setdefault(r.gang, []).append(r)
+                if (ns is None or r.namespace == ns) and r.gang:
+                    by_ns.setdefault((r.namespace, r.gang), []).append(r)
         problems = []
-        for g, members in sorted(gangs.items()):
-            mm = self.min_member_of.get(f"{ns}/{g}") or max(
-                (m.min_member or 0 for m in members), default=0) or len(members)
+        for (gns, name), members in sorted(by_ns.items()):
+            g = name if ns is not None else f"{gns}/{name}"
             bound = sorted(m.bound_at for m in members if m.bound_at is not None)
             if not bound:
                 continue
+            mm = self._min_member(gns, name, members)
             seen = sorted(m.first_seen for m in members)
             if len(seen) < mm:
                 problems.append(f"gang {g}: bound with only {len(seen)} of {mm} members created")
             elif bound[0] < seen[mm - 1]:
-                problems.append(f"gang {g}: first binding before its {mm}th member existed")
+                problems.append(
+                    f"gang {g}: first binding before min-member ({mm}) members existed")
             if len(bound) < mm:
                 live_bound = sum(1 for m in members if m.bound_at and m.deleted_at is None)
                 if live_bound:
