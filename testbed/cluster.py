@@ -15,6 +15,17 @@ GPUs they carry and how those GPUs are wired::
         clique_per_rack: false     # GB200 NVL72: each rack is one NVLink clique
         cpu: "192"
         memory: 2Ti
+        pods: "110"
+        # count: 10                # instead of racks: this many nodes, racks filled in order
+        # racks_per_block: 4       # -> lockstep.dev/block (default: all racks in one block)
+        # island_size: 4           # nvlink-islands only
+        # zone: zone-a
+        # labels: {extra: label}
+    # nodes: 1000                  # optional: scale the file to this many nodes (see below)
+
+A top-level ``nodes: N`` (or ``nodes_from_topology(doc, nodes=N)``) scales a file for load
+tests: every group's racks repeat in the same pattern until the cluster has at least N nodes,
+then the list is cut at N (``bench-64x8`` with ``nodes: 1000`` is 125 racks of 8 H100 nodes).
 
 Nodes carry what real nodes carry: ``nvidia.com/gpu`` allocatable, GPU Feature Discovery
 labels, rack/block/zone and clique labels, and the ``lockstep.dev/`` interconnect labels the
@@ -32,7 +43,14 @@ import yaml
 
 from .kube import Kube
 
-__all__ = ["TOPOLOGIES", "create_nodes", "load_topology", "nodes_from_topology"]
+__all__ = [
+    "TOPOLOGIES",
+    "TopologyError",
+    "create_nodes",
+    "load_topology",
+    "nodes_from_topology",
+    "nrt_from_node",
+]
 
 TOPOLOGIES = Path(__file__).with_name("topologies")
 _FAMILY = {"H100": "hopper", "H200": "hopper", "GB200": "blackwell", "B200": "blackwell",
@@ -61,12 +79,39 @@ def _int(group: Mapping[str, Any], key: str, default: int) -> int:
     return v
 
 
-def nodes_from_topology(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    nodes: list[dict[str, Any]] = []
+def _group_sizes(doc: Mapping[str, Any], nodes: int | None) -> list[tuple[int, int | None]]:
+    """(racks, node cap) per group after ``count`` and the ``nodes`` scale override."""
+    sizes: list[tuple[int, int | None]] = []
     for g in doc["groups"]:
+        per_rack = _int(g, "nodes_per_rack", 1) or 1
+        if "count" in g:
+            count = _int(g, "count", 0)
+            sizes.append((-(-count // per_rack), count))
+        else:
+            sizes.append((_int(g, "racks", 1), None))
+    want = nodes if nodes is not None else doc.get("nodes")
+    if want is None:
+        return sizes
+    if not isinstance(want, int) or want < 1:
+        raise TopologyError(f"nodes must be a whole number >= 1, not {want!r}")
+    total = sum(
+        cap if cap is not None else racks * (_int(g, "nodes_per_rack", 1) or 1)
+        for g, (racks, cap) in zip(doc["groups"], sizes, strict=True))
+    if total == 0:
+        raise TopologyError("cannot scale a topology without nodes")
+    factor = -(-want // total)
+    return [(racks * factor, cap * factor if cap is not None else None)
+            for racks, cap in sizes]
+
+
+def nodes_from_topology(doc: Mapping[str, Any], nodes: int | None = None
+                        ) -> list[dict[str, Any]]:
+    """Node objects (JSON) for a topology document; ``nodes`` scales it (see module doc)."""
+    out: list[dict[str, Any]] = []
+    for g, (racks, cap) in zip(doc["groups"], _group_sizes(doc, nodes), strict=True):
         name = str(g.get("name") or "node")
-        racks = _int(g, "racks", 1)
         per_rack = _int(g, "nodes_per_rack", 1)
+        made = 0
         gpus = _int(g, "gpus", 0)
         numa = _int(g, "numa_nodes", 1) or 1
         kind = str(g.get("interconnect", "nvswitch" if gpus >= 4 else "pcie"))
@@ -78,7 +123,11 @@ def nodes_from_topology(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         racks_per_block = _int(g, "racks_per_block", max(racks, 1)) or 1
         for r in range(racks):
             for i in range(per_rack):
-                node = f"{name}-r{r}-n{i}" if racks > 1 or g.get("racks") else f"{name}-{i}"
+                if cap is not None and made >= cap:
+                    break
+                made += 1
+                node = (f"{name}-r{r}-n{i}" if racks > 1 or g.get("racks") or "count" in g
+                        else f"{name}-{i}")
                 labels = {
                     "kubernetes.io/hostname": node,
                     "kubernetes.io/os": "linux",
@@ -112,7 +161,7 @@ def nodes_from_topology(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 }
                 if gpus:
                     resources["nvidia.com/gpu"] = str(gpus)
-                nodes.append({
+                out.append({
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": node, "labels": labels,
@@ -120,12 +169,47 @@ def nodes_from_topology(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "spec": {},
                     "status": {"allocatable": resources, "capacity": resources},
                 })
-    return nodes
+    want = nodes if nodes is not None else doc.get("nodes")
+    return out[:want] if isinstance(want, int) else out
 
 
-def create_nodes(kube: Kube, nodes: Iterable[dict[str, Any]], workers: int = 32) -> int:
-    """Create nodes concurrently; returns how many were created."""
+def nrt_from_node(node: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The NodeResourceTopology (topology.node.k8s.io/v1alpha2) a GPU node's exporter would
+    publish: one zone per NUMA node with an equal share of its GPUs, all available.
+
+    Create these only on a test bed started with ``TestBed(with_nrt=True)`` (the CRD)."""
+    labels = node["metadata"].get("labels") or {}
+    gpus = int(labels.get("nvidia.com/gpu.count", "0"))
+    numa = int(labels.get("lockstep.dev/numa-nodes", "1")) or 1
+    if not gpus:
+        return None
+    per = str(gpus // numa)
+    return {
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": node["metadata"]["name"]},
+        "topologyPolicies": ["None"],
+        "zones": [
+            {"name": f"node-{z}", "type": "Node", "resources": [
+                {"name": "nvidia.com/gpu", "capacity": per, "allocatable": per,
+                 "available": per}]}
+            for z in range(numa)
+        ],
+    }
+
+
+def create_nodes(kube: Kube, nodes: Iterable[dict[str, Any]], workers: int = 32,
+                 *, nrt: bool = False) -> int:
+    """Create nodes concurrently (1,000 in about 2 s); returns how many were created.
+
+    ``nrt`` also creates each GPU node's NodeResourceTopology (needs the NRT CRD)."""
     items = list(nodes)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda n: kube.create("/api/v1/nodes", n), items))
+        if nrt:
+            objs = [o for o in map(nrt_from_node, items) if o is not None]
+            list(pool.map(lambda o: kube.create(_NRTS, o), objs))
     return len(items)
+
+
+_NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"

@@ -9,6 +9,8 @@ and data, so tests can restart the API server or Lockstep under load.
 from __future__ import annotations
 
 import contextlib
+import copy
+import logging
 import os
 import signal
 import socket
@@ -18,7 +20,9 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -28,11 +32,14 @@ import yaml
 
 from .bins import REPO, bin_path
 
-__all__ = ["ADMIN_TOKEN", "Proc", "StartupError", "TestBed", "free_port"]
+__all__ = ["ADMIN_TOKEN", "Proc", "StartupError", "TestBed", "free_port", "scheduler_config"]
+
+log = logging.getLogger("testbed")
 
 ADMIN_TOKEN = "lockstep-admin-token"
 STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
+NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"
 
 
 class StartupError(RuntimeError):
@@ -54,6 +61,8 @@ class Proc:
     popen: subprocess.Popen[bytes] | None = None
     ready_url: str | None = None
     ready_token: str | None = None
+    stop_timeout: float = 10.0
+    """SIGTERM, then SIGKILL after this many seconds."""
 
     def start(self) -> None:
         out = self.log.open("ab")
@@ -70,9 +79,10 @@ class Proc:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float | None = None) -> None:
         if self.popen is None or self.popen.poll() is not None:
             return
+        timeout = self.stop_timeout if timeout is None else timeout
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGTERM)
         try:
@@ -81,6 +91,39 @@ class Proc:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait(5)
+
+
+def scheduler_config(
+    doc: Mapping[str, Any] | None, kubeconfig: Path, extender_url: str | None = None,
+) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration for the test bed.
+
+    ``doc`` is a repo file as loaded (``scheduler-config/*.yaml``); only what is site-specific
+    changes: ``clientConnection.kubeconfig``, ``leaderElection.leaderElect: false`` and, when
+    ``extender_url`` is given, the scheme and host:port of every extender's ``urlPrefix`` (its
+    path stays). ``None`` is the stock default profile (``default-scheduler``) with qps/burst
+    raised above the 50/100 defaults that would cap binding at ~50 pods/s.
+    """
+    if doc is None:
+        out: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": "default-scheduler"}],
+        }
+    else:
+        out = copy.deepcopy(dict(doc))
+    conn = out.setdefault("clientConnection", {})
+    conn["kubeconfig"] = str(kubeconfig)
+    conn.setdefault("qps", 200)
+    conn.setdefault("burst", 400)
+    out.setdefault("leaderElection", {})["leaderElect"] = False
+    if extender_url is not None:
+        new = urllib.parse.urlsplit(extender_url)
+        for ext in out.get("extenders") or ():
+            old = urllib.parse.urlsplit(str(ext.get("urlPrefix") or "/"))
+            ext["urlPrefix"] = urllib.parse.urlunsplit(
+                (new.scheme, new.netloc, old.path or "/", "", ""))
+    return out
 
 
 def _get(url: str, token: str | None = None, timeout: float = 2.0) -> int:
@@ -107,6 +150,9 @@ class TestBed:
     extra_tokens: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     """token -> (user name, groups) added to the API server's static token file."""
     with_crds: bool = True
+    """Install the scheduler-plugins PodGroup CRD (scheduling.x-k8s.io/v1alpha1)."""
+    with_nrt: bool = False
+    """Also install the NodeResourceTopology CRD (topology.node.k8s.io/v1alpha2)."""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -145,25 +191,34 @@ class TestBed:
             self._start_apiserver()
             self._write_kubeconfig(self.kubeconfig, self.token)
             self._start_kwok()
-            if self.with_crds:
+            if self.with_crds or self.with_nrt:
+                t1 = time.monotonic()
                 self._apply_crds()
+                self.startup_seconds["crds"] = time.monotonic() - t1
         except BaseException:
             self.stop()
             raise
         self.startup_seconds["control-plane"] = time.monotonic() - t0
+        log.info("test bed up in %.1fs (%s): %s", self.startup_seconds["control-plane"],
+                 ", ".join(f"{k} {v:.1f}s" for k, v in self.startup_seconds.items()
+                           if k != "control-plane"), self.dir)
 
     def stop(self) -> None:
+        """Stop every process, newest first (idempotent)."""
         for name in reversed(list(self.procs)):
             self.procs[name].stop()
 
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self.procs.items() if p.pid is not None and p.alive()}
+
     def _spawn(self, name: str, argv: list[str], *, ready_url: str | None = None,
                token: str | None = None, timeout: float = 60.0,
-               env: dict[str, str] | None = None) -> Proc:
+               env: dict[str, str] | None = None, stop_timeout: float = 10.0) -> Proc:
         old = self.procs.get(name)
         if old is not None:
             old.stop()
         proc = Proc(name, argv, self.dir / f"{name}.log", env=env, ready_url=ready_url,
-                    ready_token=token)
+                    ready_token=token, stop_timeout=stop_timeout)
         self.procs[name] = proc
         t0 = time.monotonic()
         proc.start()
@@ -193,6 +248,11 @@ class TestBed:
         if proc.ready_url:
             self._wait_ready(proc, 60.0)
         self.startup_seconds[f"{name}-restart"] = time.monotonic() - t0
+        log.info("%s restarted in %.1fs", name, self.startup_seconds[f"{name}-restart"])
+
+    def restart_process(self, name: str, *, down_seconds: float = 0.0) -> None:
+        """Same as ``restart``: the API server keeps its port, certificates and etcd data."""
+        self.restart(name, down_seconds=down_seconds)
 
     def stop_process(self, name: str) -> None:
         self.procs[name].stop()
@@ -238,7 +298,10 @@ class TestBed:
             "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false", "--profiling=false",
             "--event-ttl=1h", "--v=1",
-        ], ready_url=f"{self.api_url}/readyz", token=ADMIN_TOKEN, timeout=90.0)
+        ], ready_url=f"{self.api_url}/readyz", token=ADMIN_TOKEN, timeout=90.0,
+           # Graceful termination waits for every open watch to end (clients of a test bed
+           # rarely hang up first); etcd holds the data, so 3 s then SIGKILL is safe.
+           stop_timeout=3.0)
 
     def _write_kubeconfig(self, path: Path, token: str) -> None:
         doc = {
@@ -280,10 +343,12 @@ class TestBed:
         )
 
     def _apply_crds(self) -> None:
-        for crd in CRDS:
-            self.kubectl("apply", "--server-side", "-f", str(crd))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                     "crd/podgroups.scheduling.x-k8s.io")
+        files = [*(CRDS if self.with_crds else ()), *((NRT_CRD,) if self.with_nrt else ())]
+        names = [*(("crd/podgroups.scheduling.x-k8s.io",) if self.with_crds else ()),
+                 *(("crd/noderesourcetopologies.topology.node.k8s.io",) if self.with_nrt
+                   else ())]
+        self.kubectl("apply", "--server-side", *(a for f in files for a in ("-f", str(f))))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
 
     # ------------------------------------------------------------------ schedulers
 
@@ -296,23 +361,14 @@ class TestBed:
         binary: str = "kube-scheduler",
         overrides: dict[str, Any] | None = None,
     ) -> Proc:
-        """Run kube-scheduler with ``config`` (a repo file), substituting only addresses."""
-        if config is None:
-            doc: dict[str, Any] = {
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "profiles": [{"schedulerName": "default-scheduler"}],
-            }
-        else:
-            doc = yaml.safe_load(Path(config).read_text())
-        doc.setdefault("clientConnection", {})
-        doc["clientConnection"]["kubeconfig"] = str(self.kubeconfig)
-        doc["clientConnection"].setdefault("qps", 200)
-        doc["clientConnection"].setdefault("burst", 400)
-        doc["leaderElection"] = {"leaderElect": False}
-        for ext in doc.get("extenders") or ():
-            if extender_url is not None:
-                ext["urlPrefix"] = extender_url.rstrip("/") + "/"
+        """Run kube-scheduler with ``config`` (a repo file), substituting only addresses.
+
+        See ``scheduler_config`` for what changes. ``binary="scheduler-plugins"`` runs the
+        scheduler-plugins build (coscheduling) instead of the stock one. Several schedulers
+        may run at once under different ``name``s; each waits for /healthz.
+        """
+        loaded = yaml.safe_load(Path(config).read_text()) if config is not None else None
+        doc = scheduler_config(loaded, self.kubeconfig, extender_url)
         for k, v in (overrides or {}).items():
             doc[k] = v
         path = self.dir / f"{name}.config.yaml"
@@ -333,10 +389,12 @@ class TestBed:
         kubeconfig: Path | None = None,
         port: int | None = None,
         tls: tuple[Path, Path] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> str:
         """Run Lockstep (``python -m app serve``) and wait for /readyz; returns its URL.
 
-        ``tls`` is (certificate, key): the verbs are then served over HTTPS.
+        ``tls`` is (certificate, key): the verbs are then served over HTTPS. ``env`` adds to
+        the inherited environment.
         """
         port = port or free_port()
         tls_args = (f"--tls-cert={tls[0]}", f"--tls-key={tls[1]}") if tls else ()
@@ -344,7 +402,8 @@ class TestBed:
         self._spawn(name, [
             sys.executable, "-m", "app", "serve", f"--kubeconfig={kubeconfig or self.kubeconfig}",
             "--host=127.0.0.1", f"--port={port}", *tls_args, *extra_args,
-        ], ready_url=f"{url}/readyz", timeout=60.0, env={**os.environ, "PYTHONPATH": str(REPO)})
+        ], ready_url=f"{url}/readyz", timeout=60.0,
+           env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
         return url
 
     # ------------------------------------------------------------------ debugging
@@ -357,6 +416,7 @@ class TestBed:
         return "\n".join(text)
 
     def tail_logs(self, lines: int = 40) -> str:
+        """The last ``lines`` of every process's log, for a failing test's report."""
         return "\n".join(
             f"----- {name} ({self.dir / (name + '.log')}) -----\n{self.tail(name, lines)}"
             for name in self.procs

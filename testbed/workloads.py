@@ -1,11 +1,21 @@
-"""Builders for the pods tests submit: ``pod("w0").gang("train", 4).gpu(1).build()``."""
+"""Builders for the pods tests submit: ``pod("w0").gang("train", 4).gpu(1).build()``.
+
+Bare pods (no controller-manager runs on the test bed, so no Jobs), one container with
+requests equal to limits, image ``registry.invalid/train:latest`` (KWOK never pulls it).
+Gangs are declared the Lockstep way (annotations ``lockstep.dev/pod-group``,
+``lockstep.dev/min-member``, ``lockstep.dev/timeout-seconds``) or the scheduler-plugins way
+(label ``scheduling.x-k8s.io/pod-group`` plus a ``PodGroup`` object from ``podgroup()``).
+"""
 
 from __future__ import annotations
 
 import copy
 from typing import Any, Self
 
-__all__ = ["PodBuilder", "gang", "pod", "podgroup"]
+__all__ = ["RUNTIME_ANNOTATION", "PodBuilder", "gang", "pod", "podgroup"]
+
+RUNTIME_ANNOTATION = "lockstep.dev/simulated-runtime-seconds"
+"""KWOK turns a running pod with this annotation Succeeded that many seconds later."""
 
 
 class PodBuilder:
@@ -20,15 +30,14 @@ class PodBuilder:
                 "terminationGracePeriodSeconds": 0,
                 "containers": [{"name": "main", "image": "registry.invalid/train:latest",
                                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
-                                              "limits": {}}}],
+                                              "limits": {"cpu": "1", "memory": "1Gi"}}}],
             },
         }
 
     def _res(self, key: str, value: str) -> Self:
         r = self._obj["spec"]["containers"][0]["resources"]
         r["requests"][key] = value
-        if key == "nvidia.com/gpu":
-            r["limits"][key] = value  # extended resources need requests == limits
+        r["limits"][key] = value  # requests == limits (extended resources require it)
         return self
 
     def gang(self, name: str, min_member: int | None = None,
@@ -54,6 +63,13 @@ class PodBuilder:
 
     def cpu(self, q: str) -> Self:
         return self._res("cpu", q)
+
+    def memory(self, q: str) -> Self:
+        return self._res("memory", q)
+
+    def runtime(self, seconds: float) -> Self:
+        """Finish (phase Succeeded) ``seconds`` after it starts running on a KWOK node."""
+        return self.annotate(RUNTIME_ANNOTATION, f"{seconds:g}")
 
     def scheduler(self, name: str) -> Self:
         self._obj["spec"]["schedulerName"] = name
@@ -82,13 +98,19 @@ def pod(name: str, namespace: str = "default") -> PodBuilder:
 
 def gang(name: str, size: int, *, namespace: str = "default", gpus: int = 1,
          min_member: int | None = None, timeout: float | None = None,
-         scheduler: str = "lockstep") -> list[dict[str, Any]]:
+         scheduler: str = "lockstep", node_selector: dict[str, str] | None = None,
+         runtime: float | None = None) -> list[dict[str, Any]]:
     """``size`` worker pods ``<name>-0..`` of one Lockstep gang."""
-    return [
-        pod(f"{name}-{i}", namespace).gang(name, min_member or size, timeout).gpu(gpus)
-        .scheduler(scheduler).build()
-        for i in range(size)
-    ]
+    out = []
+    for i in range(size):
+        b = pod(f"{name}-{i}", namespace).gang(name, min_member or size, timeout).gpu(gpus)
+        b.scheduler(scheduler)
+        if node_selector:
+            b.node_selector(node_selector)
+        if runtime is not None:
+            b.runtime(runtime)
+        out.append(b.build())
+    return out
 
 
 def podgroup(name: str, min_member: int, namespace: str = "default",

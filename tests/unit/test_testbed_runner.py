@@ -1,0 +1,49 @@
+"""Scheduler configuration for the test bed: only the site-specific fields change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import bins
+from testbed.runner import scheduler_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_repo_config_keeps_everything_but_addresses() -> None:
+    src = yaml.safe_load((REPO / "scheduler-config" / "lockstep.yaml").read_text())
+    out = scheduler_config(src, Path("/run/kubeconfig"), "http://127.0.0.1:45678")
+    assert out["clientConnection"]["kubeconfig"] == "/run/kubeconfig"
+    assert out["leaderElection"]["leaderElect"] is False
+    assert [e["urlPrefix"] for e in out["extenders"]] == ["http://127.0.0.1:45678/"]
+    for key in ("profiles", "percentageOfNodesToScore", "podInitialBackoffSeconds"):
+        assert out[key] == src[key]
+    assert {k: v for k, v in out["extenders"][0].items() if k != "urlPrefix"} == {
+        k: v for k, v in src["extenders"][0].items() if k != "urlPrefix"}
+    assert src["extenders"][0]["urlPrefix"] == "http://127.0.0.1:8888/"  # input untouched
+
+
+def test_extender_path_and_scheme() -> None:
+    src = {"extenders": [{"urlPrefix": "http://lockstep.lockstep-system:8888/verbs/"}]}
+    out = scheduler_config(src, Path("k"), "https://127.0.0.1:9999")
+    assert out["extenders"][0]["urlPrefix"] == "https://127.0.0.1:9999/verbs/"
+    assert scheduler_config(src, Path("k"))["extenders"] == src["extenders"]
+
+
+def test_default_profile_raises_qps() -> None:
+    out = scheduler_config(None, Path("k"))
+    assert out["profiles"] == [{"schedulerName": "default-scheduler"}]
+    assert out["clientConnection"]["qps"] > 50
+    assert out["clientConnection"]["burst"] > 100
+
+
+def test_missing_binary_says_run_make_bins(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))
+    with pytest.raises(bins.BinaryMissing, match="run `make bins`"):
+        bins.bin_path("kube-apiserver")
+    with pytest.raises(ValueError, match="unknown binary 'kubelet'"):
+        bins.bin_path("kubelet")
