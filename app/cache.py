@@ -118,9 +118,7 @@ class ClusterCache:
             elif kind == "noderesourcetopologies":
                 self.core.delete_numa(NodeName(name))
             elif kind == "pods":
-                current = self.core.pods.get(pod_key(ns, name))
-                if current is None or not meta.get("uid") or current.uid == meta.get("uid"):
-                    self.core.delete_pod(pod_key(ns, name))
+                self.core.delete_pod(pod_key(ns, name), str(meta.get("uid") or ""))
             else:
                 self.core.delete_podgroup(gang_key(ns, name))
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from coscheduling import Coscheduler, GangKey, GangView, NodeName, PodKey, format_resources
+from coscheduling import Coscheduler, GangView, NodeName, PodKey, format_resources
 from coscheduling.podgroup import GangSpec, InvalidGang, MissingPodGroup
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
 from coscheduling.topology import DEFAULT_LEVELS, GPU, gpu_layout
@@ -33,18 +33,20 @@ def gang_json(v: GangView, now: float) -> dict[str, Any]:
         "backoffInSeconds": round(v.backoff_until - now, 1)
         if v.backoff_until is not None and v.backoff_until > now else None,
         "reason": render(v.reason) if v.reason is not None else None,
+        "partiallyBound": render(v.partial) if v.partial is not None else None,
     }
 
 
 def node_json(core: Coscheduler, name: NodeName) -> dict[str, Any]:
-    node = core.nodes[name]
+    node = core.node(name)
+    assert node is not None
     layout = gpu_layout(node)
     domains = {lv.name: lv.value(node.labels) for lv in DEFAULT_LEVELS[:-1]}
     return {
         "node": name,
         "allocatable": format_resources(node.allocatable),
         "free": format_resources(core.free(name)),
-        "freeOutsideReservations": format_resources(core.free_outside(name, None)),
+        "freeOutsideReservations": format_resources(core.free_unreserved(name)),
         "reservations": {g: format_resources(r) for g, r in sorted(core.reserved_on(name).items())},
         "topology": {k: v for k, v in domains.items() if v},
         "gpuIslands": list(layout.islands),
@@ -57,7 +59,8 @@ def node_json(core: Coscheduler, name: NodeName) -> dict[str, Any]:
 def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
     core = service.core
     now = service.clock()
-    pod = core.pods[key]
+    pod = core.pod(key)
+    assert pod is not None
     out: dict[str, Any] = {"pod": key, "phase": pod.phase, "node": pod.node_name,
                            "schedulerName": pod.scheduler_name}
     m = core.membership(key)
@@ -80,7 +83,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
     elif isinstance(m, MissingPodGroup):
         out["explanation"] = render(PodGroupNotFound(m.key))
     elif isinstance(m, GangSpec) and view is not None:
-        if core.waiting.is_parked(key):
+        if core.is_parked(key):
             out["explanation"] = (
                 f"assumed on {view.plan.get(key)} and parked: waiting for gang {gang} to reach "
                 f"{m.min_member} ({view.parked} parked, {view.bound} bound)"
@@ -99,14 +102,17 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
             "not in a gang: kube-scheduler places it like any pod, on capacity not reserved "
             "for gangs"
         )
-    out["bestNodes"] = best_nodes(core, pod.requests.get(GPU, 0), gang)
+    if view is not None and view.partial is not None:
+        out["partiallyBound"] = render(view.partial)
+        out["explanation"] = f"{render(view.partial)}; then: {out['explanation']}"
+    out["bestNodes"] = best_nodes(core, pod.requests.get(GPU, 0), key if gang else None)
     return out
 
 
-def best_nodes(core: Coscheduler, gpus: int, gang: GangKey | None, top: int = 5
+def best_nodes(core: Coscheduler, gpus: int, own: PodKey | None, top: int = 5
                ) -> list[dict[str, Any]]:
     """The nodes Lockstep's prioritize would rank highest for this pod, with why."""
-    scored = [(core.explain_score(n, gpus, gang), n) for n in core.nodes]
+    scored = [(core.explain_score(n, gpus, own), n) for n in core.node_names()]
     scored.sort(key=lambda t: (-t[0].total, t[1]))
     return [{"node": n, "score": s.total, "packing": s.packing, "locality": s.locality,
              "why": s.why} for s, n in scored[:top]]

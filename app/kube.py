@@ -8,11 +8,12 @@ in-cluster service account.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ import httpx
 import orjson
 import yaml
 
-from .errors import APIError, APIUnreachable
+from coscheduling import BindFailed, BindOutcome, Bound, NodeName, PodKey
+
+from .errors import APIError, APIUnreachable, Conflict
 
 __all__ = ["KubeClient", "KubeConfig", "load_config"]
 
@@ -193,6 +196,39 @@ class KubeClient:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", json=body)
+
+    async def bind_retrying(
+        self, key: PodKey, namespace: str, name: str, uid: str, node: NodeName, *,
+        retries: int = 3, already_bound: Callable[[], bool] = lambda: False,
+        first_delay: float = 0.2,
+    ) -> BindOutcome:
+        """Bind, retrying what may pass later (5xx, 429, no connection) with backoff.
+
+        Permanent failures (404 pod gone, 403, 422, a 409 that is not our own earlier
+        success) come back at once as ``BindFailed(permanent=True)``: retrying cannot help.
+        """
+        delay = first_delay
+        last = "API server unavailable"
+        for attempt in range(retries + 1):
+            try:
+                await self.bind(namespace, name, uid, node)
+                return Bound(key, node)
+            except Conflict as e:
+                if already_bound():
+                    return Bound(key, node)  # a retried call that had gone through
+                return BindFailed(key, node, f"binding {key} to {node}: {e.message}", True)
+            except APIError as e:
+                if e.status < 500 and e.status != 429:
+                    return BindFailed(key, node,
+                                      f"binding {key} to {node}: {e.status} {e.message}", True)
+                last = f"{e.status} {e.message}"
+            except APIUnreachable:
+                pass
+            if attempt < retries:
+                await asyncio.sleep(delay)
+                delay *= 2
+        return BindFailed(key, node, f"binding {key} to {node}: {last}; kube-scheduler will "
+                          "retry", permanent=False)
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Any:
         return await self.request(

@@ -270,7 +270,7 @@ def create_app(
     async def debug_nodes(request: Request) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        return _json({"nodes": [node_json(service.core, n) for n in sorted(service.core.nodes)]})
+        return _json({"nodes": [node_json(service.core, n) for n in service.core.node_names()]})
 
     @app.get("/debug/pods/{namespace}/{name}")
     async def debug_pod(namespace: str, name: str, request: Request) -> Response:
@@ -283,7 +283,7 @@ def create_app(
                 raise BadRequest(400, f"{field} {value!r} is not a valid Kubernetes name",
                                  [field])
         key = pod_key(namespace, name)
-        if key not in service.core.pods:
+        if service.core.pod(key) is None:
             raise UnknownObject("pod", key)
         return _json(explain_pod(service, key))
 

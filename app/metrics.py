@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from coscheduling import Coscheduler, GangPhase
@@ -39,13 +39,15 @@ class _StateCollector(Collector):
             gangs.add_metric([phase], n)
         yield gangs
         yield GaugeMetricFamily("lockstep_parked_binds", "Bind calls held in the waiting map.",
-                                value=self._core.waiting.total())
-        reserved = GaugeMetricFamily(
+                                value=self._core.parked_total())
+        yield GaugeMetricFamily(
             "lockstep_reserved_gpus", "GPUs reserved for admitted gangs and not yet bound.",
-            value=sum(r.get("nvidia.com/gpu", 0)
-                      for per in self._core.reserved_total().values() for r in per.values()),
-        )
-        yield reserved
+            value=self._core.reserved_gpus())
+        yield CounterMetricFamily(
+            "lockstep_partial_gangs",
+            "Gangs left partly bound because a member's binding failed for good after "
+            "siblings bound (each is also a GangPartiallyBound Event and condition).",
+            value=self._core.partial_gangs)
         age = GaugeMetricFamily(
             "lockstep_cache_sync_age_seconds",
             "Seconds since the last list, watch event or bookmark (-1 before the first list).",
@@ -55,9 +57,9 @@ class _StateCollector(Collector):
             age.add_metric([name], a)
         yield age
         yield GaugeMetricFamily("lockstep_cache_nodes", "Nodes in the cache.",
-                                value=len(self._core.nodes))
+                                value=self._core.node_count())
         yield GaugeMetricFamily("lockstep_cache_pods", "Pods in the cache.",
-                                value=len(self._core.pods))
+                                value=self._core.pod_count())
 
 
 class Metrics:

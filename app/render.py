@@ -10,12 +10,16 @@ from coscheduling import format_resources
 from coscheduling.planner import NoFit
 from coscheduling.reasons import (
     BackingOff,
+    BindTargetGone,
     DoesNotFit,
     ExtraMemberWaits,
     InvalidDeclaration,
+    MembersLost,
     NotEnoughMinResources,
+    PartiallyBound,
     PlannedNodeLost,
     PodGroupNotFound,
+    PodNotInCache,
     Reason,
     ReservedForGangs,
     TimedOut,
@@ -81,6 +85,21 @@ def render(reason: Reason) -> str:
                 f"node {node}: short of {format_resources(short)} outside capacity reserved "
                 f"for gang {', '.join(gangs[:3])}"
             )
+        case MembersLost(gang, have, need, lost):
+            gone = f" ({', '.join(lost)} left)" if lost else ""
+            return (f"gang {gang}: {have}/{need} members left after admission{gone}; "
+                    "reservation released, waiting for replacements")
+        case PodNotInCache(pod, uid, cached):
+            if cached is None:
+                return f"pod {pod} is not in Lockstep's cache yet; retried when the watch shows it"
+            return (f"pod {pod} uid {uid or '?'} is not the pod Lockstep knows (uid {cached}): "
+                    "it was deleted or recreated")
+        case BindTargetGone(gang, pod, what):
+            return f"gang {gang}: not binding {pod}: {what}"
+        case PartiallyBound(gang, bound, need, failures):
+            why = "; ".join(failures)
+            return (f"gang {gang} is partially bound ({bound}/{need}): a member's binding "
+                    f"failed after its siblings bound: {why}")
         case UnknownNode(node):
             return f"node {node} is not in Lockstep's cache yet"
     raise AssertionError(f"unrendered reason {reason!r}")

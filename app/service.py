@@ -21,8 +21,11 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from coscheduling import (
+    BindFailed,
     BindGroup,
     BindNow,
+    BindOutcome,
+    Bound,
     Coscheduler,
     FilterDecision,
     GangKey,
@@ -33,12 +36,13 @@ from coscheduling import (
     PodKey,
     PodRecord,
     Reject,
+    Unparked,
     pod_key,
 )
 from coscheduling.podgroup import Source
 
 from .cache import ClusterCache
-from .errors import APIError, APIUnreachable, Conflict
+from .errors import APIError, APIUnreachable
 from .kube import KubeClient
 from .metrics import Metrics
 from .render import render
@@ -48,7 +52,8 @@ __all__ = ["Lockstep", "UnknownObject"]
 log = logging.getLogger("lockstep")
 
 REQUEUE_ANNOTATION = "lockstep.dev/requeue"
-_WARNING = {NoticeKind.TIMED_OUT, NoticeKind.INVALID, NoticeKind.TIMEOUT_CAPPED}
+_WARNING = {NoticeKind.TIMED_OUT, NoticeKind.INVALID, NoticeKind.TIMEOUT_CAPPED,
+            NoticeKind.PARTIALLY_BOUND}
 
 
 class UnknownObject(LookupError):
@@ -176,19 +181,18 @@ class Lockstep:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""
         key = pod_key(namespace, name)
-        pod = self.core.pods.get(key)
-        if pod is None:
+        if self.core.pod(key) is None:
             raise UnknownObject("pod", key)
-        if node not in self.core.nodes:
+        if not self.core.has_node(node):
             raise UnknownObject("node", node)
-        if uid and pod.uid and uid != pod.uid:
-            return f"pod {key} has uid {pod.uid}, not {uid}: it was recreated"
         now = self.clock()
-        decision = self.core.bind(key, NodeName(node), now)
+        decision = self.core.bind(key, NodeName(node), now, uid)
         self._flush()
         match decision:
             case BindNow():
-                return await self._bind_one(key, NodeName(node))
+                outcome = await self._bind_one(key, NodeName(node))
+                self._settle([outcome])
+                return _error_text(outcome)
             case Reject(reason):
                 self.metrics.bind_errors.labels(type(reason).__name__).inc()
                 return render(reason)
@@ -227,10 +231,12 @@ class Lockstep:
         self, own: PodKey, gang: GangKey, binds: dict[PodKey, NodeName]
     ) -> str:
         keys = list(binds)
-        results = await asyncio.gather(*(self._bind_one(k, binds[k]) for k in keys))
-        ok = sum(1 for err in results if not err)
+        outcomes = await asyncio.gather(*(self._bind_one(k, binds[k]) for k in keys))
+        self._settle(outcomes)
+        ok = sum(1 for o in outcomes if isinstance(o, Bound))
         mine = ""
-        for k, err in zip(keys, results, strict=True):
+        for k, outcome in zip(keys, outcomes, strict=True):
+            err = _error_text(outcome)
             if not err:
                 detail = f"bound to {binds[k]} together with {ok - 1} other member(s)"
                 self._offer(self._out.events,
@@ -243,37 +249,33 @@ class Lockstep:
                 fut.set_result(err)
         return mine
 
-    async def _bind_one(self, key: PodKey, node: NodeName) -> str:
-        pod = self.core.pods.get(key)
+    async def _bind_one(self, key: PodKey, node: NodeName) -> BindOutcome:
+        pod = self.core.pod(key)
         if pod is None:
             self.metrics.bind_errors.labels("PodGone").inc()
-            return f"pod {key} was deleted before it could be bound"
-        delay = 0.2
-        for attempt in range(self.bind_retries + 1):
-            try:
-                await self.kube.bind(pod.namespace, pod.name, pod.uid, node)
-                self.metrics.binds.inc()
-                return ""
-            except Conflict as e:
-                current = self.core.pods.get(key)
-                if current is not None and current.node_name == node:
-                    return ""  # already bound where we wanted it (a retried call)
-                self.core.bind_failed(key)
-                self.metrics.bind_errors.labels("Conflict").inc()
-                return f"binding {key} to {node}: {e.message}"
-            except APIError as e:
-                if e.status < 500 and e.status != 429:
-                    self.core.bind_failed(key)
-                    self.metrics.bind_errors.labels(type(e).__name__).inc()
-                    return f"binding {key} to {node}: {e.status} {e.message}"
-            except APIUnreachable:
-                pass
-            if attempt < self.bind_retries:
-                await asyncio.sleep(delay)
-                delay *= 2
-        self.core.bind_failed(key)
-        self.metrics.bind_errors.labels("Unavailable").inc()
-        return f"binding {key} to {node}: API server unavailable; kube-scheduler will retry"
+            return BindFailed(key, node, f"pod {key} was deleted before it could be bound",
+                              permanent=True)
+
+        def already_bound() -> bool:
+            current = self.core.pod(key)
+            return current is not None and current.node_name == node
+
+        outcome = await self.kube.bind_retrying(
+            key, pod.namespace, pod.name, pod.uid, node, retries=self.bind_retries,
+            already_bound=already_bound)
+        if isinstance(outcome, Bound):
+            self.metrics.binds.inc()
+        else:
+            self.metrics.bind_errors.labels(
+                "Permanent" if outcome.permanent else "Unavailable").inc()
+        return outcome
+
+    def _settle(self, outcomes: Sequence[BindOutcome]) -> None:
+        """Tell the core how the bindings went; a partial gang is counted and announced."""
+        if self.core.bind_outcomes(outcomes) is not None:
+            log.error("gang left partially bound: %s",
+                      [o.message for o in outcomes if isinstance(o, BindFailed)])
+        self._flush()
 
     # ------------------------------------------------------------------ time
 
@@ -299,13 +301,23 @@ class Lockstep:
     # ------------------------------------------------------------------ side effects
 
     def _flush(self) -> None:
-        """Move the core's notices and requeue requests to the background posters."""
+        """Act on what the core queued: parked calls to answer, Events, requeue nudges."""
+        for unparked in self.core.drain_unparked():
+            self._answer(unparked)
         for notice in self.core.drain_notices():
             for pod in notice.pods:
                 self._offer(self._out.events, (pod, notice))
         for pod in self.core.drain_requeue():
             self._offer(self._out.requeue, pod)
         self._kick.set()
+
+    def _answer(self, unparked: Unparked) -> None:
+        text = render(unparked.reason)
+        for k in unparked.pods:
+            fut = self._parked.get(k)
+            if fut is not None and not fut.done():
+                fut.set_result(text)
+                self.metrics.bind_errors.labels(type(unparked.reason).__name__).inc()
 
     def _offer(self, q: asyncio.Queue[Any], item: Any) -> None:
         try:
@@ -329,7 +341,7 @@ class Lockstep:
     async def _post_events(self) -> None:
         while True:
             key, notice = await self._out.events.get()
-            pod = self.core.pods.get(key)
+            pod = self.core.pod(key)
             if pod is None:
                 continue
             message = self.notice_text(notice)
@@ -372,7 +384,7 @@ class Lockstep:
         seq = 0
         while True:
             key = await self._out.requeue.get()
-            pod = self.core.pods.get(key)
+            pod = self.core.pod(key)
             if pod is None or pod.node_name is not None:
                 continue
             seq += 1
@@ -384,35 +396,27 @@ class Lockstep:
                 log.info("requeue of %s failed: %s", key, e)
 
     async def _podgroup_status_loop(self) -> None:
-        """Keep scheduler-plugins PodGroup status (phase, counts) in step with the cache."""
+        """Write scheduler-plugins PodGroup status as the core decides it (phase, counts,
+        and a GangPartiallyBound condition that is never hidden)."""
         while True:
             await asyncio.sleep(1.0)
-            now = self.clock()
-            for view in self.core.gang_views(now):
+            for view in self.core.gang_views(self.clock()):
                 if view.spec is None or view.spec.source is not Source.SCHEDULER_PLUGINS:
                     continue
-                members = [
-                    p for p in self.core.pods.values()
-                    if self.core.gang_of(p.key) == view.key
-                ]
-                running = sum(1 for p in members if p.phase == "Running")
-                succeeded = sum(1 for p in members if p.phase == "Succeeded")
-                failed = sum(1 for p in members if p.phase == "Failed")
-                scheduled = sum(1 for p in members if p.node_name is not None)
-                if succeeded >= view.spec.min_member:
-                    phase = "Finished"
-                elif running >= view.spec.min_member:
-                    phase = "Running"
-                elif failed:
-                    spare = len(members) - view.spec.min_member
-                    phase = "Failed" if failed > spare else "Scheduling"
-                elif view.plan or view.parked or scheduled:
-                    phase = "Scheduling"
-                else:
-                    phase = "Pending"
-                status = {"phase": phase, "scheduled": scheduled, "running": running,
-                          "succeeded": succeeded, "failed": failed}
-                if self._podgroup_status.get(view.key) == status:
+                st = self.core.podgroup_status(view.key)
+                if st is None:
+                    continue
+                status: dict[str, Any] = {
+                    "phase": st.phase, "scheduled": st.scheduled, "running": st.running,
+                    "succeeded": st.succeeded, "failed": st.failed}
+                if st.partial is not None:
+                    status["conditions"] = [{
+                        "type": "GangPartiallyBound", "status": "True",
+                        "reason": "BindingFailed", "message": render(st.partial)[:1024],
+                        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    }]
+                if self._podgroup_status.get(view.key, {}).get("phase") == st.phase and \
+                        _same(self._podgroup_status.get(view.key), status):
                     continue
                 ns, name = view.key.split("/", 1)
                 path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}/status"
@@ -421,3 +425,20 @@ class Lockstep:
                     self._podgroup_status[view.key] = status
                 except (APIError, APIUnreachable) as e:
                     log.info("PodGroup %s status not written: %s", view.key, e)
+
+
+def _same(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Equal but for condition timestamps (which would otherwise make every write new)."""
+    if old is None:
+        return False
+
+    def strip(d: dict[str, Any]) -> dict[str, Any]:
+        conds = [{k: v for k, v in c.items() if k != "lastTransitionTime"}
+                 for c in d.get("conditions", ())]
+        return {**d, "conditions": conds}
+
+    return strip(old) == strip(new)
+
+
+def _error_text(outcome: BindOutcome) -> str:
+    return "" if isinstance(outcome, Bound) else outcome.message

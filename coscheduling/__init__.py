@@ -4,20 +4,22 @@ No network, no framework, no clock: callers pass ``now`` and Kubernetes objects 
 dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kubernetes to it.
 """
 
-from .core import (
+from .core import Coscheduler, GangView, Settings
+from .decisions import (
+    BindFailed,
     BindGroup,
     BindNow,
-    Coscheduler,
+    BindOutcome,
+    Bound,
     Expired,
     FilterDecision,
-    GangPhase,
-    GangView,
     Notice,
     NoticeKind,
     Park,
     Reject,
-    Settings,
+    Unparked,
 )
+from .gang import GangPhase
 from .planner import NoFit, Plan
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, gang_key, podgroup_from_json
 from .records import (
@@ -35,8 +37,11 @@ from .topology import DEFAULT_LEVELS, Level
 
 __all__ = [
     "DEFAULT_LEVELS",
+    "BindFailed",
     "BindGroup",
     "BindNow",
+    "BindOutcome",
+    "Bound",
     "Coscheduler",
     "Expired",
     "FilterDecision",
@@ -61,6 +66,7 @@ __all__ = [
     "Reject",
     "Resources",
     "Settings",
+    "Unparked",
     "format_resources",
     "gang_key",
     "node_from_json",

@@ -1,44 +1,52 @@
-"""The coscheduler: cluster state, gang admission, reservations and the waiting map.
+"""The coscheduler facade: cluster events in, typed verb decisions out.
 
-Everything here is synchronous and takes ``now``: each verb decides and reserves in one block
-with no ``await`` in between, which is what makes admission atomic under asyncio (the same
-guarantee HiveD gets from one lock). The app feeds it list/watch updates and verb calls and
-renders what it returns.
+It wires three owners together and adds the gang rules between them:
 
-Gang phases and their transitions::
+* :class:`~coscheduling.store.ClusterStore` holds what the API server sent and every cache
+  derived from it;
+* :class:`~coscheduling.ledger.Ledger` holds one reservation per planned pod;
+* :class:`~coscheduling.gang.Gang` is each gang's state machine, the only code that reserves
+  or unreserves.
 
-    Waiting --plan fits--> Admitted --quorum parked--> Released --quorum bound--> (Bound)
-       ^                      |
-       |                      +--deadline--> BackingOff --backoff over--> Waiting
-       +----- members gone / plan released ---+
+Everything is synchronous and takes ``now``: each verb decides and reserves in one block with
+no ``await`` in between, which is what makes admission atomic under asyncio (the guarantee
+HiveD gets from one lock). Deadlock freedom comes from admission: a gang is admitted only
+when all of it fits in capacity no other gang holds, and an admitted gang always holds a
+whole plan (a lost member or node is re-placed at once, or the gang gives everything back).
 
-``Released`` is the permit: from then on every member binds as soon as it asks.
-Deadlock freedom comes from admission: a gang is admitted only when all its members fit in
-capacity no other admitted gang holds, and admission reserves that capacity.
+Things the app must act on outside a verb's answer are queued and drained: Events
+(:meth:`drain_notices`), requeue nudges (:meth:`drain_requeue`) and parked calls to answer
+(:meth:`drain_unparked`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from itertools import filterfalse
+from types import MappingProxyType
 
 from .decisions import (
     BindDecision,
+    BindFailed,
     BindGroup,
     BindNow,
+    BindOutcome,
+    Bound,
     Expired,
     FilterDecision,
     Notice,
     NoticeKind,
     Park,
     Reject,
+    Unparked,
 )
+from .gang import Gang, GangPhase
 from .ledger import Ledger
 from .numa import NumaZones
 from .planner import Member, NoFit, Plan, plan_gang
 from .podgroup import (
+    SP_GROUP_LABEL,
     GangDefaults,
     GangKey,
     GangSpec,
@@ -50,32 +58,28 @@ from .podgroup import (
 )
 from .reasons import (
     BackingOff,
+    BindTargetGone,
     DoesNotFit,
     ExtraMemberWaits,
     GangReason,
     InvalidDeclaration,
+    MembersLost,
     NodeReason,
     NotEnoughMinResources,
+    PartiallyBound,
     PlannedNodeLost,
     PodGroupNotFound,
+    PodNotInCache,
     ReservedForGangs,
     TimedOut,
     WaitingForMembers,
     WrongNode,
 )
 from .records import NodeName, NodeRecord, PodKey, PodRecord
-from .resources import Resources, add, fits, shortfall
-from .topology import (
-    DEFAULT_LEVELS,
-    GPU,
-    GpuLayout,
-    Level,
-    Score,
-    domain_of,
-    explain_score,
-    gpu_layout,
-    level_by_name,
-)
+from .resources import Resources, add, fits, shortfall, sub
+from .status import PodGroupStatus, podgroup_status
+from .store import ClusterStore
+from .topology import DEFAULT_LEVELS, GPU, Level, Score, explain_score, level_by_name
 from .waiting import WaitingMap
 
 __all__ = [
@@ -97,41 +101,12 @@ TOPOLOGY_REQUIRED = "lockstep.dev/topology-required"
 TOPOLOGY_PREFERRED = "lockstep.dev/topology-preferred"
 
 
-class GangPhase(Enum):
-    WAITING = "Waiting"
-    """Fewer than minMember members exist, or no plan fits yet."""
-    ADMITTED = "Admitted"
-    """A plan fits; its capacity is reserved and the deadline runs."""
-    RELEASED = "Released"
-    """minMember members reached bind together: every member now binds at once."""
-    BACKING_OFF = "BackingOff"
-    """Timed out; capacity released so other gangs can use it."""
-    INVALID = "Invalid"
-    """The declaration cannot be honoured (see the reason)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Settings:
     scheduler_names: frozenset[str] = frozenset({"lockstep"})
     defaults: GangDefaults = GangDefaults()
     backoff_seconds: float = 30.0
     levels: tuple[Level, ...] = DEFAULT_LEVELS
-
-
-@dataclass(slots=True)
-class _Gang:
-    key: GangKey
-    members: set[PodKey] = field(default_factory=set)
-    plan: dict[PodKey, NodeName] = field(default_factory=dict)
-    """Reserved slots of members not yet bound."""
-    plan_level: str | None = None
-    admitted_at: float | None = None
-    deadline: float | None = None
-    released: bool = False
-    backoff_until: float | None = None
-    backoff_cause: TimedOut | None = None
-    reason: GangReason | None = None
-    """The last reason members were turned away, for Events and explain."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +122,7 @@ class GangView:
     deadline: float | None
     backoff_until: float | None
     reason: GangReason | None
+    partial: PartiallyBound | None = None
 
 
 class Coscheduler:
@@ -154,240 +130,307 @@ class Coscheduler:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.ledger = Ledger()
-        self.nodes = self.ledger.nodes
-        self.pods: dict[PodKey, PodRecord] = {}
-        self.podgroups: dict[GangKey, PodGroupRecord] = {}
-        self._membership: dict[PodKey, Membership] = {}
-        self._gangs: dict[GangKey, _Gang] = {}
+        self.store = ClusterStore(self.settings.levels)
+        self.ledger = Ledger(on_change=self.store.touch)
         self.waiting = WaitingMap()
+        self._gangs: dict[GangKey, Gang] = {}
+        self._membership: dict[PodKey, Membership] = {}
         self._notices: list[Notice] = []
         self._requeue: set[PodKey] = set()
-        self._layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = {}
-        self._domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = {}
-        """Nodes by topology domain per level; rebuilt only when nodes or their labels change."""
-        self.numa: dict[NodeName, NumaZones] = {}
-        """Per-NUMA free GPUs from NodeResourceTopology objects, where a cluster has them."""
+        self._unparked: list[Unparked] = []
+        self._awaited: set[PodKey] = set()
+        """Gang pods a verb asked about before the watch delivered them: nudged on arrival."""
+        self.partial_gangs = 0
+        """Gangs left partly bound by a permanently failed binding (a counter for metrics)."""
 
-    # ------------------------------------------------------------------ cache updates
+    # ------------------------------------------------------------------ read-only views
+
+    @property
+    def pods(self) -> Mapping[PodKey, PodRecord]:
+        return MappingProxyType(self.store.pods)
+
+    @property
+    def nodes(self) -> Mapping[NodeName, NodeRecord]:
+        return MappingProxyType(self.store.nodes)
+
+    def pod(self, key: PodKey) -> PodRecord | None:
+        return self.store.pods.get(key)
+
+    def node(self, name: NodeName) -> NodeRecord | None:
+        return self.store.nodes.get(name)
+
+    def has_node(self, name: str) -> bool:
+        return name in self.store.nodes
+
+    def node_names(self) -> list[NodeName]:
+        return sorted(self.store.nodes)
+
+    def node_count(self) -> int:
+        return len(self.store.nodes)
+
+    def pod_count(self) -> int:
+        return len(self.store.pods)
+
+    def free(self, node: NodeName) -> Resources:
+        return self.store.free(node)
+
+    def free_unreserved(self, node: NodeName) -> Resources:
+        """Free capacity on ``node`` that no gang holds."""
+        return sub(self.store.free(node), self.ledger.reserved_on(node))
+
+    def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
+        return self.ledger.by_gang_on(node)
+
+    def reserved_gpus(self) -> int:
+        return sum(r.get(GPU, 0) for r in self.ledger.total.values())
+
+    def is_parked(self, pod: PodKey) -> bool:
+        return self.waiting.is_parked(pod)
+
+    def parked_total(self) -> int:
+        return self.waiting.total()
+
+    def members_of(self, gang: GangKey) -> list[PodRecord]:
+        g = self._gangs.get(gang)
+        if g is None:
+            return []
+        return [self.store.pods[k] for k in sorted(g.members) if k in self.store.pods]
+
+    # ------------------------------------------------------------------ nodes
 
     def upsert_node(self, node: NodeRecord) -> None:
-        old = self.nodes.get(node.name)
-        if old is None or old.labels != node.labels:
-            self._domains.clear()
-        self.ledger.put_node(node)
+        self.store.put_node(node)
 
     def delete_node(self, name: NodeName) -> None:
-        self.ledger.drop_node(name)
-        self._layouts.pop(name, None)
-        self._domains.clear()
+        if self.store.drop_node(name) is not None:
+            self._node_lost(name)
+
+    def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
+        """After a relist: the same path as events, so every derived cache is dropped."""
+        for name in self.store.replace_nodes(nodes):
+            self._node_lost(name)
+
+    def _node_lost(self, name: NodeName) -> None:
+        touched: dict[GangKey, Gang] = {}
+        for r in self.ledger.on_node(name):
+            g = self._gangs[r.gang]
+            if self.waiting.node(r.pod) == name:
+                self.waiting.remove(r.pod)
+                self._unparked.append(Unparked(g.key, {r.pod: name}, BindTargetGone(
+                    g.key, r.pod, f"node {name} was deleted")))
+            g.drop_slot(r.pod)
+            touched[g.key] = g
+        for g in touched.values():
+            self._reconcile(g)
 
     def upsert_numa(self, zones: NumaZones) -> None:
-        self.numa[zones.node] = zones
-        self.ledger.drop_scores(zones.node)
+        self.store.put_numa(zones)
 
     def delete_numa(self, node: NodeName) -> None:
-        self.numa.pop(node, None)
-        self.ledger.drop_scores(node)
+        self.store.drop_numa(node)
 
     def replace_numa(self, items: Iterable[NumaZones]) -> None:
-        fresh = {z.node: z for z in items}
-        for name in [n for n in self.numa if n not in fresh]:
-            self.delete_numa(name)
-        for z in fresh.values():
-            self.upsert_numa(z)
+        self.store.replace_numa(items)
+
+    # ------------------------------------------------------------------ PodGroups
 
     def upsert_podgroup(self, pg: PodGroupRecord) -> None:
-        self.podgroups[pg.key] = pg
+        self.store.put_podgroup(pg)
         self._reresolve(pg.key)
 
     def delete_podgroup(self, key: GangKey) -> None:
-        self.podgroups.pop(key, None)
+        self.store.drop_podgroup(key)
         self._reresolve(key)
+
+    def replace_podgroups(self, groups: Iterable[PodGroupRecord]) -> None:
+        fresh = {g.key: g for g in groups}
+        for key in [k for k in self.store.podgroups if k not in fresh]:
+            self.delete_podgroup(key)
+        for g in fresh.values():
+            if self.store.podgroups.get(g.key) != g:
+                self.upsert_podgroup(g)
 
     def _reresolve(self, key: GangKey) -> None:
         ns, name = key.split("/", 1)
-        for pod in list(self.pods.values()):
-            if pod.namespace == ns and pod.labels.get("scheduling.x-k8s.io/pod-group") == name:
+        for pod in list(self.store.pods.values()):
+            if pod.namespace == ns and pod.labels.get(SP_GROUP_LABEL) == name:
                 self.upsert_pod(pod)
 
+    # ------------------------------------------------------------------ pods
+
     def upsert_pod(self, pod: PodRecord) -> None:
-        old = self.pods.get(pod.key)
-        if old is not None and old.uid != pod.uid and old.uid and pod.uid:
-            self.delete_pod(pod.key)  # same name, new pod: forget the old one first
-            old = None
-        if old is not None and old.holds_capacity:
-            self.ledger.release_usage(old)
-        self.pods[pod.key] = pod
-        if pod.holds_capacity:
-            self.ledger.add_usage(pod)
+        change = self.store.put_pod(pod)
+        if change.replaced is not None:  # same name, new UID: the old pod is gone
+            self._pod_left(change.replaced)
+        old = change.old
         membership = self._resolve(pod)
-        old_gang = self._gang_key(self._membership.get(pod.key))
-        new_gang = self._gang_key(membership)
+        old_gang = _gang_key(self._membership.get(pod.key))
+        new_gang = _gang_key(membership)
         self._membership[pod.key] = membership
         if old_gang is not None and old_gang != new_gang:
             self._leave(old_gang, pod.key)
         if new_gang is not None:
-            g = self._gangs.setdefault(new_gang, _Gang(new_gang))
+            g = self._gangs.get(new_gang)
+            if g is None:
+                g = self._gangs[new_gang] = Gang(new_gang, self.ledger)
             g.members.add(pod.key)
-            if pod.node_name is not None:
-                self._unreserve(g, pod.key)  # the reservation became real usage
-            if (
-                isinstance(membership, GangSpec)
-                and membership.capped_from is not None
-                and old is None
-            ):
-                    self._notice(
-                        NoticeKind.TIMEOUT_CAPPED,
-                        g.key,
-                        (pod.key,),
-                        detail=f"{membership.capped_from:g}s capped to "
-                        f"{membership.timeout_seconds:g}s",
-                    )
+            if pod.node_name is not None or not _live(pod):
+                # Bound: the slot became usage. Finished or deleting: it never will be.
+                self._unpark(g, pod.key, f"pod {pod.key} is "
+                             + (f"bound to {pod.node_name}" if pod.node_name else "finishing"))
+                g.drop_slot(pod.key)
+                g.binding.discard(pod.key)
+            self._refresh_spec(g)
+            self._reconcile(g)
+            if isinstance(membership, GangSpec) and membership.capped_from is not None \
+                    and old is None:
+                self._notice(NoticeKind.TIMEOUT_CAPPED, g.key, (pod.key,), detail=(
+                    f"{membership.capped_from:g}s capped to {membership.timeout_seconds:g}s"))
         if isinstance(membership, InvalidGang) and (
-            old is None or self._membership_changed(old, pod)
+            old is None or old.annotations != pod.annotations or old.labels != pod.labels
         ):
-            self._notice(
-                NoticeKind.INVALID, membership.key, (pod.key,), InvalidDeclaration(membership)
-            )
+            self._notice(NoticeKind.INVALID, membership.key, (pod.key,),
+                         InvalidDeclaration(membership))
+        if pod.key in self._awaited:
+            self._awaited.discard(pod.key)
+            if pod.node_name is None:
+                self._requeue.add(pod.key)
 
-    @staticmethod
-    def _membership_changed(old: PodRecord, new: PodRecord) -> bool:
-        return old.annotations != new.annotations or old.labels != new.labels
-
-    def delete_pod(self, key: PodKey) -> None:
-        pod = self.pods.pop(key, None)
-        if pod is None:
+    def delete_pod(self, key: PodKey, uid: str = "") -> None:
+        """The pod is gone; a ``uid`` that is not the cached pod's is a stale event, ignored."""
+        current = self.store.pods.get(key)
+        if current is None or (uid and current.uid and uid != current.uid):
             return
-        if pod.holds_capacity:
-            self.ledger.release_usage(pod)
-        gang = self._gang_key(self._membership.pop(key, None))
-        if gang is not None:
-            self._leave(gang, key)
+        rec = self.store.drop_pod(key)
+        if rec is not None:
+            self._pod_left(rec)
 
     def replace_pods(self, pods: Iterable[PodRecord]) -> None:
         """After a relist: make the pod set exactly ``pods``, deletions included."""
         fresh = {p.key: p for p in pods}
-        for key in [k for k in self.pods if k not in fresh]:
+        for key in [k for k in self.store.pods if k not in fresh]:
             self.delete_pod(key)
         for p in fresh.values():
-            self.upsert_pod(p)
+            if self.store.pods.get(p.key) != p:
+                self.upsert_pod(p)
 
-    def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
-        fresh = {n.name: n for n in nodes}
-        for name in [n for n in self.nodes if n not in fresh]:
-            self.delete_node(name)
-        self.nodes.update(fresh)
-
-    def replace_podgroups(self, groups: Iterable[PodGroupRecord]) -> None:
-        fresh = {g.key: g for g in groups}
-        for key in [k for k in self.podgroups if k not in fresh]:
-            self.delete_podgroup(key)
-        for g in fresh.values():
-            self.upsert_podgroup(g)
+    def _pod_left(self, rec: PodRecord) -> None:
+        gang = _gang_key(self._membership.pop(rec.key, None))
+        if gang is not None:
+            self._leave(gang, rec.key)
 
     def _leave(self, gang: GangKey, pod: PodKey) -> None:
         g = self._gangs.get(gang)
         if g is None:
             return
         g.members.discard(pod)
-        self._unreserve(g, pod)
-        self.waiting.remove(pod)
-        if not g.members:
-            self._release_plan(g)
-            self._gangs.pop(gang, None)
-
-    # ------------------------------------------------------------------ capacity
-
-    def free(self, node: NodeName) -> Resources:
-        return self.ledger.free(node)
-
-    def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
-        return dict(self.ledger.reserved.get(node, {}))
-
-    def free_outside(self, node: NodeName, gang: GangKey | None) -> Resources:
-        return self.ledger.free_outside(node, gang)
-
-    def _reserve(self, g: _Gang, pod: PodKey, node: NodeName) -> None:
-        g.plan[pod] = node
-        self.ledger.reserve(g.key, node, self.pods[pod].requests)
-
-    def _unreserve(self, g: _Gang, pod: PodKey) -> None:
-        node = g.plan.pop(pod, None)
-        if node is None:
+        self._unpark(g, pod, f"pod {pod} was deleted or left the gang")
+        g.drop_slot(pod)
+        g.binding.discard(pod)
+        self._refresh_spec(g)
+        if not g.members and not g.plan and not g.binding:
+            del self._gangs[gang]
             return
-        p = self.pods.get(pod)
-        self.ledger.unreserve(g.key, node, p.requests if p is not None else None)
-        if not g.plan:
-            g.plan_level = None
+        self._reconcile(g)
 
-    def _release_plan(self, g: _Gang) -> None:
-        for pod in list(g.plan):
-            self._unreserve(g, pod)
-        g.admitted_at = None
-        g.deadline = None
+    def _unpark(self, g: Gang, pod: PodKey, what: str) -> None:
+        node = self.waiting.node(pod)
+        if node is not None:
+            self.waiting.remove(pod)
+            self._unparked.append(Unparked(g.key, {pod: node}, BindTargetGone(g.key, pod, what)))
 
     # ------------------------------------------------------------------ membership
 
     def _resolve(self, pod: PodRecord) -> Membership:
         if pod.scheduler_name not in self.settings.scheduler_names:
             return None
-        return resolve(pod, self.podgroups, self.settings.defaults)
-
-    @staticmethod
-    def _gang_key(m: Membership) -> GangKey | None:
-        if isinstance(m, GangSpec | MissingPodGroup):
-            return m.key
-        if isinstance(m, InvalidGang):
-            return m.key
-        return None
+        return resolve(pod, self.store.podgroups, self.settings.defaults)
 
     def membership(self, pod: PodKey) -> Membership:
         return self._membership.get(pod)
 
-    def _spec(self, g: _Gang) -> GangSpec | None:
+    def gang_of(self, pod: PodKey) -> GangKey | None:
+        return _gang_key(self._membership.get(pod))
+
+    def _refresh_spec(self, g: Gang) -> None:
+        g.spec = None
         for k in sorted(g.members):
             m = self._membership.get(k)
             if isinstance(m, GangSpec):
-                return m
-        return None
+                g.spec = m
+                return
 
-    def _live_members(self, g: _Gang) -> list[PodRecord]:
+    def _live(self, g: Gang) -> list[PodRecord]:
         out = []
         for k in sorted(g.members):
-            p = self.pods.get(k)
-            if p is not None and not p.deleting and p.phase != "Failed":
+            p = self.store.pods.get(k)
+            if p is not None and _live(p):
                 out.append(p)
         return out
 
-    def _bound_count(self, g: _Gang) -> int:
-        return sum(1 for p in self._live_members(g) if p.node_name is not None)
+    def _bound_count(self, g: Gang) -> int:
+        return sum(1 for p in self._live(g) if p.node_name is not None)
 
-    def _satisfied(self, g: _Gang, spec: GangSpec) -> bool:
-        return g.released or self._bound_count(g) >= spec.min_member
+    # ------------------------------------------------------------------ gang rules
 
-    def phase(self, g: _Gang, now: float) -> GangPhase:
-        spec = self._spec(g)
+    def _reconcile(self, g: Gang) -> None:
+        """Bring the gang's phase back in line with its members after any change."""
+        spec = g.spec
+        live = self._live(g)
         if spec is None:
-            return GangPhase.INVALID
-        if self._satisfied(g, spec):
-            return GangPhase.RELEASED
-        if g.backoff_until is not None and now < g.backoff_until:
-            return GangPhase.BACKING_OFF
-        if g.admitted_at is not None:
-            return GangPhase.ADMITTED
-        return GangPhase.WAITING
+            if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
+                self._fall_back(g, MembersLost(g.key, len(live), 0, ("no valid declaration",)))
+            return
+        bound = sum(1 for p in live if p.node_name is not None)
+        if g.phase is GangPhase.RELEASED:
+            held = sum(1 for p in live
+                       if p.node_name is not None or p.key in g.binding or p.key in g.plan)
+            if held < spec.min_member:
+                self._fall_back(g, MembersLost(g.key, len(live), spec.min_member,
+                                               self._departed(g, live)))
+        elif g.phase is GangPhase.ADMITTED:
+            self._complete_plan(g, spec, live, bound)
+        elif bound >= spec.min_member:
+            g.satisfied()
+
+    def _departed(self, g: Gang, live: list[PodRecord]) -> tuple[str, ...]:
+        alive = {p.key for p in live}
+        return tuple(sorted(k for k in g.members if k not in alive))[:5]
+
+    def _complete_plan(self, g: Gang, spec: GangSpec, live: list[PodRecord],
+                       bound: int) -> None:
+        """An admitted gang holds a whole plan, or nothing (issue 9, cases 1 and 2)."""
+        if len(live) < spec.min_member:
+            self._fall_back(g, MembersLost(g.key, len(live), spec.min_member,
+                                           self._departed(g, live)))
+            return
+        missing = spec.min_member - bound - len(g.plan)
+        if missing <= 0:
+            return
+        todo = [Member(p) for p in live if p.node_name is None and p.key not in g.plan]
+        result: Plan | NoFit = NoFit(missing, {}, 0, 0)
+        if len(todo) >= missing:
+            required, _ = self._levels_for(g)
+            result = plan_gang(todo[:missing], self._view(), self.settings.levels,
+                               required=required, fixed=dict(g.plan))
+        if isinstance(result, NoFit):
+            self._fall_back(g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key)))
+            return
+        for key, node in result.assignments.items():
+            if key not in g.plan:
+                g.add_slot(key, node, self.store.pods[key].requests)
+
+    def _fall_back(self, g: Gang, reason: GangReason) -> None:
+        parked = self.waiting.pop_gang(g.key)
+        if parked:
+            self._unparked.append(Unparked(g.key, parked, reason))
+        g.fall_back(reason)
+        self._notice(NoticeKind.WAITING, g.key, sorted(g.members), reason)
 
     # ------------------------------------------------------------------ notices
 
-    def _notice(
-        self,
-        kind: NoticeKind,
-        gang: GangKey | None,
-        pods: Sequence[PodKey],
-        reason: GangReason | None = None,
-        detail: str = "",
-    ) -> None:
+    def _notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
+                reason: GangReason | None = None, detail: str = "") -> None:
         self._notices.append(Notice(kind, gang, tuple(pods), reason, detail))
 
     def drain_notices(self) -> list[Notice]:
@@ -396,90 +439,100 @@ class Coscheduler:
 
     def drain_requeue(self) -> list[PodKey]:
         """Pods kube-scheduler should look at again (no API event would wake them)."""
-        out = sorted(k for k in self._requeue if k in self.pods and self.pods[k].node_name is None)
+        pods = self.store.pods
+        out = sorted(k for k in self._requeue if k in pods and pods[k].node_name is None)
         self._requeue.clear()
         return out
 
-    def _turn_away(self, g: _Gang, reason: GangReason) -> GangReason:
-        if g.reason != reason and not _same_kind_same_numbers(g.reason, reason):
+    def drain_unparked(self) -> list[Unparked]:
+        """Parked calls let go of by cluster events; the app answers each with its reason."""
+        out, self._unparked = self._unparked, []
+        return out
+
+    def _turn_away(self, g: Gang, reason: GangReason) -> GangReason:
+        if g.reason != reason and not (isinstance(g.reason, BackingOff)
+                                       and isinstance(reason, BackingOff)):
             self._notice(NoticeKind.WAITING, g.key, sorted(g.members), reason)
         g.reason = reason
         return reason
 
     # ------------------------------------------------------------------ filter
 
-    def filter(
-        self, pod: PodRecord, candidates: Sequence[NodeName], now: float
-    ) -> FilterDecision:
+    def filter(self, pod: PodRecord, candidates: Sequence[NodeName], now: float
+               ) -> FilterDecision:
         """Which candidates ``pod`` may use; for gang pods exactly the planned node."""
-        if pod.key not in self.pods:
-            # Cache lag: the watch has not delivered the pod yet; use what the request carries.
-            self.upsert_pod(pod)
+        cached = self.store.pods.get(pod.key)
+        if cached is None or (pod.uid and cached.uid and pod.uid != cached.uid):
+            # The watch has not delivered this pod yet, or it was deleted (issue 9, case 5):
+            # answer from the request alone and never write it into the store.
+            if self._resolve(pod) is None:
+                return self._filter_plain(pod, candidates)
+            self._awaited.add(pod.key)
+            return FilterDecision([], unresolvable=PodNotInCache(
+                pod.key, pod.uid, cached.uid if cached is not None else None))
+        pod = cached
         m = self._membership.get(pod.key)
         if m is None:
-            return self._filter_plain(pod, candidates, None)
+            return self._filter_plain(pod, candidates)
         if isinstance(m, InvalidGang):
             return FilterDecision([], unresolvable=InvalidDeclaration(m))
         if isinstance(m, MissingPodGroup):
             return FilterDecision([], unresolvable=PodGroupNotFound(m.key))
         g = self._gangs[m.key]
-        spec = self._spec(g) or m
+        spec = g.spec or m
         if spec.min_member != m.min_member:
             return FilterDecision([], unresolvable=InvalidDeclaration(InvalidGang(
                 m.key, "min-member", str(m.min_member),
-                f"members of the gang disagree (others say {spec.min_member})",
-            )))
-        # An admitted plan holds this pod's slot: hand out exactly that node (idempotent).
+                f"members of the gang disagree (others say {spec.min_member})")))
         planned = g.plan.get(pod.key)
-        if planned is not None and (g.admitted_at is not None or g.released):
+        if planned is not None:
+            # The plan holds this pod's slot: hand out exactly that node (idempotent).
             if planned in candidates:
                 return FilterDecision([planned])
-            return self._replan(g, spec, pod, candidates, now)
-        if self._satisfied(g, spec):
-            # Elastic extras: ordinary pods, but never on capacity reserved for others.
-            return self._filter_plain(pod, candidates, g.key)
-        if g.backoff_until is not None:
+            return self._replan(g, spec, pod, candidates)
+        if g.phase is GangPhase.RELEASED:
+            # Elastic extras: ordinary pods, but never on capacity reserved for anyone.
+            return self._filter_plain(pod, candidates)
+        if g.phase is GangPhase.BACKING_OFF:
+            assert g.backoff_until is not None
             if now < g.backoff_until:
                 return FilterDecision([], unresolvable=self._turn_away(
                     g, BackingOff(g.key, g.backoff_until - now, g.backoff_cause)))
-            g.backoff_until = None
-        live = self._live_members(g)
+            g.backoff_over()
+        if g.phase is GangPhase.ADMITTED:
+            return self._extend(g, pod, candidates)
+        live = self._live(g)
         if len(live) < spec.min_member:
             return FilterDecision([], unresolvable=self._turn_away(
                 g, WaitingForMembers(g.key, len(live), spec.min_member)))
-        if g.admitted_at is not None:
-            # Admitted without this pod (it came later): add it if it fits, else it waits.
-            return self._extend(g, spec, pod, candidates)
-        return self._admit(g, spec, pod, candidates, now)
+        return self._admit(g, spec, pod, candidates, live, now)
 
-    def _filter_plain(
-        self, pod: PodRecord, candidates: Sequence[NodeName], own: GangKey | None
-    ) -> FilterDecision:
+    def _filter_plain(self, pod: PodRecord, candidates: Sequence[NodeName]) -> FilterDecision:
         # kube-scheduler's own filters already checked raw capacity (a node our cache has
         # not seen yet included), so only nodes holding reservations can turn this pod away:
         # the work is O(reserved nodes), plus one C-speed pass when some node fails.
         everything = candidates if isinstance(candidates, list) else list(candidates)
-        if not self.ledger.reserved:
+        totals = self.ledger.total
+        if not totals:
             return FilterDecision(everything)
-        cand = set(candidates) if len(self.ledger.reserved) > 8 else None
+        cand = set(everything) if len(totals) > 8 else None
         failed: dict[NodeName, NodeReason] = {}
-        for node, per in self.ledger.reserved.items():
-            if own is not None and len(per) == 1 and own in per:
+        for node in totals:
+            if (cand is not None and node not in cand) or (cand is None
+                                                           and node not in everything):
                 continue
-            free = self.free_outside(node, None)
+            free = self.free_unreserved(node)
             if fits(pod.requests, free):
                 continue
-            if (cand is not None and node not in cand) or (cand is None and node not in everything):
-                continue
-            others = tuple(sorted(g for g in per if g != own))
-            failed[node] = ReservedForGangs(node, others, shortfall(pod.requests, free))
+            gangs = tuple(sorted(self.ledger.gangs_on(node)))
+            failed[node] = ReservedForGangs(node, gangs, shortfall(pod.requests, free))
         if not failed:
             return FilterDecision(everything)
         return FilterDecision(list(filterfalse(failed.__contains__, everything)), failed)
 
-    def _levels_for(self, g: _Gang) -> tuple[Level | None, GangReason | None]:
+    def _levels_for(self, g: Gang) -> tuple[Level | None, GangReason | None]:
         for k in sorted(g.members):
-            p = self.pods.get(k)
+            p = self.store.pods.get(k)
             if p is None:
                 continue
             want = p.annotations.get(TOPOLOGY_REQUIRED)
@@ -492,92 +545,73 @@ class Coscheduler:
                 return lv, None
         return None, None
 
-    def _members_to_plan(
-        self, g: _Gang, pod: PodRecord, candidates: Sequence[NodeName]
-    ) -> list[Member]:
-        cand = frozenset(candidates)
-        out = [Member(pod, cand)]
-        for p in self._live_members(g):
-            if p.key != pod.key and p.node_name is None:
-                out.append(Member(p))
-        return out
+    def _view(self) -> _View:
+        return _View(self)
 
-    def _admit(
-        self, g: _Gang, spec: GangSpec, pod: PodRecord, candidates: Sequence[NodeName],
-        now: float,
-    ) -> FilterDecision:
+    def _admit(self, g: Gang, spec: GangSpec, pod: PodRecord, candidates: Sequence[NodeName],
+               live: list[PodRecord], now: float) -> FilterDecision:
         required, bad = self._levels_for(g)
         if bad is not None:
             return FilterDecision([], unresolvable=self._turn_away(g, bad))
         if spec.min_resources:
             total: Resources = {}
-            for n in self.nodes:
-                total = add(total, {k: max(0, v) for k, v in self.free_outside(n, g.key).items()})
+            for n in self.store.nodes:
+                total = add(total, {k: max(0, v) for k, v in self.free_unreserved(n).items()})
             if not fits(spec.min_resources, total):
                 return FilterDecision([], unresolvable=self._turn_away(
                     g, NotEnoughMinResources(g.key, spec.min_resources, total)))
-        members = self._members_to_plan(g, pod, candidates)
-        need = spec.min_member - self._bound_count(g)
-        view = _View(self, g.key)
-        result = plan_gang(members, view, self.settings.levels, required=required)
+        # Bindings still in flight from before a fall-back keep their slots: fixed.
+        fixed = {k: n for k, n in g.plan.items() if k in g.binding}
+        bound = sum(1 for p in live if p.node_name is not None)
+        members = [Member(pod, frozenset(candidates))]
+        members += [Member(p) for p in live
+                    if p.key != pod.key and p.node_name is None and p.key not in fixed]
+        need = spec.min_member - bound - len(fixed)
+        view = self._view()
+        result = plan_gang(members, view, self.settings.levels, required=required, fixed=fixed)
         if isinstance(result, NoFit) and len(members) > need > 0:
-            result = plan_gang(members[:need], view, self.settings.levels, required=required)
+            result = plan_gang(members[:need], view, self.settings.levels, required=required,
+                               fixed=fixed)
         if isinstance(result, NoFit):
             return FilterDecision([], unresolvable=self._turn_away(
                 g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key))))
-        self._apply_plan(g, result, now, spec)
-        node = result.assignments[pod.key]
-        return FilterDecision([node])
+        requests = {k: self.store.pods[k].requests for k in result.assignments}
+        g.admit(result.assignments, requests, result.level, now, spec.timeout_seconds)
+        self._notice(NoticeKind.ADMITTED, g.key, sorted(g.members), detail=_plan_text(result))
+        # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
+        # API event will wake them: ask the app to nudge them.
+        self._requeue.update(k for k in result.assignments if k != pod.key)
+        return FilterDecision([result.assignments[pod.key]])
 
-    def _apply_plan(self, g: _Gang, plan: Plan, now: float, spec: GangSpec) -> None:
-        for key, node in plan.assignments.items():
-            if key not in g.plan:
-                self._reserve(g, key, node)
-        g.plan_level = plan.level
-        if g.admitted_at is None:
-            g.admitted_at = now
-            g.deadline = now + spec.timeout_seconds
-            g.reason = None
-            self._notice(NoticeKind.ADMITTED, g.key, sorted(g.members), detail=_plan_text(plan))
-            # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
-            # API event will wake them: ask the app to nudge them.
-            self._requeue.update(k for k in plan.assignments)
-
-    def _extend(
-        self, g: _Gang, spec: GangSpec, pod: PodRecord, candidates: Sequence[NodeName]
-    ) -> FilterDecision:
+    def _extend(self, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
+                ) -> FilterDecision:
+        """An admitted gang's plan is whole; this pod is an extra beyond minMember."""
         required, _ = self._levels_for(g)
-        fixed = dict(g.plan)
-        result = plan_gang(
-            [Member(pod, frozenset(candidates))], _View(self, g.key), self.settings.levels,
-            required=required, fixed=fixed,
-        )
+        result = plan_gang([Member(pod, frozenset(candidates))], self._view(),
+                           self.settings.levels, required=required, fixed=dict(g.plan))
         if isinstance(result, NoFit):
             return FilterDecision([], unresolvable=ExtraMemberWaits(g.key, len(g.plan)))
         node = result.assignments[pod.key]
-        self._reserve(g, pod.key, node)
+        g.add_slot(pod.key, node, pod.requests)
         return FilterDecision([node])
 
-    def _replan(
-        self, g: _Gang, spec: GangSpec, pod: PodRecord, candidates: Sequence[NodeName],
-        now: float,
-    ) -> FilterDecision:
-        """The planned node is no longer a candidate: move this member if possible."""
-        lost = g.plan[pod.key]
-        self._unreserve(g, pod.key)
+    def _replan(self, g: Gang, spec: GangSpec, pod: PodRecord, candidates: Sequence[NodeName]
+                ) -> FilterDecision:
+        """The planned node is no longer a candidate: move this member, or give all back."""
+        lost = g.drop_slot(pod.key)
+        assert lost is not None
         required, _ = self._levels_for(g)
-        fixed = {k: n for k, n in g.plan.items() if self.waiting.is_parked(k)}
-        result = plan_gang(
-            [Member(pod, frozenset(candidates))], _View(self, g.key), self.settings.levels,
-            required=required, fixed=fixed,
-        )
+        result = plan_gang([Member(pod, frozenset(candidates))], self._view(),
+                           self.settings.levels, required=required, fixed=dict(g.plan))
         if isinstance(result, NoFit):
             reason = PlannedNodeLost(g.key, lost, result)
-            if not g.released:
-                return FilterDecision([], unresolvable=self._turn_away(g, reason))
-            return FilterDecision([], unresolvable=reason)
+            if g.phase is GangPhase.ADMITTED:
+                self._fall_back(g, reason)
+            else:
+                self._reconcile(g)
+            return FilterDecision([], unresolvable=self._turn_away(g, reason))
         node = result.assignments[pod.key]
-        self._reserve(g, pod.key, node)
+        g.add_slot(pod.key, node, pod.requests)
         return FilterDecision([node])
 
     # ------------------------------------------------------------------ prioritize
@@ -585,12 +619,11 @@ class Coscheduler:
     def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[int]:
         """A 0..10 score for each of ``nodes``, in the same order."""
         gpus = pod.requests.get(GPU, 0)
-        own = self._gang_key(self._membership.get(pod.key))
-        if own is not None:
-            return [self._score(n, gpus, own) for n in nodes]
+        if self.gang_of(pod.key) is not None:
+            return [self._score(n, gpus, pod.key) for n in nodes]
         # Plain pods: scores depend only on the node's state and the GPU count, so they are
         # cached per GPU count and dropped whenever a node's usage or reservations change.
-        cache = self.ledger.scores.setdefault(gpus, {})
+        cache = self.store.scores.setdefault(gpus, {})
         get = cache.get
         out = [get(n, -1) for n in nodes]
         if -1 in out:
@@ -599,63 +632,127 @@ class Coscheduler:
                     out[i] = cache[n] = self._score(n, gpus, None)
         return out
 
-    def _score(self, n: NodeName, gpus: int, own: GangKey | None) -> int:
-        node = self.nodes.get(n)
-        if node is None:
+    def _score(self, n: NodeName, gpus: int, own: PodKey | None) -> int:
+        if n not in self.store.nodes:
             return 0
         return self.explain_score(n, gpus, own).total
 
-    def explain_score(self, n: NodeName, gpus: int, own: GangKey | None) -> Score:
-        node = self.nodes[n]
-        numa = self.numa.get(n)
-        return explain_score(
-            node, gpus, self.ledger.free_gpus(n, own), self.ledger.gpu_pods.get(n, {}).values(),
-            self._layout(node), numa.gpus_available if numa is not None else None,
-        )
+    def free_gpus(self, n: NodeName, own: PodKey | None = None) -> int:
+        """Free GPUs on ``n`` outside every reservation but ``own``'s."""
+        node = self.store.nodes[n]
+        free = node.allocatable.get(GPU, 0) - self.store.used.get(n, {}).get(GPU, 0)
+        free -= self.ledger.reserved_on(n).get(GPU, 0)
+        mine = self.ledger.get(own) if own is not None else None
+        if mine is not None and mine.node == n:
+            free += mine.requests.get(GPU, 0)
+        return free
 
-    def _layout(self, node: NodeRecord) -> GpuLayout:
-        cached = self._layouts.get(node.name)
-        if cached is None or cached[0] is not node:
-            cached = (node, gpu_layout(node))
-            self._layouts[node.name] = cached
-        return cached[1]
+    def explain_score(self, n: NodeName, gpus: int, own: PodKey | None = None) -> Score:
+        node = self.store.nodes[n]
+        numa = self.store.numa.get(n)
+        return explain_score(
+            node, gpus, self.free_gpus(n, own), self.store.gpu_pods.get(n, {}).values(),
+            self.store.layout(n), numa.gpus_available if numa is not None else None,
+        )
 
     # ------------------------------------------------------------------ bind
 
-    def bind(self, key: PodKey, node: NodeName, now: float) -> BindDecision:
+    def bind(self, key: PodKey, node: NodeName, now: float, uid: str = "") -> BindDecision:
+        pod = self.store.pods.get(key)
+        if pod is None or (uid and pod.uid and uid != pod.uid):
+            return Reject(PodNotInCache(key, uid, pod.uid if pod is not None else None))
         m = self._membership.get(key)
-        if m is None or key not in self.pods:
+        if m is None:
             return BindNow(key, node)
         if isinstance(m, InvalidGang):
             return Reject(InvalidDeclaration(m))
         if isinstance(m, MissingPodGroup):
             return Reject(PodGroupNotFound(m.key))
         g = self._gangs[m.key]
-        spec = self._spec(g) or m
+        spec = g.spec or m
         planned = g.plan.get(key)
         if planned is not None and planned != node:
             return Reject(WrongNode(g.key, planned, node))
-        if self._satisfied(g, spec):
-            return BindNow(key, node)
-        if planned is None:
+        if planned is None and g.phase is not GangPhase.RELEASED:
             # No plan holds this pod (e.g. Lockstep restarted after filter): admit it now.
-            decision = self.filter(self.pods[key], [node], now)
+            decision = self.filter(pod, [node], now)
             if decision.passed != [node]:
                 return Reject(decision.unresolvable or WrongNode(g.key, None, node))
+        if g.phase is GangPhase.RELEASED:
+            g.binding.add(key)
+            return BindNow(key, node)
+        if g.phase is not GangPhase.ADMITTED:
+            return Reject(g.reason or WaitingForMembers(g.key, 0, spec.min_member))
         assert g.deadline is not None
-        parked = self.waiting.park(g.key, key, node)
-        if parked + self._bound_count(g) >= spec.min_member:
-            g.released = True
-            g.deadline = None
-            binds = self.waiting.pop_gang(g.key)
-            self._notice(NoticeKind.RELEASED, g.key, sorted(binds),
-                         detail=f"{len(binds) + self._bound_count(g)}/{spec.min_member}")
-            return BindGroup(g.key, binds)
-        return Park(g.key, g.deadline)
+        parked = self.waiting.park(g.key, key, node, pod.uid)
+        if parked + self._bound_count(g) < spec.min_member:
+            return Park(g.key, g.deadline)
+        gone = self._check_quorum(g)
+        if gone:
+            mine = gone.pop(key, None)
+            for other, reason in gone.items():
+                self._unparked.append(Unparked(g.key, {other: self.waiting.node(other)
+                                                       or node}, reason))
+                self.waiting.remove(other)
+            if mine is not None:
+                self.waiting.remove(key)
+                return Reject(mine)
+            return Park(g.key, g.deadline)
+        binds = self.waiting.pop_gang(g.key)
+        g.release(set(binds))
+        self._notice(NoticeKind.RELEASED, g.key, sorted(binds),
+                     detail=f"{len(binds) + self._bound_count(g)}/{spec.min_member}")
+        return BindGroup(g.key, binds)
 
-    def bind_failed(self, key: PodKey) -> None:
-        """A bind call failed at the API: the pod goes back through filter to its slot."""
-        self.waiting.remove(key)
+    def _check_quorum(self, g: Gang) -> dict[PodKey, GangReason]:
+        """Before the first binding: every parked member and its node still exist, with the
+        UID that was parked and the slot the plan holds (issue 9, case 6)."""
+        gone: dict[PodKey, GangReason] = {}
+        for key, node in self.waiting.parked(g.key).items():
+            pod = self.store.pods.get(key)
+            uid = self.waiting.uid(key)
+            what = ""
+            if pod is None or not _live(pod):
+                what = f"pod {key} is gone"
+            elif uid and pod.uid != uid:
+                what = f"pod {key} was recreated (uid {uid} -> {pod.uid})"
+            elif node not in self.store.nodes:
+                what = f"node {node} is gone"
+            elif g.plan.get(key) != node:
+                what = f"the plan no longer holds {node} for {key}"
+            if what:
+                gone[key] = BindTargetGone(g.key, key, what)
+        return gone
+
+    def bind_outcomes(self, outcomes: Sequence[BindOutcome]) -> PartiallyBound | None:
+        """What the API said to bindings the core asked for; a partial gang is reported."""
+        by_gang: dict[GangKey, list[BindOutcome]] = {}
+        for o in outcomes:
+            gang = self.gang_of(o.pod)
+            g = self._gangs.get(gang) if gang is not None else None
+            if g is None:
+                continue
+            by_gang.setdefault(g.key, []).append(o)
+            if isinstance(o, BindFailed):
+                g.bind_settled(o.pod)
+                self.waiting.remove(o.pod)
+        report = None
+        for gang, items in by_gang.items():
+            g = self._gangs[gang]
+            spec = g.spec
+            failed = [o for o in items if isinstance(o, BindFailed) and o.permanent]
+            if spec is None or not failed:
+                continue
+            ok = {o.pod for o in items if isinstance(o, Bound)}
+            bound = len({p.key for p in self._live(g) if p.node_name is not None} | ok)
+            if 0 < bound < spec.min_member:
+                report = PartiallyBound(g.key, bound, spec.min_member, tuple(
+                    f"{o.pod}: {o.message}" for o in failed)[:5])
+                g.partial = report
+                self.partial_gangs += 1
+                self._notice(NoticeKind.PARTIALLY_BOUND, g.key, sorted(g.members), report)
+            self._reconcile(g)
+        return report
 
     def abandon(self, key: PodKey) -> None:
         """kube-scheduler gave up on a parked call (connection closed): unpark it."""
@@ -664,34 +761,30 @@ class Coscheduler:
     # ------------------------------------------------------------------ time
 
     def next_deadline(self) -> float | None:
-        times = [g.deadline for g in self._gangs.values() if g.deadline is not None]
-        times += [g.backoff_until for g in self._gangs.values() if g.backoff_until is not None]
+        times = [t for g in self._gangs.values()
+                 for t in (g.deadline, g.backoff_until) if t is not None]
         return min(times, default=None)
 
     def expire(self, now: float) -> list[Expired]:
         """Time out admitted gangs past their deadline and end finished backoffs."""
         out = []
         for g in list(self._gangs.values()):
-            if g.backoff_until is not None and now >= g.backoff_until:
-                g.backoff_until = None
+            if g.phase is GangPhase.BACKING_OFF and g.backoff_until is not None \
+                    and now >= g.backoff_until:
+                g.backoff_over()
                 self._requeue.update(g.members)
-            if g.deadline is None or now < g.deadline or g.released:
+            if g.phase is not GangPhase.ADMITTED or g.deadline is None or now < g.deadline:
                 continue
-            spec = self._spec(g)
+            spec = g.spec
             parked = self.waiting.pop_gang(g.key)
+            pods = self.store.pods
             stragglers = tuple(
-                f"{k} ({self.pods[k].node_name or 'not placed'})"
+                f"{k} ({pods[k].node_name or 'not placed'})"
                 for k in sorted(g.members)
-                if k not in parked and k in self.pods and self.pods[k].node_name is None
-            )
-            reason = TimedOut(
-                g.key, len(parked), spec.min_member if spec else 0,
-                spec.timeout_seconds if spec else 0.0, stragglers[:5],
-            )
-            self._release_plan(g)
-            g.backoff_until = now + self.settings.backoff_seconds
-            g.backoff_cause = reason
-            g.reason = reason
+                if k not in parked and k in pods and pods[k].node_name is None)
+            reason = TimedOut(g.key, len(parked), spec.min_member if spec else 0,
+                              spec.timeout_seconds if spec else 0.0, stragglers[:5])
+            g.expire(now, self.settings.backoff_seconds, reason)
             self._notice(NoticeKind.TIMED_OUT, g.key, sorted(g.members), reason)
             out.append(Expired(g.key, parked, reason))
             # Capacity came free: wake the gangs that were waiting for it.
@@ -702,67 +795,84 @@ class Coscheduler:
 
     # ------------------------------------------------------------------ views
 
-    def gang_of(self, pod: PodKey) -> GangKey | None:
-        return self._gang_key(self._membership.get(pod))
-
     def gang_view(self, key: GangKey, now: float) -> GangView | None:
         g = self._gangs.get(key)
         if g is None:
             return None
+        live = self._live(g)
         return GangView(
             key=g.key,
-            phase=self.phase(g, now),
-            spec=self._spec(g),
-            members=len(self._live_members(g)),
-            bound=self._bound_count(g),
+            phase=g.phase if g.spec is not None else GangPhase.INVALID,
+            spec=g.spec,
+            members=len(live),
+            bound=sum(1 for p in live if p.node_name is not None),
             parked=self.waiting.count(g.key),
             plan=dict(g.plan),
             plan_level=g.plan_level,
             deadline=g.deadline,
             backoff_until=g.backoff_until,
             reason=g.reason,
+            partial=g.partial,
         )
 
     def gang_views(self, now: float) -> list[GangView]:
         views = (self.gang_view(k, now) for k in sorted(self._gangs))
         return [v for v in views if v is not None]
 
-    def domains(self, index: int) -> dict[tuple[str, ...], list[NodeName]]:
-        cached = self._domains.get(index)
-        if cached is None:
-            cached = {}
-            for n in sorted(self.nodes):
-                d = domain_of(self.settings.levels, index, self.nodes[n])
-                if d is not None:
-                    cached.setdefault(d, []).append(n)
-            self._domains[index] = cached
-        return cached
+    def podgroup_status(self, key: GangKey) -> PodGroupStatus | None:
+        """The status a PodGroup object of this gang should show (rules live here)."""
+        g = self._gangs.get(key)
+        if g is None or g.spec is None:
+            return None
+        return podgroup_status(g.spec, self.members_of(key),
+                               holding=bool(g.plan) or self.waiting.count(key) > 0,
+                               partial=g.partial)
 
-    def reserved_total(self) -> Mapping[NodeName, Mapping[GangKey, Resources]]:
-        return self.ledger.reserved
+    def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
+        return self.store.domains(index)
 
+    def reserved_total(self) -> dict[NodeName, dict[GangKey, Resources]]:
+        return {n: self.ledger.by_gang_on(n) for n in self.ledger.nodes()}
 
+    def plans(self) -> dict[GangKey, dict[PodKey, NodeName]]:
+        return {k: dict(g.plan) for k, g in self._gangs.items() if g.plan}
+
+    def gangs(self) -> Mapping[GangKey, Gang]:
+        return MappingProxyType(self._gangs)
 
 
 class _View:
-    """The planner's read-only window: capacity as seen by one gang."""
+    """The planner's read-only window: capacity outside every reservation.
 
-    def __init__(self, core: Coscheduler, gang: GangKey) -> None:
+    Reservations of the gang being planned count as taken too (issue 9, case 2): whatever
+    is re-placed gives its own slot back first.
+    """
+
+    def __init__(self, core: Coscheduler) -> None:
         self._core = core
-        self._gang = gang
-        self.nodes = core.nodes
+        self.nodes = core.store.nodes
 
     def free_for_gang(self, node: NodeName) -> Resources:
-        return self._core.free_outside(node, self._gang)
+        return self._core.free_unreserved(node)
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
-        return list(self._core.ledger.gpu_pods.get(node, {}).values())
+        return list(self._core.store.gpu_pods.get(node, {}).values())
 
     def free_gpus(self, node: NodeName) -> int:
-        return self._core.ledger.free_gpus(node, self._gang)
+        return self._core.free_gpus(node)
 
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
-        return self._core.domains(index)
+        return self._core.store.domains(index)
+
+
+def _live(p: PodRecord) -> bool:
+    return not p.deleting and not p.terminal
+
+
+def _gang_key(m: Membership) -> GangKey | None:
+    if isinstance(m, GangSpec | MissingPodGroup | InvalidGang):
+        return m.key
+    return None
 
 
 def _plan_text(plan: Plan) -> str:
@@ -770,8 +880,3 @@ def _plan_text(plan: Plan) -> str:
     where = f"one {plan.level}" if plan.level else "spread"
     listed = ", ".join(nodes[:8])
     return f"{len(plan.assignments)} members on {len(nodes)} node(s), {where}: {listed}"
-
-
-def _same_kind_same_numbers(a: GangReason | None, b: GangReason) -> bool:
-    """Backoff countdowns differ every call; one Event per backoff is enough."""
-    return isinstance(a, BackingOff) and isinstance(b, BackingOff)

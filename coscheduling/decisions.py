@@ -15,14 +15,18 @@ from .records import NodeName, PodKey
 
 __all__ = [
     "BindDecision",
+    "BindFailed",
     "BindGroup",
     "BindNow",
+    "BindOutcome",
+    "Bound",
     "Expired",
     "FilterDecision",
     "Notice",
     "NoticeKind",
     "Park",
     "Reject",
+    "Unparked",
 ]
 
 
@@ -34,6 +38,7 @@ class NoticeKind(Enum):
     TIMED_OUT = "GangTimedOut"
     INVALID = "GangInvalid"
     TIMEOUT_CAPPED = "GangTimeoutCapped"
+    PARTIALLY_BOUND = "GangPartiallyBound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +94,31 @@ class Expired:
     gang: GangKey
     parked: dict[PodKey, NodeName]
     reason: TimedOut
+
+
+@dataclass(frozen=True, slots=True)
+class Unparked:
+    """Parked calls the core let go of outside a verb (a member or node left, a deadline):
+    the app answers each with the rendered reason, and kube-scheduler retries them."""
+
+    gang: GangKey
+    pods: dict[PodKey, NodeName]
+    reason: GangReason
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    pod: PodKey
+    node: NodeName
+
+
+@dataclass(frozen=True, slots=True)
+class BindFailed:
+    pod: PodKey
+    node: NodeName
+    message: str
+    permanent: bool
+    """True when retrying cannot help (pod or node gone, forbidden, conflict)."""
+
+
+BindOutcome = Bound | BindFailed

@@ -1,97 +1,109 @@
-"""Capacity bookkeeping: what each node has, what bound pods use, what gangs have reserved.
+"""Reservations, one per pod: capacity an admitted gang holds for a member not yet bound.
 
-Free capacity per node is kept up to date incrementally as pods bind and leave, so filter and
-prioritize never scan pods. A reservation is capacity an admitted gang holds for members that
-are not bound yet; when the watch shows a member bound, its reservation turns into usage.
-Any change to a node drops that node's cached scores.
+Each reservation names its pod, gang, node and the exact requests it holds, so giving one
+back is exact: no "None means everything on that node" rule that could drop a sibling's share
+(issue 9, case 1). Per-node totals are an index over the reservations, kept in step here and
+nowhere else; :func:`check_ledger` (run by the model test after every step) proves that they
+and the gangs' plans agree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .podgroup import GangKey
-from .records import NodeName, NodeRecord, PodKey, PodRecord
+from .records import NodeName, PodKey
 from .resources import Resources, add, sub
-from .topology import GPU
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "LedgerDrift", "Reservation", "check_ledger"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    pod: PodKey
+    gang: GangKey
+    node: NodeName
+    requests: Resources
 
 
 @dataclass(slots=True)
 class Ledger:
-    nodes: dict[NodeName, NodeRecord] = field(default_factory=dict)
-    used: dict[NodeName, Resources] = field(default_factory=dict)
-    gpu_pods: dict[NodeName, dict[PodKey, int]] = field(default_factory=dict)
-    """GPU counts of the pods holding GPUs on each node (for NVLink island packing)."""
-    reserved: dict[NodeName, dict[GangKey, Resources]] = field(default_factory=dict)
-    scores: dict[int, dict[NodeName, int]] = field(default_factory=dict)
-    """Cached plain-pod scores by GPU count, then node; a node's are dropped when it changes."""
+    on_change: Callable[[NodeName], None] = lambda _: None
+    """Called with the node whenever its reservations change (drops its cached scores)."""
+    by_pod: dict[PodKey, Reservation] = field(default_factory=dict)
+    by_node: dict[NodeName, dict[PodKey, Reservation]] = field(default_factory=dict)
+    total: dict[NodeName, Resources] = field(default_factory=dict)
 
-    def drop_scores(self, node: NodeName) -> None:
-        for per_node in self.scores.values():
-            per_node.pop(node, None)
+    def reserve(self, r: Reservation) -> None:
+        if r.pod in self.by_pod:
+            self.unreserve(r.pod)
+        self.by_pod[r.pod] = r
+        self.by_node.setdefault(r.node, {})[r.pod] = r
+        self.total[r.node] = add(self.total.get(r.node, {}), r.requests)
+        self.on_change(r.node)
 
-    def put_node(self, node: NodeRecord) -> None:
-        self.nodes[node.name] = node
-        self.drop_scores(node.name)
+    def unreserve(self, pod: PodKey) -> Reservation | None:
+        r = self.by_pod.pop(pod, None)
+        if r is None:
+            return None
+        per = self.by_node[r.node]
+        del per[pod]
+        if per:
+            self.total[r.node] = sub(self.total[r.node], r.requests)
+        else:
+            del self.by_node[r.node]
+            del self.total[r.node]
+        self.on_change(r.node)
+        return r
 
-    def drop_node(self, name: NodeName) -> None:
-        self.nodes.pop(name, None)
-        self.drop_scores(name)
+    def get(self, pod: PodKey) -> Reservation | None:
+        return self.by_pod.get(pod)
 
-    def add_usage(self, pod: PodRecord) -> None:
-        assert pod.node_name is not None
-        self.drop_scores(pod.node_name)
-        self.used[pod.node_name] = add(self.used.get(pod.node_name, {}), pod.requests)
-        if gpus := pod.requests.get(GPU, 0):
-            self.gpu_pods.setdefault(pod.node_name, {})[pod.key] = gpus
+    def on_node(self, node: NodeName) -> Iterable[Reservation]:
+        return tuple(self.by_node.get(node, {}).values())
 
-    def release_usage(self, pod: PodRecord) -> None:
-        assert pod.node_name is not None
-        self.drop_scores(pod.node_name)
-        self.used[pod.node_name] = sub(self.used.get(pod.node_name, {}), pod.requests)
-        self.gpu_pods.get(pod.node_name, {}).pop(pod.key, None)
+    def reserved_on(self, node: NodeName) -> Resources:
+        return self.total.get(node, {})
 
-    def reserve(self, gang: GangKey, node: NodeName, requests: Resources) -> None:
-        self.drop_scores(node)
-        per = self.reserved.setdefault(node, {})
-        per[gang] = add(per.get(gang, {}), requests)
+    def by_gang_on(self, node: NodeName) -> dict[GangKey, Resources]:
+        out: dict[GangKey, Resources] = {}
+        for r in self.by_node.get(node, {}).values():
+            out[r.gang] = add(out.get(r.gang, {}), r.requests)
+        return out
 
-    def unreserve(self, gang: GangKey, node: NodeName, requests: Resources | None) -> None:
-        """Give back ``requests`` (everything the gang holds there when None)."""
-        self.drop_scores(node)
-        per = self.reserved.get(node, {})
-        if gang in per:
-            left = sub(per[gang], requests) if requests is not None else {}
-            if any(v > 0 for v in left.values()):
-                per[gang] = left
-            else:
-                per.pop(gang)
-        if not per:
-            self.reserved.pop(node, None)
-
-    def free(self, node: NodeName) -> Resources:
-        n = self.nodes.get(node)
-        if n is None:
-            return {}
-        return sub(n.allocatable, self.used.get(node, {}))
-
-    def free_outside(self, node: NodeName, gang: GangKey | None) -> Resources:
-        """Free capacity on ``node`` not held by any admitted gang other than ``gang``."""
-        free = self.free(node)
-        for g, r in self.reserved.get(node, {}).items():
-            if g != gang:
-                free = sub(free, r)
-        return free
-
-    def free_gpus(self, node: NodeName, own: GangKey | None) -> int:
-        free = self.nodes[node].allocatable.get(GPU, 0) - self.used.get(node, {}).get(GPU, 0)
-        for g, r in self.reserved.get(node, {}).items():
-            if g != own:
-                free -= r.get(GPU, 0)
-        return free
+    def gangs_on(self, node: NodeName) -> set[GangKey]:
+        return {r.gang for r in self.by_node.get(node, {}).values()}
 
     def reserving_gangs(self, other_than: GangKey | None) -> tuple[GangKey, ...]:
-        out = {g for per in self.reserved.values() for g in per if g != other_than}
-        return tuple(sorted(out))
+        return tuple(sorted({r.gang for r in self.by_pod.values() if r.gang != other_than}))
+
+    def nodes(self) -> Iterable[NodeName]:
+        return self.by_node.keys()
+
+    def __len__(self) -> int:
+        return len(self.by_pod)
+
+
+class LedgerDrift(AssertionError):
+    """The reservations and the plans (or the per-node totals) disagree."""
+
+
+def check_ledger(ledger: Ledger, plans: Mapping[GangKey, Mapping[PodKey, NodeName]]) -> None:
+    """Reservations equal the plans, pod by pod, and every per-node total is their sum."""
+    planned = {(g, p, n) for g, plan in plans.items() for p, n in plan.items()}
+    held = {(r.gang, r.pod, r.node) for r in ledger.by_pod.values()}
+    if planned != held:
+        raise LedgerDrift(f"plans without reservation: {sorted(planned - held)}; "
+                          f"reservations without plan: {sorted(held - planned)}")
+    for node, per in ledger.by_node.items():
+        want: Resources = {}
+        for r in per.values():
+            if ledger.by_pod.get(r.pod) is not r:
+                raise LedgerDrift(f"node index holds stale reservation {r}")
+            want = add(want, r.requests)
+        have = ledger.total.get(node, {})
+        if {k: v for k, v in have.items() if v} != {k: v for k, v in want.items() if v}:
+            raise LedgerDrift(f"node {node}: total {have} != sum of reservations {want}")
+    if set(ledger.total) != set(ledger.by_node):
+        raise LedgerDrift("per-node totals and the node index list different nodes")

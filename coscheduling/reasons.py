@@ -16,14 +16,18 @@ from .resources import Resources
 
 __all__ = [
     "BackingOff",
+    "BindTargetGone",
     "DoesNotFit",
     "ExtraMemberWaits",
     "GangReason",
     "InvalidDeclaration",
+    "MembersLost",
     "NodeReason",
     "NotEnoughMinResources",
+    "PartiallyBound",
     "PlannedNodeLost",
     "PodGroupNotFound",
+    "PodNotInCache",
     "Reason",
     "ReservedForGangs",
     "TimedOut",
@@ -110,6 +114,44 @@ class ReservedForGangs:
 
 
 @dataclass(frozen=True, slots=True)
+class MembersLost:
+    """An admitted or released gang fell below minMember: its reservation was given back."""
+
+    gang: GangKey
+    have: int
+    need: int
+    lost: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodNotInCache:
+    """A verb named a pod the watch has not delivered (or has already deleted)."""
+
+    pod: str
+    uid: str
+    cached_uid: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BindTargetGone:
+    """Checked before the first binding of a quorum: a member or its node is gone."""
+
+    gang: GangKey
+    pod: str
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartiallyBound:
+    """Some members bound, then a sibling's binding failed for good: never hidden."""
+
+    gang: GangKey
+    bound: int
+    need: int
+    failures: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownNode:
     node: NodeName
 
@@ -125,6 +167,10 @@ GangReason = (
     | PlannedNodeLost
     | TimedOut
     | WrongNode
+    | MembersLost
+    | PodNotInCache
+    | BindTargetGone
+    | PartiallyBound
 )
 NodeReason = ReservedForGangs | UnknownNode
 Reason = GangReason | NodeReason

@@ -21,12 +21,23 @@ __all__ = ["WaitingMap"]
 class WaitingMap:
     _by_gang: dict[GangKey, dict[PodKey, NodeName]] = field(default_factory=dict)
     _gang_of: dict[PodKey, GangKey] = field(default_factory=dict)
+    _uid: dict[PodKey, str] = field(default_factory=dict)
+    """The UID each parked call was made for, checked again before the group binds."""
 
-    def park(self, gang: GangKey, pod: PodKey, node: NodeName) -> int:
+    def park(self, gang: GangKey, pod: PodKey, node: NodeName, uid: str = "") -> int:
         """Park ``pod``'s bind; returns how many of the gang are now parked."""
+        self.remove(pod)
         self._by_gang.setdefault(gang, {})[pod] = node
         self._gang_of[pod] = gang
+        self._uid[pod] = uid
         return len(self._by_gang[gang])
+
+    def uid(self, pod: PodKey) -> str:
+        return self._uid.get(pod, "")
+
+    def node(self, pod: PodKey) -> NodeName | None:
+        gang = self._gang_of.get(pod)
+        return self._by_gang[gang].get(pod) if gang is not None else None
 
     def parked(self, gang: GangKey) -> dict[PodKey, NodeName]:
         return dict(self._by_gang.get(gang, {}))
@@ -41,10 +52,12 @@ class WaitingMap:
         out = self._by_gang.pop(gang, {})
         for pod in out:
             self._gang_of.pop(pod, None)
+            self._uid.pop(pod, None)
         return out
 
     def remove(self, pod: PodKey) -> GangKey | None:
         gang = self._gang_of.pop(pod, None)
+        self._uid.pop(pod, None)
         if gang is not None:
             members = self._by_gang.get(gang, {})
             members.pop(pod, None)

@@ -78,6 +78,7 @@ async def test_plain_pod_passes_every_candidate_in_wire_format(client: httpx.Asy
 async def test_gang_short_of_members_is_unresolvable_with_reason(client: httpx.AsyncClient,
                                                            service: Lockstep) -> None:
     p = pod("a0").gang("a", min_member=4).gpu(1).build()
+    service.core.upsert_pod(pod_from_json(p))  # what the pod watch delivers first
     r = await client.post("/filter", json=filter_body(p))
     body = r.json()
     assert body["NodeNames"] == []
@@ -176,8 +177,9 @@ async def test_deadline_answers_parked_binds_with_the_reason(
 
 
 async def test_debug_endpoints(client: httpx.AsyncClient, service: Lockstep) -> None:
-    service.core.upsert_pod(pod_from_json(pod("a0").gang("a", min_member=2).gpu(1).build()))
-    await client.post("/filter", json=filter_body(pod("a0").gang("a", min_member=2).gpu(1).build()))
+    a0 = pod("a0").gang("a", min_member=2).gpu(1).build()
+    service.core.upsert_pod(pod_from_json(a0))
+    await client.post("/filter", json=filter_body(a0))
     gangs = (await client.get("/debug/gangs")).json()["gangs"]
     assert gangs[0]["gang"] == "default/a" and gangs[0]["phase"] == "Waiting"
     assert "1/2 members exist" in gangs[0]["reason"]

@@ -40,6 +40,7 @@ async def client() -> AsyncIterator[tuple[httpx.AsyncClient, Lockstep]]:
     core = Coscheduler(Settings())
     for name in captured("filter")["NodeNames"]:
         core.upsert_node(node_from_json(node(name).gpus(2).build()))
+    core.upsert_pod(pod_from_json(captured("filter")["Pod"]))  # the pod watch came first
     calls: list[str] = []
 
     def api(request: httpx.Request) -> httpx.Response:

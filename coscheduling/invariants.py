@@ -1,0 +1,111 @@
+"""The gang promises as a checker: run after every step of the model test.
+
+:func:`check_invariants` raises :class:`InvariantBroken` naming the first broken rule:
+
+1. reservations equal the plans, pod by pod, and the per-node totals are their sum;
+2. no node's bound usage plus reservations exceeds its allocatable (for what is reserved);
+3. only ADMITTED and RELEASED gangs hold slots (a gang that fell back keeps only in-flight
+   bindings), each slot is a live, unbound member of that gang on a node that exists, and an
+   ADMITTED gang's slots plus bound members cover ``minMember`` (a whole plan, never part);
+4. every parked call belongs to an ADMITTED gang and sits on its planned node;
+5. the derived caches equal a fresh computation (plain-pod scores, topology domains).
+
+:func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core import Coscheduler, GangPhase
+from .ledger import LedgerDrift, check_ledger
+from .resources import sub
+from .topology import domain_of
+
+__all__ = ["InvariantBroken", "check_invariants", "cluster_facts"]
+
+
+class InvariantBroken(AssertionError):
+    pass
+
+
+def check_invariants(core: Coscheduler) -> None:
+    try:
+        check_ledger(core.ledger, core.plans())
+    except LedgerDrift as e:
+        raise InvariantBroken(f"reservations != plans: {e}") from None
+    store = core.store
+    for n in core.ledger.nodes():
+        if n not in store.nodes:
+            raise InvariantBroken(f"reservation on node {n} that is not in the store")
+        left = sub(sub(store.nodes[n].allocatable, store.used.get(n, {})),
+                   core.ledger.reserved_on(n))
+        for res, amount in core.ledger.reserved_on(n).items():
+            if amount > 0 and left.get(res, 0) < 0:
+                raise InvariantBroken(
+                    f"node {n}: usage + reservations exceed allocatable {res} by "
+                    f"{-left[res]} (reserved {core.ledger.by_gang_on(n)})")
+    for key, g in core.gangs().items():
+        live = {p.key: p for p in core.members_of(key) if not p.deleting and not p.terminal}
+        if g.plan and g.phase not in (GangPhase.ADMITTED, GangPhase.RELEASED):
+            stray = set(g.plan) - g.binding
+            if stray:
+                raise InvariantBroken(f"gang {key} is {g.phase.value} but holds slots "
+                                      f"{sorted(stray)}")
+        for pod, node in g.plan.items():
+            p = live.get(pod)
+            if p is None:
+                raise InvariantBroken(f"gang {key} holds a slot for {pod}, not a live member")
+            if p.node_name is not None:
+                raise InvariantBroken(f"gang {key} holds a slot for {pod}, already bound")
+            if node not in store.nodes:
+                raise InvariantBroken(f"gang {key} holds {pod} on missing node {node}")
+        if g.phase is GangPhase.ADMITTED:
+            if g.spec is None:
+                raise InvariantBroken(f"gang {key} admitted without a declaration")
+            bound = sum(1 for p in live.values() if p.node_name is not None)
+            if len(g.plan) + bound < g.spec.min_member:
+                raise InvariantBroken(
+                    f"gang {key} admitted with a partial plan: {len(g.plan)} slots + {bound} "
+                    f"bound < minMember {g.spec.min_member}")
+            if g.deadline is None:
+                raise InvariantBroken(f"gang {key} admitted without a deadline")
+    for gang in core.waiting.gangs():
+        owner = core.gangs().get(gang)
+        for pod, node in core.waiting.parked(gang).items():
+            if owner is None or owner.phase is not GangPhase.ADMITTED:
+                raise InvariantBroken(f"{pod} parked for gang {gang}, which is not admitted")
+            if owner.plan.get(pod) != node:
+                raise InvariantBroken(
+                    f"{pod} parked on {node}, plan holds {owner.plan.get(pod)}")
+    for gpus, per_node in store.scores.items():
+        for n, cached in per_node.items():
+            if n in store.nodes and core.explain_score(n, gpus).total != cached:
+                raise InvariantBroken(f"stale cached score for {n} ({gpus} GPU)")
+    for index in range(len(core.settings.levels)):
+        fresh: dict[tuple[str, ...], list[str]] = {}
+        for n in sorted(store.nodes):
+            d = domain_of(core.settings.levels, index, store.nodes[n])
+            if d is not None:
+                fresh.setdefault(d, []).append(n)
+        if {d: list(ns) for d, ns in store.domains(index).items()} != fresh:
+            raise InvariantBroken(f"stale topology domains at level {index}")
+
+
+def cluster_facts(core: Coscheduler) -> dict[str, Any]:
+    """Everything that follows from the API server's objects alone (no reservations,
+    parked calls or timers): a rebuilt core must compute exactly these."""
+    store = core.store
+    return {
+        "nodes": sorted(store.nodes),
+        "pods": sorted((k, p.uid, p.node_name, p.phase) for k, p in store.pods.items()),
+        "used": {n: {k: v for k, v in r.items() if v} for n, r in store.used.items()
+                 if any(r.values())},
+        "membership": {k: core.gang_of(k) for k in sorted(store.pods)},
+        "gangs": {k: (sorted(g.members), g.spec.min_member if g.spec else None)
+                  for k, g in sorted(core.gangs().items()) if g.members},
+        "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
+                    for i in range(len(core.settings.levels))],
+        "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
+                   if not core.reserved_on(n)},
+    }

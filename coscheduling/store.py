@@ -1,0 +1,179 @@
+"""The cluster store: what the API server said, and every cache derived from it.
+
+Nodes, pods, PodGroups and NUMA zones arrive by watch event or by relist; both paths go
+through the same ``put_*`` / ``drop_*`` methods here, so each derived cache (bound usage per
+node, the topology-domain index, GPU layouts, plain-pod scores) is invalidated in exactly one
+place. Issue 9, case 4: a relist used to replace nodes without dropping the domain index, so
+gangs planned against yesterday's racks.
+
+The store holds only what the API server sent. Nothing else writes a pod here: a filter
+request for a pod the watch has not delivered (or already deleted) is answered from the
+request alone (issue 9, case 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .numa import NumaZones
+from .podgroup import GangKey, PodGroupRecord
+from .records import NodeName, NodeRecord, PodKey, PodRecord
+from .resources import Resources, add, sub
+from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout
+
+__all__ = ["ClusterStore", "PodChange"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodChange:
+    """What a pod update replaced: ``old`` is None for a new pod (or a new UID)."""
+
+    old: PodRecord | None
+    new: PodRecord
+    replaced: PodRecord | None = None
+    """A pod of the same name with another UID that this one superseded."""
+
+
+@dataclass(slots=True)
+class ClusterStore:
+    levels: tuple[Level, ...]
+    nodes: dict[NodeName, NodeRecord] = field(default_factory=dict)
+    pods: dict[PodKey, PodRecord] = field(default_factory=dict)
+    podgroups: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
+    numa: dict[NodeName, NumaZones] = field(default_factory=dict)
+    used: dict[NodeName, Resources] = field(default_factory=dict)
+    """Requests of bound, unfinished pods per node: what kube-scheduler counts as used."""
+    gpu_pods: dict[NodeName, dict[PodKey, int]] = field(default_factory=dict)
+    """GPU counts of the pods holding GPUs on each node (for NVLink island packing)."""
+    scores: dict[int, dict[NodeName, int]] = field(default_factory=dict)
+    """Plain-pod scores by GPU count, then node; a node's entries drop when it changes."""
+    _domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = field(default_factory=dict)
+    _layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ nodes
+
+    def put_node(self, node: NodeRecord) -> NodeRecord | None:
+        old = self.nodes.get(node.name)
+        if old is None or old.labels != node.labels:
+            self._domains.clear()
+        self._layouts.pop(node.name, None)
+        self.nodes[node.name] = node
+        self.touch(node.name)
+        return old
+
+    def drop_node(self, name: NodeName) -> NodeRecord | None:
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self._domains.clear()
+        self._layouts.pop(name, None)
+        self.touch(name)
+        return old
+
+    def replace_nodes(self, nodes: Iterable[NodeRecord]) -> list[NodeName]:
+        """Make the node set exactly ``nodes``; returns the names that went away."""
+        fresh = {n.name: n for n in nodes}
+        gone = [name for name in self.nodes if name not in fresh]
+        for name in gone:
+            self.drop_node(name)
+        for n in fresh.values():
+            self.put_node(n)
+        return gone
+
+    # ------------------------------------------------------------------ pods
+
+    def put_pod(self, pod: PodRecord) -> PodChange:
+        old = self.pods.get(pod.key)
+        replaced = None
+        if old is not None and old.uid and pod.uid and old.uid != pod.uid:
+            replaced = self.drop_pod(pod.key)
+            old = None
+        if old is not None and old.holds_capacity:
+            self._release_usage(old)
+        self.pods[pod.key] = pod
+        if pod.holds_capacity:
+            self._add_usage(pod)
+        return PodChange(old, pod, replaced)
+
+    def drop_pod(self, key: PodKey) -> PodRecord | None:
+        pod = self.pods.pop(key, None)
+        if pod is not None and pod.holds_capacity:
+            self._release_usage(pod)
+        return pod
+
+    def _add_usage(self, pod: PodRecord) -> None:
+        assert pod.node_name is not None
+        self.touch(pod.node_name)
+        self.used[pod.node_name] = add(self.used.get(pod.node_name, {}), pod.requests)
+        if gpus := pod.requests.get(GPU, 0):
+            self.gpu_pods.setdefault(pod.node_name, {})[pod.key] = gpus
+
+    def _release_usage(self, pod: PodRecord) -> None:
+        assert pod.node_name is not None
+        self.touch(pod.node_name)
+        left = sub(self.used.get(pod.node_name, {}), pod.requests)
+        if any(left.values()):
+            self.used[pod.node_name] = left
+        else:
+            self.used.pop(pod.node_name, None)
+        per = self.gpu_pods.get(pod.node_name)
+        if per is not None:
+            per.pop(pod.key, None)
+            if not per:
+                del self.gpu_pods[pod.node_name]
+
+    # ------------------------------------------------------------------ other objects
+
+    def put_podgroup(self, pg: PodGroupRecord) -> None:
+        self.podgroups[pg.key] = pg
+
+    def drop_podgroup(self, key: GangKey) -> None:
+        self.podgroups.pop(key, None)
+
+    def put_numa(self, zones: NumaZones) -> None:
+        self.numa[zones.node] = zones
+        self.touch(zones.node)
+
+    def drop_numa(self, node: NodeName) -> None:
+        if self.numa.pop(node, None) is not None:
+            self.touch(node)
+
+    def replace_numa(self, items: Iterable[NumaZones]) -> None:
+        fresh = {z.node: z for z in items}
+        for name in [n for n in self.numa if n not in fresh]:
+            self.drop_numa(name)
+        for z in fresh.values():
+            self.put_numa(z)
+
+    # ------------------------------------------------------------------ derived
+
+    def touch(self, node: NodeName) -> None:
+        """Something that a node's scores depend on changed (usage, reservations, labels)."""
+        for per_node in self.scores.values():
+            per_node.pop(node, None)
+
+    def free(self, node: NodeName) -> Resources:
+        n = self.nodes.get(node)
+        if n is None:
+            return {}
+        return sub(n.allocatable, self.used.get(node, {}))
+
+    def domains(self, index: int) -> Mapping[tuple[str, ...], list[NodeName]]:
+        """Nodes by topology domain at ``levels[index]``; rebuilt only after node changes."""
+        cached = self._domains.get(index)
+        if cached is None:
+            cached = {}
+            for n in sorted(self.nodes):
+                d = domain_of(self.levels, index, self.nodes[n])
+                if d is not None:
+                    cached.setdefault(d, []).append(n)
+            self._domains[index] = cached
+        return cached
+
+    def layout(self, name: NodeName) -> GpuLayout:
+        node = self.nodes[name]
+        cached = self._layouts.get(name)
+        if cached is None or cached[0] is not node:
+            cached = (node, gpu_layout(node))
+            self._layouts[name] = cached
+        return cached[1]

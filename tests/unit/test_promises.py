@@ -1,0 +1,177 @@
+"""Issue 9's six reproductions, one plain regression test each (all failed on the old core).
+
+Each drives ``Coscheduler`` the way the app does (watch events, filter, bind, outcomes) and
+asserts on the promise that broke, not on incidental output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coscheduling import (
+    BindFailed,
+    BindGroup,
+    Bound,
+    Coscheduler,
+    GangPhase,
+    NodeName,
+    Park,
+    Settings,
+    gang_key,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
+from coscheduling.invariants import check_invariants
+from coscheduling.reasons import BindTargetGone, PartiallyBound, PodNotInCache, WaitingForMembers
+from coscheduling.resources import sub
+from tests.builders import node, pod
+
+
+def cluster(*nodes: dict[str, Any]) -> Coscheduler:
+    core = Coscheduler(Settings(backoff_seconds=10))
+    for n in nodes:
+        core.upsert_node(node_from_json(n))
+    return core
+
+
+def add(core: Coscheduler, *pods: dict[str, Any]) -> None:
+    for p in pods:
+        core.upsert_pod(pod_from_json(p))
+
+
+def filt(core: Coscheduler, name: str, now: float = 0.0) -> list[NodeName]:
+    p = core.pod(pod_key("default", name))
+    assert p is not None
+    return core.filter(p, core.node_names(), now).passed
+
+
+def bound(core: Coscheduler, name: str, where: str, phase: str = "Running") -> None:
+    """What the watch delivers after a binding (same UID, nodeName set)."""
+    p = core.pod(pod_key("default", name))
+    assert p is not None
+    obj = {"metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid,
+                        "annotations": p.annotations, "labels": p.labels},
+           "spec": {"schedulerName": p.scheduler_name, "nodeName": where,
+                    "containers": [{"name": "c", "resources": {"requests": {
+                        "nvidia.com/gpu": str(p.requests.get("nvidia.com/gpu", 0))}}}]},
+           "status": {"phase": phase}}
+    core.upsert_pod(pod_from_json(obj))
+
+
+def overcommitted(core: Coscheduler) -> dict[str, int]:
+    """Nodes whose usage plus reservations exceed allocatable GPUs, with the excess."""
+    out = {}
+    for n in core.node_names():
+        left = sub(core.free(n), {k: v for per in core.reserved_on(n).values()
+                                  for k, v in per.items()})
+        if left.get("nvidia.com/gpu", 0) < 0:
+            out[n] = -left["nvidia.com/gpu"]
+    return out
+
+
+def test_case1_member_deleted_after_admission_frees_only_its_own_slot() -> None:
+    core = cluster(node("n0").gpus(4).build())
+    add(core, *(pod(f"a{i}").gang("a", min_member=4).gpu(1).build() for i in range(4)))
+    assert filt(core, "a0") == ["n0"]
+    core.delete_pod(pod_key("default", "a3"))  # a worker deleted after its gang was admitted
+    add(core, *(pod(f"b{i}").gang("b", min_member=4).gpu(1).build() for i in range(4)))
+    filt(core, "b0")
+    # Old core: a's whole reservation on n0 vanished while its plan kept 3 members there,
+    # then b was admitted onto the same GPUs: 7 planned on a 4-GPU node.
+    assert overcommitted(core) == {}
+    check_invariants(core)
+    a = core.gang_view(gang_key("default", "a"), 0.0)
+    assert a is not None and a.plan == {} and a.phase is GangPhase.WAITING
+
+
+def test_case2_extra_member_never_lands_on_a_siblings_slot() -> None:
+    core = cluster(node("n0").gpus(2).build(), node("n1").gpus(2).build())
+    add(core, *(pod(f"p{i}").gang("g", min_member=2).gpu(1).build() for i in range(2)))
+    assert filt(core, "p0") == filt(core, "p1")  # packed on one node
+    add(core, pod("extra").gang("g", min_member=2).gpu(1).build())
+    placed = filt(core, "extra")
+    assert overcommitted(core) == {}
+    assert placed and placed != filt(core, "p0")
+    check_invariants(core)
+
+
+def test_case3_released_gang_whose_members_failed_admits_replacements_together() -> None:
+    core = cluster(node("n0").gpus(2).build(), node("n1").gpus(2).build())
+    add(core, *(pod(f"w{i}").gang("job", min_member=2).gpu(1).build() for i in range(2)))
+    where = {i: filt(core, f"w{i}")[0] for i in range(2)}
+    assert isinstance(core.bind(pod_key("default", "w0"), where[0], 1.0), Park)
+    assert isinstance(core.bind(pod_key("default", "w1"), where[1], 1.0), BindGroup)
+    for i in range(2):
+        bound(core, f"w{i}", where[i])
+    for i in range(2):  # the job fails; the controller recreates its pods before GC
+        bound(core, f"w{i}", where[i], phase="Failed")
+    add(core, *(pod(f"r{i}").gang("job", min_member=2).gpu(1).build() for i in range(2)))
+    first = filt(core, "r0", 2.0)
+    # Old core: the gang stayed "released", so r0 was bound on its own.
+    assert isinstance(core.bind(pod_key("default", "r0"), first[0], 2.0), Park)
+    assert isinstance(core.bind(pod_key("default", "r1"), filt(core, "r1", 2.0)[0], 2.0),
+                      BindGroup)
+    check_invariants(core)
+
+
+def test_case4_node_relist_drops_the_topology_domain_index() -> None:
+    racks = [node(f"n{i}").gpus(8).rack(f"r{i}").build() for i in range(4)]
+    core = cluster(*racks)
+    members = [pod(f"t{i}").gang("t", min_member=4).gpu(8)
+               .annotate("lockstep.dev/topology-required", "rack").build() for i in range(4)]
+    add(core, *members)
+    assert filt(core, "t0") == []  # four racks of one node: no rack holds the gang
+    # A relist (after 410 Gone) shows the nodes relabelled into one rack.
+    core.replace_nodes([node_from_json(node(f"n{i}").gpus(8).rack("big").build())
+                        for i in range(4)])
+    assert len(filt(core, "t0")) == 1
+    check_invariants(core)
+
+
+def test_case5_filter_after_the_delete_event_never_resurrects_the_pod() -> None:
+    core = cluster(node("n0").gpus(4).build())
+    objs = [pod(f"p{i}").gang("g", min_member=3).gpu(1).build() for i in range(3)]
+    add(core, *objs)
+    core.delete_pod(pod_key("default", "p2"))
+    stale = core.filter(pod_from_json(objs[2]), [NodeName("n0")], 0.0)  # request raced delete
+    assert stale.passed == [] and isinstance(stale.unresolvable, PodNotInCache)
+    assert core.pod(pod_key("default", "p2")) is None
+    again = core.filter(pod_from_json(objs[0]), [NodeName("n0")], 0.0)
+    assert again.unresolvable == WaitingForMembers(gang_key("default", "g"), 2, 3)
+    assert core.reserved_gpus() == 0
+    check_invariants(core)
+
+
+def test_case6_node_gone_before_quorum_is_never_bound_and_partial_is_reported() -> None:
+    core = cluster(*(node(f"n{i}").gpus(1).build() for i in range(4)))
+    add(core, *(pod(f"p{i}").gang("g", min_member=3).gpu(1).build() for i in range(3)))
+    where = {i: filt(core, f"p{i}")[0] for i in range(3)}
+    assert isinstance(core.bind(pod_key("default", "p0"), where[0], 1.0), Park)
+    assert isinstance(core.bind(pod_key("default", "p1"), where[1], 1.0), Park)
+    core.delete_node(where[1])  # p1's target node disappears while p1 is parked
+    let_go = core.drain_unparked()
+    assert [(list(u.pods), type(u.reason)) for u in let_go] == [
+        ([pod_key("default", "p1")], BindTargetGone)]
+    # Old core: the group bound p1 to a node that no longer exists.
+    decision = core.bind(pod_key("default", "p2"), where[2], 1.0)
+    assert isinstance(decision, Park)
+    check_invariants(core)
+    p1 = filt(core, "p1", 2.0)  # kube-scheduler retries p1: re-placed on a live node
+    assert p1 and p1[0] != where[1]
+    group = core.bind(pod_key("default", "p1"), p1[0], 2.0)
+    assert isinstance(group, BindGroup) and len(group.binds) == 3
+    # The API then refuses one binding for good after its siblings bound: never hidden.
+    report = core.bind_outcomes([
+        Bound(pod_key("default", "p0"), where[0]),
+        Bound(pod_key("default", "p1"), p1[0]),
+        BindFailed(pod_key("default", "p2"), where[2], "403 forbidden", permanent=True),
+    ])
+    assert isinstance(report, PartiallyBound) and (report.bound, report.need) == (2, 3)
+    assert core.partial_gangs == 1
+    view = core.gang_view(gang_key("default", "g"), 2.0)
+    assert view is not None and view.partial == report
+    assert "GangPartiallyBound" in {n.kind.value for n in core.drain_notices()}
+    status = core.podgroup_status(gang_key("default", "g"))
+    assert status is not None and status.partial == report
+    check_invariants(core)
