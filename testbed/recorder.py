@@ -44,6 +44,9 @@ class PodRecord:
 class BindingRecorder:
     kube: Kube
     pods: dict[tuple[str, str], PodRecord] = field(default_factory=dict)
+    """(namespace, name) -> the newest pod of that name."""
+    retired: list[PodRecord] = field(default_factory=list)
+    """Earlier pods of a name that was reused (deleted and created again: a new UID)."""
     relists: int = 0
 
     def __post_init__(self) -> None:
@@ -81,6 +84,10 @@ class BindingRecorder:
         with self._lock:
             rec = self.pods.get(key)
             if rec is None or rec.uid != meta.get("uid"):
+                if rec is not None:  # the name was reused: keep the old pod's history
+                    if rec.deleted_at is None:
+                        rec.deleted_at = now  # its DELETED event was not seen (relist)
+                    self.retired.append(rec)
                 gang = next((v for k in GANG_KEYS for v in (ann.get(k), labels.get(k)) if v),
                             None)
                 mm = ann.get("lockstep.dev/min-member")
@@ -151,19 +158,42 @@ class BindingRecorder:
         missing = [n for n in names if n not in b]
         raise TimeoutError(f"not bound after {timeout:.0f}s: {missing} (bound: {sorted(b)})")
 
-    def timeline(self, ns: str | None = None) -> str:
-        """Every pod (of ``ns``, or all) in the order first seen, times relative to the first."""
+    def records(self, ns: str | None = None, gang: str | None = None) -> list[PodRecord]:
+        """Every pod seen (of ``ns``, of ``gang``), earlier pods of a reused name included,
+        in the order first seen."""
         with self._lock:
-            recs = sorted((r for r in self.pods.values() if ns is None or r.namespace == ns),
-                          key=lambda r: r.first_seen)
+            recs = [r for r in (*self.retired, *self.pods.values())
+                    if (ns is None or r.namespace == ns) and (gang is None or r.gang == gang)]
+        return sorted(recs, key=lambda r: r.first_seen)
+
+    def timeline(self, ns: str | None = None, gang: str | None = None,
+                 t0: float | None = None) -> str:
+        """Every pod (of ``ns``, of ``gang``; earlier pods of a reused name included) in the
+        order first seen; times relative to ``t0`` (default: the first pod shown)."""
+        recs = self.records(ns, gang)
+        if t0 is None:
             t0 = recs[0].first_seen if recs else 0.0
-            return "\n".join(
-                f"  {r.namespace + '/' + r.name:<28} gang={r.gang} "
-                f"seen=+{r.first_seen - t0:.3f}s "
-                + (f"bound=+{r.bound_at - t0:.3f}s on {r.node}" if r.bound_at else "unbound")
-                + (f" deleted=+{r.deleted_at - t0:.3f}s" if r.deleted_at else "")
-                for r in recs
-            )
+        return "\n".join(
+            f"  {r.namespace + '/' + r.name:<28} uid={r.uid[:8]} gang={r.gang} "
+            f"seen=+{r.first_seen - t0:.3f}s "
+            + (f"bound=+{r.bound_at - t0:.3f}s on {r.node}" if r.bound_at else "unbound")
+            + (f" deleted=+{r.deleted_at - t0:.3f}s" if r.deleted_at else "")
+            for r in recs
+        )
+
+    @staticmethod
+    def incarnations(members: list[PodRecord]) -> list[list[PodRecord]]:
+        """A gang's pods split into runs of the job: a pod created when every earlier member
+        was already deleted starts a new run (a job rerun under the same gang name). Members
+        deleted and replaced while others live stay in the same run."""
+        runs: list[list[PodRecord]] = []
+        for r in sorted(members, key=lambda m: m.first_seen):
+            if runs and any(m.deleted_at is None or m.deleted_at > r.first_seen
+                            for m in runs[-1]):
+                runs[-1].append(r)
+            else:
+                runs.append([r])
+        return runs
 
     def _min_member(self, ns: str, gang: str, members: list[PodRecord]) -> int:
         """min-member: PodGroup given to ``min_member_of``, the annotation, the PodGroup
@@ -182,36 +212,62 @@ class BindingRecorder:
             self.min_member_of[f"{ns}/{gang}"] = mm
         return mm or len(members)
 
-    def assert_gang_invariants(self, ns: str | None = None, window: float = 1.0) -> None:
-        """Invariant 1 for every gang (in ``ns``, or in every namespace): its first binding
-        comes after its min-member-th member was first seen, it reaches min-member bound
-        within ``window`` seconds of its first binding, and none rests with
-        0 < bound < min-member. Raises AssertionError with a timeline."""
-        with self._lock:
-            by_ns: dict[tuple[str, str], list[PodRecord]] = {}
-            for r in self.pods.values():
-                if (ns is None or r.namespace == ns) and r.gang:
-                    by_ns.setdefault((r.namespace, r.gang), []).append(r)
+    def gang_problems(self, ns: str | None = None, window: float = 1.0
+                      ) -> list[tuple[str, str, str]]:
+        """(namespace, gang, problem) for every run of every gang (in ``ns``, or in every
+        namespace) that breaks invariant 1: its first binding must come when min-member of
+        its pods exist (created, not deleted), it must reach min-member bound within
+        ``window`` seconds of its first binding, and it must not rest with
+        0 < bound < min-member (counting pods bound, then deleted, as bound), neither to the
+        end nor for longer than ``window`` before its members were deleted."""
+        by_gang: dict[tuple[str, str], list[PodRecord]] = {}
+        for r in self.records(ns):
+            if r.gang:
+                by_gang.setdefault((r.namespace, r.gang), []).append(r)
         problems = []
-        for (gns, name), members in sorted(by_ns.items()):
-            g = name if ns is not None else f"{gns}/{name}"
-            bound = sorted(m.bound_at for m in members if m.bound_at is not None)
-            if not bound:
-                continue
-            mm = self._min_member(gns, name, members)
-            seen = sorted(m.first_seen for m in members)
-            if len(seen) < mm:
-                problems.append(f"gang {g}: bound with only {len(seen)} of {mm} members created")
-            elif bound[0] < seen[mm - 1]:
-                problems.append(
-                    f"gang {g}: first binding before min-member ({mm}) members existed")
-            if len(bound) < mm:
-                live_bound = sum(1 for m in members if m.bound_at and m.deleted_at is None)
-                if live_bound:
-                    problems.append(f"gang {g}: rests partially bound ({len(bound)}/{mm})")
-            elif bound[mm - 1] - bound[0] > window:
-                problems.append(
-                    f"gang {g}: took {bound[mm - 1] - bound[0]:.2f}s (> {window}s) to reach "
-                    f"{mm} bound")
+        for (gns, name), all_members in sorted(by_gang.items()):
+            runs = self.incarnations(all_members)
+            for i, members in enumerate(runs):
+                g = name if ns is not None else f"{gns}/{name}"
+                if len(runs) > 1:
+                    g += f" (run {i + 1} of {len(runs)})"
+                bound = sorted(m.bound_at for m in members if m.bound_at is not None)
+                if not bound:
+                    continue
+                mm = self._min_member(gns, name, members)
+                t = bound[0]
+                live = sum(1 for m in members if m.first_seen <= t
+                           and (m.deleted_at is None or m.deleted_at > t))
+                if len(members) < mm:
+                    problems.append(
+                        (gns, name, f"gang {g}: bound with only {len(members)} of {mm} "
+                                    "members created"))
+                elif live < mm:
+                    problems.append(
+                        (gns, name, f"gang {g}: first binding before min-member ({mm}) "
+                                    f"members existed ({live} did)"))
+                if len(bound) < mm:
+                    # Deleting members can cut a gang's binding short (its job failed, its
+                    # node went away): allowed within the window, not after.
+                    cut = min((m.deleted_at for m in members
+                               if m.deleted_at is not None and m.deleted_at >= t), default=None)
+                    if cut is None:
+                        problems.append(
+                            (gns, name, f"gang {g}: rests partially bound "
+                                        f"({len(bound)}/{mm})"))
+                    elif cut - t > window:
+                        problems.append(
+                            (gns, name, f"gang {g}: was partially bound ({len(bound)}/{mm}) "
+                                        f"for {cut - t:.2f}s until members were deleted"))
+                elif bound[mm - 1] - bound[0] > window:
+                    problems.append(
+                        (gns, name, f"gang {g}: took {bound[mm - 1] - bound[0]:.2f}s "
+                                    f"(> {window}s) to reach {mm} bound"))
+        return problems
+
+    def assert_gang_invariants(self, ns: str | None = None, window: float = 1.0) -> None:
+        """``gang_problems``, raised as one AssertionError with a timeline."""
+        problems = self.gang_problems(ns, window)
         if problems:
-            raise AssertionError("; ".join(problems) + "\n" + self.timeline(ns))
+            raise AssertionError("; ".join(p for _, _, p in problems) + "\n"
+                                 + self.timeline(ns))

@@ -257,6 +257,24 @@ class TestBed:
     def stop_process(self, name: str) -> None:
         self.procs[name].stop()
 
+    def signal(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the process itself (``kill -9 <pid>`` by default); see
+        ``wait_exit``. ``restart`` starts it again."""
+        pid = self.procs[name].pid
+        if pid is None:
+            raise RuntimeError(f"{name} was never started")
+        os.kill(pid, sig)
+
+    def wait_exit(self, name: str, timeout: float) -> int | None:
+        """The exit code once ``name`` exits within ``timeout`` seconds, else None."""
+        popen = self.procs[name].popen
+        if popen is None:
+            raise RuntimeError(f"{name} was never started")
+        try:
+            return popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     # ------------------------------------------------------------------ components
 
     def _start_etcd(self) -> None:

@@ -100,8 +100,20 @@ def test_deleted_partial_gang_does_not_rest_partially_bound() -> None:
     r._observe("ADDED", member("g-1", "g", 2), 10.0)
     r._observe("MODIFIED", member("g-0", "g", 2, node="n0"), 11.0)
     r._observe("DELETED", member("g-0", "g", 2, node="n0"), 12.0)
-    r.assert_gang_invariants("e2e")
+    r.assert_gang_invariants("e2e")  # cut short by the deletion within the window
     assert r.bound("e2e") == {}
+
+
+def test_partial_gang_deleted_later_than_the_window_fails() -> None:
+    r = recorder()
+    r._observe("ADDED", member("g-0", "g", 2), 10.0)
+    r._observe("ADDED", member("g-1", "g", 2), 10.0)
+    r._observe("MODIFIED", member("g-0", "g", 2, node="n0"), 11.0)
+    r._observe("DELETED", member("g-1", "g", 2), 15.0)
+    r._observe("DELETED", member("g-0", "g", 2, node="n0"), 15.0)
+    with pytest.raises(AssertionError, match=r"was partially bound \(1/2\) for 4.00s"):
+        r.assert_gang_invariants("e2e")
+    r.assert_gang_invariants("e2e", window=5.0)
 
 
 def test_scheduler_plugins_gang_reads_min_member_from_its_podgroup() -> None:
@@ -141,3 +153,69 @@ def test_pods_without_a_gang_are_ignored() -> None:
     r._observe("ADDED", member("solo", None, node="n0"), 10.0)
     r.assert_gang_invariants()
     assert r.bound("e2e") == {"solo": "n0"}
+
+
+def rerun(name: str, gang: str, mm: int, run: int, node: str | None = None) -> dict[str, Any]:
+    """A pod of the same name in a later run of the job: a new UID."""
+    obj = member(name, gang, mm, node=node)
+    obj["metadata"]["uid"] += f"-run{run}"
+    return obj
+
+
+def test_rerun_under_the_same_names_is_checked_run_by_run() -> None:
+    r = recorder()
+    for i in range(2):
+        r._observe("ADDED", member(f"g-{i}", "g", 2), 10.0)
+    for i in range(2):
+        r._observe("MODIFIED", member(f"g-{i}", "g", 2, node="n0"), 11.0)
+    for i in range(2):
+        r._observe("DELETED", member(f"g-{i}", "g", 2, node="n0"), 12.0)
+    r._observe("ADDED", rerun("g-0", "g", 2, 2), 13.0)
+    r._observe("ADDED", rerun("g-1", "g", 2, 2), 13.1)
+    r.assert_gang_invariants()  # second run waiting, nothing of it bound
+    assert len(r.records("e2e", "g")) == 4 and len(r.retired) == 2
+    assert [len(run) for run in r.incarnations(r.records("e2e", "g"))] == [2, 2]
+    r._observe("MODIFIED", rerun("g-0", "g", 2, 2, node="n1"), 14.0)
+    with pytest.raises(AssertionError, match=r"gang g \(run 2 of 2\): rests partially bound "
+                                             r"\(1/2\)") as e:
+        r.assert_gang_invariants("e2e")
+    assert "(run 1" not in str(e.value).splitlines()[0]
+    r._observe("MODIFIED", rerun("g-1", "g", 2, 2, node="n1"), 14.1)
+    r.assert_gang_invariants()
+    assert r.bound("e2e") == {"g-0": "n1", "g-1": "n1"}
+
+
+def test_member_deleted_and_replaced_mid_admission_is_the_same_run() -> None:
+    r = recorder()
+    r._observe("ADDED", member("g-0", "g", 3), 10.0)
+    r._observe("ADDED", member("g-1", "g", 3), 10.1)
+    r._observe("DELETED", member("g-1", "g", 3), 10.5)
+    r._observe("ADDED", rerun("g-1", "g", 3, 2), 10.6)
+    r._observe("ADDED", member("g-2", "g", 3), 11.0)
+    assert len(r.incarnations(r.records("e2e", "g"))) == 1
+    for i in range(3):
+        obj = member(f"g-{i}", "g", 3, node="n0") if i != 1 else rerun("g-1", "g", 3, 2, "n0")
+        r._observe("MODIFIED", obj, 12.0)
+    r.assert_gang_invariants()
+
+
+def test_binding_counted_against_live_members_not_every_member_ever_created() -> None:
+    r = recorder()
+    r._observe("ADDED", member("g-0", "g", 2), 10.0)
+    r._observe("ADDED", member("g-1", "g", 2), 10.1)
+    r._observe("DELETED", member("g-1", "g", 2), 10.2)  # g-0 stays: same run
+    r._observe("MODIFIED", member("g-0", "g", 2, node="n0"), 10.5)
+    r._observe("ADDED", member("g-2", "g", 2, node="n0"), 10.6)
+    problems = r.gang_problems("e2e")
+    assert [p for _, _, p in problems] == [
+        "gang g: first binding before min-member (2) members existed (1 did)"]
+    assert problems[0][:2] == ("e2e", "g")
+
+
+def test_timeline_of_one_gang_against_a_fixed_origin() -> None:
+    r = recorder()
+    r._observe("ADDED", member("a-0", "a", 1), 10.0)
+    r._observe("ADDED", member("b-0", "b", 1, node="n0"), 12.0)
+    line = r.timeline("e2e", gang="b", t0=10.0)
+    assert line.startswith("  e2e/b-0") and "seen=+2.000s bound=+2.000s on n0" in line
+    assert "a-0" not in line
