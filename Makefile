@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export LOCKSTEP_CACHE ?= $(HOME)/.cache/lockstep
 
-.PHONY: venv bins test unit e2e lint demo bench cluster-up cluster-down clean
+.PHONY: venv bins test unit e2e lint demo bench cluster-up cluster-down clean soak
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,12 @@ e2e: $(STAMP) bins
 # The whole suite: lint, unit tests and the end-to-end tests on the real test bed.
 test: $(STAMP) bins lint
 	$(VPY) -m pytest tests -q -ra
+
+# The long churn soak (tests/e2e/test_churn.py): SOAK_SECONDS of churn (default 600), then
+# draining; LOCKSTEP_CHURN_SEED=n replays a seed. Counts go to run/churn-summary-soak.json.
+SOAK_SECONDS ?= 600
+soak: $(STAMP) bins
+	LOCKSTEP_SOAK_SECONDS=$(SOAK_SECONDS) $(VPY) -m pytest tests/e2e/test_churn.py -q -s -k soak
 
 demo: $(STAMP) bins
 	$(VPY) -m testbed.demo
