@@ -128,42 +128,36 @@ def _ours(pid: int, run_dir: str) -> bool:
 
 def stop_recorded(pids: dict[str, int], run_dir: str, grace: float = GRACE_SECONDS
                   ) -> list[str]:
-    """SIGTERM every recorded process group that is still ours (newest first), SIGKILL what
-    is left after ``grace`` seconds; returns one line per process saying what happened."""
-    report: dict[str, str] = {}
-    stopping: list[tuple[str, int]] = []
+    """Stop the recorded processes one at a time, newest first (schedulers and Lockstep before
+    the API server, the API server before etcd, which it needs to shut down cleanly): SIGTERM
+    to the process group, SIGKILL if it still runs ``grace`` seconds later. A PID that no
+    longer belongs to the bed is left alone. Returns one line per process, in stop order."""
+    report = []
     for name, pid in reversed(list(pids.items())):
         if not _ours(pid, run_dir):
-            report[name] = f"{name} (pid {pid}) was not running"
+            report.append(f"{name} (pid {pid}) was not running")
             continue
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
-            report[name] = f"{name} (pid {pid}) was not running"
+            report.append(f"{name} (pid {pid}) was not running")
             continue
-        stopping.append((name, pid))
-    t0 = time.monotonic()
-    deadline = t0 + grace
-    left = list(stopping)
-    while left and time.monotonic() < deadline:
-        for name, pid in list(left):
-            if not _ours(pid, run_dir):
-                report[name] = (f"stopped {name} (pid {pid}): SIGTERM, exited after "
-                                f"{time.monotonic() - t0:.1f}s")
-                left.remove((name, pid))
-        if left:
+        t0 = time.monotonic()
+        while _ours(pid, run_dir) and time.monotonic() - t0 < grace:
             time.sleep(0.05)
-    for _, pid in left:
+        if not _ours(pid, run_dir):
+            report.append(f"stopped {name} (pid {pid}): SIGTERM, exited after "
+                          f"{time.monotonic() - t0:.1f}s")
+            continue
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-    kill_deadline = time.monotonic() + 5
-    for name, pid in left:
-        while _ours(pid, run_dir) and time.monotonic() < kill_deadline:
+        t1 = time.monotonic()
+        while _ours(pid, run_dir) and time.monotonic() - t1 < 5:
             time.sleep(0.05)
-        report[name] = (f"killed {name} (pid {pid}): SIGKILL, still running {grace:g}s after "
-                        "SIGTERM" + (" -- and STILL RUNNING after SIGKILL"
-                                     if _ours(pid, run_dir) else ""))
-    return [report[name] for name, _ in reversed(list(pids.items()))]
+        report.append(f"killed {name} (pid {pid}): SIGKILL, still running {grace:g}s after "
+                      "SIGTERM" + (" -- and STILL RUNNING after SIGKILL"
+                                   if _ours(pid, run_dir) else ""))
+    return report
 
 
 def down(args: argparse.Namespace) -> int:
