@@ -26,6 +26,7 @@ class FakeAPI:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.fail: set[str] = set()
+        self.forbid: set[str] = set()
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -34,6 +35,8 @@ class FakeAPI:
             name = request.url.path.split("/")[-2]
             if name in self.fail:
                 return httpx.Response(409, json={"reason": "Conflict", "message": "taken"})
+            if name in self.forbid:
+                return httpx.Response(403, json={"reason": "Forbidden", "message": "denied"})
         return httpx.Response(201, json={})
 
     def bindings(self) -> list[tuple[str, str]]:
@@ -243,3 +246,45 @@ async def test_debug_endpoints_need_loopback_or_the_bearer_token(service: Lockst
         assert ok.status_code == 200 and len(ok.json()["nodes"]) == 3
         # The verbs and health endpoints stay open: kube-scheduler and kubelet call them.
         assert (await c.get("/healthz")).status_code == 200
+
+
+async def test_a_gang_left_partly_bound_is_reported_everywhere(
+    client: httpx.AsyncClient, service: Lockstep, api: FakeAPI
+) -> None:
+    for i in range(2):
+        service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=2).gpu(1).build()))
+    names = ["n0", "n1", "n2"]
+    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
+             for i in range(2)}
+    api.forbid.add("p1")
+    first = asyncio.ensure_future(service.bind("default", "p0", "", nodes[0]))
+    await asyncio.sleep(0.01)
+    err = await service.bind("default", "p1", "", nodes[1])
+    assert await first == "" and "403" in err
+    assert ("p0", nodes[0]) in api.bindings()
+    events = []
+    while not service._out.events.empty():
+        events.append(service._out.events.get_nowait()[1])
+    partial = [e for e in events if e.kind.value == "GangPartiallyBound"]
+    assert {k for e in partial for k in e.pods} == {"default/p0", "default/p1"}
+    assert "lockstep_partial_gangs_total 1.0" in (await client.get("/metrics")).text
+    why = (await client.get("/debug/pods/default/p1")).json()
+    assert "partially bound (1/2)" in why["partiallyBound"] and "403" in why["partiallyBound"]
+    gangs = (await client.get("/debug/gangs")).json()["gangs"]
+    assert "partially bound" in gangs[0]["partiallyBound"]
+
+
+async def test_shutdown_answers_every_parked_call_at_once(service: Lockstep) -> None:
+    for i in range(3):
+        service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=3).gpu(1).build()))
+    names = ["n0", "n1", "n2"]
+    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
+             for i in range(2)}
+    parked = [asyncio.ensure_future(service.bind("default", f"p{i}", "", nodes[i]))
+              for i in range(2)]
+    await asyncio.sleep(0.01)
+    assert service.core.parked_total() == 2
+    assert service.answer_parked("shutting down") == 2
+    answers = await asyncio.wait_for(asyncio.gather(*parked), 1)
+    assert answers == ["shutting down", "shutting down"]
+    assert service.core.parked_total() == 0

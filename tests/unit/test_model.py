@@ -1,0 +1,393 @@
+"""Model-based test of the gang core: random interleavings of cluster events and verb calls.
+
+A hypothesis ``RuleBasedStateMachine`` keeps a model of the API server (nodes, pods,
+PodGroups) and plays kube-scheduler against ``Coscheduler``: node add / delete / relabel /
+relist, pod create / delete / recreate with a new UID / fail, PodGroup create / change /
+delete, filter with random candidate subsets (including pods the cache has not seen and pods
+already deleted), bind with successful, transiently and permanently failing API calls,
+kube-scheduler dropping parked calls, time advancing past deadlines and backoffs, and full
+relists. After every step it asserts:
+
+* ``check_invariants`` (reservations equal plans, no node over-committed, admitted gangs
+  hold whole plans, parked calls on planned nodes, derived caches fresh);
+* no gang is told to bind fewer than ``minMember`` members;
+* every parked call is answered by its deadline, and the core's parked set is the model's;
+* no gang rests partially bound unless the cluster did it (a bound member deleted or
+  failed) or a binding failed, which the core must then have reported;
+* a core rebuilt from the same API-server state agrees on every fact derived from it.
+
+``make test`` runs a seeded, bounded budget; ``make fuzz`` (``LOCKSTEP_FUZZ_EXAMPLES``) more.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from coscheduling import (
+    BindFailed,
+    BindGroup,
+    BindNow,
+    BindOutcome,
+    Bound,
+    Coscheduler,
+    GangDefaults,
+    NodeName,
+    Park,
+    PodKey,
+    Settings,
+    gang_key,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+    podgroup_from_json,
+)
+from coscheduling.invariants import check_invariants, cluster_facts
+from tests.builders import node, pod, podgroup
+
+EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
+STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))
+GANGS = {"a": (2, 1), "b": (3, 1), "c": (2, 2), "d": (4, 1)}
+"""Annotation gangs: name -> (minMember, GPUs per member)."""
+PG = "pg"
+"""A scheduler-plugins gang whose PodGroup the model creates, changes and deletes."""
+NODES = [f"n{i}" for i in range(5)]
+RACKS = ["r0", "r1"]
+SETTINGS = Settings(defaults=GangDefaults(timeout_seconds=20, max_timeout_seconds=60),
+                    backoff_seconds=5)
+
+steps_run = 0
+seen: dict[str, int] = {}
+"""Decisions and events reached, printed at the end (a checker that never reaches an
+admitted gang proves nothing)."""
+
+
+def saw(what: str) -> None:
+    seen[what] = seen.get(what, 0) + 1
+
+
+def gpu(obj: dict[str, Any]) -> int:
+    containers = obj["spec"]["containers"]
+    return sum(int((c.get("resources") or {}).get("requests", {}).get("nvidia.com/gpu", 0))
+               for c in containers)
+
+
+class GangModel(RuleBasedStateMachine):
+    @initialize()
+    def start(self) -> None:
+        self.core = Coscheduler(SETTINGS)
+        self.now = 0.0
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[PodKey, dict[str, Any]] = {}
+        self.podgroup: dict[str, Any] | None = None
+        self.graveyard: list[dict[str, Any]] = []
+        """Pods deleted from the API server: kube-scheduler may still ask about them."""
+        self.parked: dict[PodKey, tuple[str, float]] = {}
+        self.disrupted: set[str] = set()
+        """Gangs the cluster itself left short (a bound member deleted/failed, a bind failed)."""
+        for name in NODES[:3]:
+            self._put_node(name, 4, RACKS[0])
+
+    # ------------------------------------------------------------------ helpers
+
+    def _put_node(self, name: str, gpus: int, rack: str) -> None:
+        obj = node(name).gpus(gpus).rack(rack).build()
+        self.nodes[name] = obj
+        self.core.upsert_node(node_from_json(obj))
+
+    def _put_pod(self, obj: dict[str, Any]) -> None:
+        key = pod_key("default", obj["metadata"]["name"])
+        self.pods[key] = obj
+        self.core.upsert_pod(pod_from_json(obj))
+
+    def _delete_pod(self, key: PodKey) -> None:
+        obj = self.pods.pop(key)
+        self.graveyard.append(obj)
+        if obj["spec"].get("nodeName"):
+            self.disrupted.add(self._gang(obj))
+        self.parked.pop(key, None)
+        self.core.delete_pod(key, obj["metadata"]["uid"])
+
+    @staticmethod
+    def _gang(obj: dict[str, Any]) -> str:
+        meta = obj["metadata"]
+        return str((meta.get("annotations") or {}).get("lockstep.dev/pod-group")
+                   or (meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group") or "")
+
+    def _min_member(self, gang: str) -> int | None:
+        if gang == PG:
+            return int(self.podgroup["spec"]["minMember"]) if self.podgroup else None
+        return GANGS[gang][0] if gang in GANGS else None
+
+    def _raw_free(self, name: str) -> int:
+        """GPUs kube-scheduler sees free: allocatable minus bound and assumed (parked)."""
+        used = sum(gpu(p) for p in self.pods.values()
+                   if p["spec"].get("nodeName") == name
+                   and p["status"]["phase"] not in ("Failed", "Succeeded"))
+        for k in self.parked:
+            at = self.core.waiting.node(k)
+            if at == name and k in self.pods:
+                used += gpu(self.pods[k])
+        return int(self.nodes[name]["status"]["allocatable"].get("nvidia.com/gpu", 0)) - used
+
+    def _answered(self) -> None:
+        for u in self.core.drain_unparked():
+            saw(f"Unparked:{type(u.reason).__name__}")
+            for k in u.pods:
+                self.parked.pop(k, None)
+        self.core.drain_notices()
+        self.core.drain_requeue()
+
+    def _api_bind(self, key: PodKey, node_name: NodeName, fate: int) -> BindOutcome:
+        """0..7 succeed, 8 fails for now, 9 fails for good (a 403, say)."""
+        obj = self.pods.get(key)
+        if obj is None or node_name not in self.nodes:
+            return BindFailed(key, node_name, "gone", permanent=True)
+        if fate == 8:
+            return BindFailed(key, node_name, "503", permanent=False)
+        if fate == 9:
+            return BindFailed(key, node_name, "403", permanent=True)
+        obj = {**obj, "spec": {**obj["spec"], "nodeName": node_name},
+               "status": {"phase": "Running"}}
+        self._put_pod(obj)
+        return Bound(key, node_name)
+
+    # ------------------------------------------------------------------ nodes
+
+    @rule(i=st.integers(0, len(NODES) - 1), gpus=st.sampled_from([2, 4]),
+          rack=st.sampled_from(RACKS))
+    def add_or_relabel_node(self, i: int, gpus: int, rack: str) -> None:
+        name = NODES[i]
+        if name in self.nodes:  # allocatable stays; labels move
+            gpus = int(self.nodes[name]["status"]["allocatable"]["nvidia.com/gpu"])
+        self._put_node(name, gpus, rack)
+
+    @precondition(lambda self: len(self.nodes) > 1)
+    @rule(data=st.data())
+    def delete_node(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.nodes)))
+        del self.nodes[name]
+        self.core.delete_node(NodeName(name))
+        for key in [k for k, p in self.pods.items() if p["spec"].get("nodeName") == name]:
+            self._delete_pod(key)  # the pod GC deletes pods bound to a deleted node
+        self._answered()
+
+    @rule()
+    def relist_nodes(self) -> None:
+        self.core.replace_nodes([node_from_json(n) for n in self.nodes.values()])
+        self._answered()
+
+    # ------------------------------------------------------------------ pods
+
+    @rule(gang=st.sampled_from(sorted(GANGS)), k=st.integers(0, 4))
+    def create_member(self, gang: str, k: int) -> None:
+        key = pod_key("default", f"{gang}-{k}")
+        if key in self.pods:
+            return
+        mm, gpus = GANGS[gang]
+        self._put_pod(pod(f"{gang}-{k}").gang(gang, min_member=mm, timeout=20).gpu(gpus).build())
+
+    @rule(gang=st.sampled_from(sorted(GANGS)), extra=st.booleans())
+    def create_whole_gang(self, gang: str, extra: bool) -> None:
+        for k in range(GANGS[gang][0] + int(extra)):
+            self.create_member(gang, k)
+
+    @rule(gang=st.sampled_from([*sorted(GANGS), PG]), fate=st.integers(0, 9),
+          data=st.data())
+    def schedule_gang(self, gang: str, fate: int, data: st.DataObject) -> None:
+        """kube-scheduler cycles through a gang's pending members, one after another."""
+        for key in sorted(self.pods):
+            obj = self.pods.get(key)
+            if obj is None or self._gang(obj) != gang or obj["spec"].get("nodeName") \
+                    or key in self.parked or obj["status"]["phase"] != "Pending":
+                continue
+            rec = pod_from_json(obj)
+            cand = [NodeName(n) for n in sorted(self.nodes) if self._raw_free(n) >= gpu(obj)]
+            decision = self.core.filter(rec, cand, self.now)
+            saw(f"filter:{type(decision.unresolvable).__name__}" if decision.unresolvable
+                else "filter:passed")
+            self._answered()
+            if decision.passed:
+                self._bind(rec.key, data.draw(st.sampled_from(decision.passed)), rec.uid,
+                           fate if data.draw(st.booleans()) else 0)
+
+    @rule(k=st.integers(0, 3))
+    def create_pg_member(self, k: int) -> None:
+        key = pod_key("default", f"{PG}-{k}")
+        if key not in self.pods:
+            self._put_pod(pod(f"{PG}-{k}").sp_group(PG).gpu(1).build())
+
+    @rule(k=st.integers(0, 2), gpus=st.integers(0, 2))
+    def create_plain(self, k: int, gpus: int) -> None:
+        key = pod_key("default", f"plain-{k}")
+        if key not in self.pods:
+            self._put_pod(pod(f"plain-{k}").gpu(gpus).build())
+
+    @precondition(lambda self: self.pods)
+    @rule(data=st.data(), recreate=st.booleans())
+    def delete_pod(self, data: st.DataObject, recreate: bool) -> None:
+        key = data.draw(st.sampled_from(sorted(self.pods)))
+        obj = self.pods[key]
+        self._delete_pod(key)
+        if recreate:  # a controller recreates it under the same name: a new UID
+            fresh = pod_from_json(obj)
+            b = pod(fresh.name)
+            for k, v in fresh.annotations.items():
+                b.annotate(k, v)
+            for k, v in fresh.labels.items():
+                b.label(k, v)
+            self._put_pod(b.gpu(gpu(obj)).build())
+        self._answered()
+
+    @precondition(lambda self: any(p["spec"].get("nodeName") for p in self.pods.values()))
+    @rule(data=st.data())
+    def member_fails(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(
+            k for k, p in self.pods.items() if p["spec"].get("nodeName"))))
+        obj = self.pods[key]
+        self.disrupted.add(self._gang(obj))
+        self._put_pod({**obj, "status": {"phase": "Failed"}})
+        self._answered()
+
+    @rule()
+    def relist_pods(self) -> None:
+        self.core.replace_pods([pod_from_json(p) for p in self.pods.values()])
+        self._answered()
+
+    # ------------------------------------------------------------------ PodGroups
+
+    @rule(mm=st.integers(1, 4), delete=st.booleans())
+    def change_podgroup(self, mm: int, delete: bool) -> None:
+        if delete and self.podgroup is not None:
+            self.podgroup = None
+            self.core.delete_podgroup(gang_key("default", PG))
+        else:
+            self.podgroup = podgroup(PG, mm, timeout=20)
+            self.core.upsert_podgroup(podgroup_from_json(self.podgroup))
+        self._answered()
+
+    # ------------------------------------------------------------------ kube-scheduler
+
+    @rule(data=st.data(), source=st.sampled_from(["live", "live", "live", "stale", "unseen"]),
+          fate=st.integers(0, 9))
+    def schedule(self, data: st.DataObject, source: str, fate: int) -> None:
+        """One scheduling cycle: filter with kube-scheduler's own feasible nodes, then bind."""
+        if source == "stale" and self.graveyard:
+            obj = data.draw(st.sampled_from(self.graveyard[-6:]))
+        elif source == "unseen":
+            obj = pod(f"a-{data.draw(st.integers(5, 6))}").gang("a", 2, timeout=20).gpu(1).build()
+        else:
+            waiting = sorted(k for k, p in self.pods.items()
+                             if not p["spec"].get("nodeName") and k not in self.parked
+                             and p["status"]["phase"] == "Pending")
+            if not waiting:
+                return
+            obj = self.pods[data.draw(st.sampled_from(waiting))]
+        rec = pod_from_json(obj)
+        feasible = [n for n in sorted(self.nodes) if self._raw_free(n) >= gpu(obj)]
+        cand = [NodeName(n) for n in data.draw(st.lists(st.sampled_from(feasible), unique=True))
+                ] if feasible else []
+        decision = self.core.filter(rec, cand, self.now)
+        saw(f"filter:{type(decision.unresolvable).__name__}" if decision.unresolvable
+            else "filter:passed")
+        self._answered()
+        if source != "live" or not decision.passed:
+            return
+        if not set(decision.passed) <= set(cand):
+            raise AssertionError(f"filter passed {decision.passed} outside candidates {cand}")
+        target = data.draw(st.sampled_from(decision.passed))
+        self._bind(rec.key, target, rec.uid, fate)
+
+    def _bind(self, key: PodKey, target: NodeName, uid: str, fate: int) -> None:
+        d = self.core.bind(key, target, self.now, uid)
+        saw(type(d).__name__)
+        self._answered()
+        if isinstance(d, BindNow):
+            outcome = self._api_bind(key, target, fate)
+            if isinstance(outcome, BindFailed):
+                self.disrupted.add(self._gang(self.pods[key]) if key in self.pods else "")
+            self.core.bind_outcomes([outcome])
+        elif isinstance(d, Park):
+            self.parked[key] = (d.gang, d.deadline)
+        elif isinstance(d, BindGroup):
+            mm = self._min_member(d.gang.split("/", 1)[1])
+            already = sum(1 for p in self.pods.values() if p["spec"].get("nodeName")
+                          and self._gang(p) == d.gang.split("/", 1)[1]
+                          and p["status"]["phase"] not in ("Failed", "Succeeded"))
+            if mm is not None and len(d.binds) + already < mm:
+                raise AssertionError(f"gang {d.gang} told to bind {len(d.binds)} + {already} "
+                                     f"bound < minMember {mm}")
+            outcomes = []
+            for i, (k, n) in enumerate(sorted(d.binds.items())):
+                self.parked.pop(k, None)
+                outcomes.append(self._api_bind(k, n, fate if i == 0 else 0))
+            if any(isinstance(o, BindFailed) for o in outcomes):
+                self.disrupted.add(d.gang.split("/", 1)[1])
+            if self.core.bind_outcomes(outcomes) is not None:
+                saw("PartiallyBound")
+        self._answered()
+
+    @precondition(lambda self: self.parked)
+    @rule(data=st.data())
+    def scheduler_drops_parked_call(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.parked)))
+        self.parked.pop(key)
+        self.core.abandon(key)
+
+    @rule(dt=st.sampled_from([0.5, 3.0, 8.0, 25.0]))
+    def advance_time(self, dt: float) -> None:
+        self.now += dt
+        for exp in self.core.expire(self.now):
+            saw("Expired")
+            for k in exp.parked:
+                self.parked.pop(k, None)
+        self._answered()
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def promises_hold(self) -> None:
+        global steps_run
+        if not hasattr(self, "core"):
+            return
+        steps_run += 1
+        check_invariants(self.core)
+        for k, (_, deadline) in self.parked.items():
+            assert self.now < deadline, f"{k} still parked at {self.now} past {deadline}"
+            assert self.core.is_parked(k), f"{k}: the model holds a call the core forgot"
+        assert self.core.parked_total() == len(self.parked)
+        for g in {self._gang(p) for p in self.pods.values()} - {""} - self.disrupted:
+            mm = self._min_member(g)
+            bound = sum(1 for p in self.pods.values() if self._gang(p) == g
+                        and p["spec"].get("nodeName"))
+            if mm is not None and 0 < bound < mm:
+                raise AssertionError(f"gang {g} rests partially bound: {bound}/{mm}")
+
+    @invariant()
+    def rebuilt_core_agrees(self) -> None:
+        if not hasattr(self, "core"):
+            return
+        fresh = Coscheduler(SETTINGS)
+        fresh.replace_nodes([node_from_json(n) for n in self.nodes.values()])
+        if self.podgroup is not None:
+            fresh.replace_podgroups([podgroup_from_json(self.podgroup)])
+        fresh.replace_pods([pod_from_json(p) for p in self.pods.values()])
+        live, rebuilt = cluster_facts(self.core), cluster_facts(fresh)
+        rebuilt["scores"] = {n: s for n, s in rebuilt["scores"].items() if n in live["scores"]}
+        assert live == rebuilt
+
+
+GangModel.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestGangModel = GangModel.TestCase
+
+
+def teardown_module() -> None:
+    print(f"\nmodel test: {steps_run} steps explored ({EXAMPLES} runs x up to {STEPS} steps)")
+    print("  reached: " + ", ".join(f"{k} {v}" for k, v in sorted(seen.items())))
