@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export LOCKSTEP_CACHE ?= $(HOME)/.cache/lockstep
 
-.PHONY: venv bins test unit e2e lint demo bench cluster-up cluster-down clean soak
+.PHONY: venv bins test unit e2e lint demo bench cluster-up cluster-down clean soak fuzz
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,14 @@ e2e: $(STAMP) bins
 # The whole suite: lint, unit tests and the end-to-end tests on the real test bed.
 test: $(STAMP) bins lint
 	$(VPY) -m pytest tests -q -ra
+
+# The gang core's model-based test with a bigger budget than `make test` gives it
+# (tests/unit/test_model.py; FUZZ_EXAMPLES runs of up to FUZZ_STEPS random steps).
+FUZZ_EXAMPLES ?= 3000
+FUZZ_STEPS ?= 80
+fuzz: $(STAMP)
+	LOCKSTEP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) LOCKSTEP_FUZZ_STEPS=$(FUZZ_STEPS) \
+		$(VPY) -m pytest tests/unit/test_model.py -q -s -p no:cacheprovider
 
 # The long churn soak (tests/e2e/test_churn.py): SOAK_SECONDS of churn (default 600), then
 # draining; LOCKSTEP_CHURN_SEED=n replays a seed. Counts go to run/churn-summary-soak.json.
