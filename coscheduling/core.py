@@ -684,8 +684,17 @@ class Coscheduler:
         if g.phase is not GangPhase.ADMITTED:
             return Reject(g.reason or WaitingForMembers(g.key, 0, spec.min_member))
         assert g.deadline is not None
+        bound = self._bound_count(g)
+        if bound > 0 and not self.waiting.count(g.key):
+            # Already partly bound at the API server (Lockstep died between a group's
+            # bindings, or a binding failed after its siblings'): parking the rest would only
+            # keep the gang partial for longer. The plan is whole, so release it now.
+            g.release({key})
+            self._notice(NoticeKind.RELEASED, g.key, (key,),
+                         detail=f"{bound}/{spec.min_member} already bound; completing")
+            return BindNow(key, node)
         parked = self.waiting.park(g.key, key, node, pod.uid)
-        if parked + self._bound_count(g) < spec.min_member:
+        if parked + bound < spec.min_member:
             return Park(g.key, g.deadline)
         gone = self._check_quorum(g)
         if gone:

@@ -64,6 +64,14 @@ SHORT_CONCURRENCY = 4
 SOAK_CONCURRENCY = 6
 WINDOW = 2.0
 """Seconds from a gang's first binding to its min-member-th (the recorder's window)."""
+RECOVERY = 30.0
+"""The same window for a gang whose bindings straddle a kill -9 of Lockstep.
+
+Binding N members is N API calls; a process killed between them leaves the gang partly bound
+until Lockstep is back and kube-scheduler retries the rest (its backoff grows with each
+failed attempt, and repeated kills reset the wait). No binder can make N calls atomic, so for
+these gangs the promise checked is that they complete after recovery and never *rest*
+partial; they are counted separately in the summary."""
 BIND_DEADLINE = 90.0
 """Seconds from a gang's last member to all of it bound."""
 GANG_TIMEOUT = 120
@@ -95,6 +103,8 @@ class Stats:
     partial_gangs_seen: int = 0
     partial_gangs_binding_across_a_kill: int = 0
     """Of those, gangs whose bindings straddle a kill -9 (Lockstep died while binding it)."""
+    recovered_after_kill: int = 0
+    """Of those, gangs that completed within RECOVERY seconds (not failures)."""
     failed_runs: int = 0
     wall_seconds: float = 0.0
 
@@ -107,7 +117,8 @@ class Stats:
                 f"{self.lockstep_kills_while_parked}, fully bound {self.fully_bound}, "
                 f"abandoned with 0 bound {self.abandoned_zero_bound}, lost to node deletion "
                 f"{self.lost_to_node_deletion}, partial gangs seen {self.partial_gangs_seen} "
-                f"({self.partial_gangs_binding_across_a_kill} binding across a kill -9), "
+                f"({self.partial_gangs_binding_across_a_kill} binding across a kill -9, "
+                f"{self.recovered_after_kill} of them recovered), "
                 f"stuck or failed gang runs {self.failed_runs}, {self.wall_seconds:.0f}s")
 
 
@@ -516,10 +527,15 @@ def churn(c: Cluster, variant: str, seconds: float, concurrency: int) -> None:
     try:
         ch.run(forced)
     finally:
-        problems = c.recorder.gang_problems(c.ns, WINDOW)
-        stats.partial_gangs_seen = len({(ns, g) for ns, g, _ in problems})
-        stats.partial_gangs_binding_across_a_kill = sum(
-            1 for ns, g in {(ns, g) for ns, g, _ in problems} if ch.across_kill(ns, g))
+        strict = c.recorder.gang_problems(c.ns, WINDOW)
+        lenient = {(ns, g) for ns, g, _ in c.recorder.gang_problems(c.ns, RECOVERY)}
+        partial = {(ns, g) for ns, g, _ in strict}
+        across = {(ns, g) for ns, g in partial if ch.across_kill(ns, g)}
+        stats.partial_gangs_seen = len(partial)
+        stats.partial_gangs_binding_across_a_kill = len(across)
+        stats.recovered_after_kill = len(across - lenient)
+        # A partial gang fails the test unless a kill -9 explains it and it recovered.
+        problems = [p for p in strict if (p[0], p[1]) not in across - lenient]
         stats.failed_runs = len(ch.failures)
         stats.wall_seconds = time.monotonic() - t0
         report = _report(c, ch, problems)

@@ -175,3 +175,19 @@ def test_case6_node_gone_before_quorum_is_never_bound_and_partial_is_reported() 
     status = core.podgroup_status(gang_key("default", "g"))
     assert status is not None and status.partial == report
     check_invariants(core)
+
+
+def test_a_gang_partly_bound_by_a_crash_completes_without_parking() -> None:
+    """Lockstep died between a group's bindings: the restarted core finds 2/4 bound (from the
+    API server) and binds the rest as they come instead of parking them again."""
+    core = cluster(*(node(f"n{i}").gpus(2).build() for i in range(2)))
+    add(core, *(pod(f"w{i}").gang("job", min_member=4).gpu(1).build() for i in range(4)))
+    bound(core, "w0", "n0")
+    bound(core, "w1", "n0")
+    rest = {i: filt(core, f"w{i}") for i in (2, 3)}
+    assert rest == {2: ["n1"], 3: ["n1"]}
+    first = core.bind(pod_key("default", "w2"), NodeName("n1"), 1.0)
+    assert type(first).__name__ == "BindNow"
+    second = core.bind(pod_key("default", "w3"), NodeName("n1"), 1.0)
+    assert type(second).__name__ == "BindNow"
+    check_invariants(core)
