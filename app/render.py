@@ -6,7 +6,7 @@ its FailedScheduling event), into Lockstep's own Events and into the explain end
 
 from __future__ import annotations
 
-from coscheduling import format_resources
+from coscheduling import Notice, NoticeKind, format_resources
 from coscheduling.planner import NoFit
 from coscheduling.reasons import (
     BackingOff,
@@ -28,7 +28,7 @@ from coscheduling.reasons import (
     WrongNode,
 )
 
-__all__ = ["render", "render_nofit"]
+__all__ = ["render", "render_nofit", "render_notice"]
 
 
 def render_nofit(n: NoFit) -> str:
@@ -103,3 +103,18 @@ def render(reason: Reason) -> str:
         case UnknownNode(node):
             return f"node {node} is not in Lockstep's cache yet"
     raise AssertionError(f"unrendered reason {reason!r}")
+
+
+def render_notice(notice: Notice) -> str:
+    """The message of the Event a notice becomes."""
+    gang = notice.gang or "?"
+    match notice.kind:
+        case NoticeKind.ADMITTED:
+            return f"gang {gang} admitted, capacity reserved: {notice.detail}"
+        case NoticeKind.RELEASED:
+            return f"gang {gang} reached quorum ({notice.detail}); members bind together"
+        case NoticeKind.BOUND:
+            return f"gang {gang}: {notice.detail}"
+        case NoticeKind.TIMEOUT_CAPPED:
+            return f"gang {gang}: timeout {notice.detail} (kube-scheduler httpTimeout bound)"
+    return render(notice.reason) if notice.reason is not None else f"gang {gang}"

@@ -45,7 +45,7 @@ from .cache import ClusterCache
 from .errors import APIError, APIUnreachable
 from .kube import KubeClient
 from .metrics import Metrics
-from .render import render
+from .render import render, render_notice
 
 __all__ = ["Lockstep", "UnknownObject"]
 
@@ -325,26 +325,13 @@ class Lockstep:
         except asyncio.QueueFull:
             self._out.dropped += 1
 
-    def notice_text(self, notice: Notice) -> str:
-        gang = notice.gang or "?"
-        match notice.kind:
-            case NoticeKind.ADMITTED:
-                return f"gang {gang} admitted, capacity reserved: {notice.detail}"
-            case NoticeKind.RELEASED:
-                return f"gang {gang} reached quorum ({notice.detail}); members bind together"
-            case NoticeKind.BOUND:
-                return f"gang {gang}: {notice.detail}"
-            case NoticeKind.TIMEOUT_CAPPED:
-                return f"gang {gang}: timeout {notice.detail} (kube-scheduler httpTimeout bound)"
-        return render(notice.reason) if notice.reason is not None else f"gang {gang}"
-
     async def _post_events(self) -> None:
         while True:
             key, notice = await self._out.events.get()
             pod = self.core.pod(key)
             if pod is None:
                 continue
-            message = self.notice_text(notice)
+            message = render_notice(notice)
             dedupe = (key, notice.kind.value, message)
             now = self.clock()
             if now - self._posted.get(dedupe, -1e9) < 60.0:
