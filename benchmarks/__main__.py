@@ -1,6 +1,8 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
-``python -m benchmarks [verbs] [placement] [--quick]``; results go to bench-results/.
+``python -m benchmarks [verbs] [placement] [throughput] [--quick]``; results go to
+bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
+``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``).
 """
 
 from __future__ import annotations
@@ -8,11 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import placement, verbs
+from . import placement, throughput, verbs
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -26,9 +30,31 @@ def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> s
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
-    ap.add_argument("which", nargs="*", default=["verbs", "placement"])
+    ap.add_argument("which", nargs="*", default=["verbs", "placement", "throughput"],
+                    choices=["verbs", "placement", "throughput"])
     ap.add_argument("--quick", action="store_true", help="fewer requests and sizes")
     ap.add_argument("--out", default="bench-results")
+    tp = ap.add_argument_group("throughput (issue 12: stock vs Lockstep vs scheduler-plugins)")
+    tp.add_argument("--nodes", type=int, default=None,
+                    help="KWOK nodes x 8 GPUs (default 1000; 200 with --quick; try 5000)")
+    tp.add_argument("--gangs", type=int, default=None, help="gangs (default 100; 20 quick)")
+    tp.add_argument("--size", type=int, default=8, help="pods per gang (uniform shape)")
+    tp.add_argument("--gpus", type=int, default=1, help="GPUs per pod (uniform shape)")
+    tp.add_argument("--shape", choices=["uniform", "mixed"], default="uniform",
+                    help="mixed: seeded gangs of 2-64 pods x 1-8 GPUs plus ~10%% plain pods")
+    tp.add_argument("--seed", type=int, default=12, help="seed of the mixed shape")
+    tp.add_argument("--arrivals", type=int, default=None,
+                    help="gangs created one by one while the scheduler runs (default 20; 10 "
+                         "quick)")
+    tp.add_argument("--schedulers", default=",".join(throughput.SCHEDULERS),
+                    help="comma-separated subset of stock,lockstep,sp (default: all three)")
+    tp.add_argument("--timeout", type=float, default=None,
+                    help="seconds each scheduler gets for the batch (default 300; 120 quick)")
+    tp.add_argument("--profile", action="store_true",
+                    help="also sample kube-scheduler's pending pods and run py-spy on Lockstep")
+    tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="experiment: override a top-level KubeSchedulerConfiguration key of "
+                         "the Lockstep run (e.g. percentageOfNodesToScore=0); repeatable")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
@@ -46,7 +72,55 @@ def main() -> None:
         (out / "placement.json").write_text(json.dumps({**meta, **result}, indent=2))
         print("\nPlacement quality (stock kube-scheduler vs Lockstep, same seeded workload)")
         print(table(result["rows"], placement.TABLE_COLUMNS))
+    if "throughput" in args.which:
+        _throughput(args, out, meta)
     print(f"\nJSON written to {out}/")
+
+
+def _commit() -> dict[str, Any]:
+    """What was measured: the commit and whether the work tree differed from it."""
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", *a], capture_output=True, text=True, check=False)
+        return r.stdout.strip()
+    return {"commit": git("rev-parse", "--short", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    from testbed.bins import ensure_bins
+
+    ensure_bins()
+    nodes = args.nodes or (200 if args.quick else 1000)
+    gangs = args.gangs or (20 if args.quick else 100)
+    arrivals = args.arrivals if args.arrivals is not None else (10 if args.quick else 20)
+    if args.shape == "mixed":
+        wl = throughput.mixed(args.seed, gangs, nodes * throughput.NODE_GPUS, arrivals)
+    else:
+        wl = throughput.uniform(gangs, args.size, args.gpus, arrivals)
+    overrides = {}
+    for kv in args.lockstep_override:
+        k, _, v = kv.partition("=")
+        overrides[k] = int(v) if v.lstrip("-").isdigit() else v
+    opts = throughput.RunOptions(
+        nodes=nodes, timeout=args.timeout or (120.0 if args.quick else 300.0),
+        profile=args.profile, out=out, lockstep_overrides=overrides,
+        tag=",".join(args.lockstep_override))
+    schedulers = [s for s in args.schedulers.split(",") if s]
+    print(f"\nThroughput: {nodes} nodes x {throughput.NODE_GPUS} GPUs, workload "
+          f"{wl.describe()}", flush=True)
+
+    def progress(row: dict[str, Any]) -> None:
+        print(f"  {row['scheduler']}: {row['pods_per_s']} pods/s, {row['unbound']} unbound, "
+              f"gang done p50 {row['gang_done_p50_s']} s", flush=True)
+
+    result = throughput.run(wl, opts, schedulers, on_row=progress)
+    name = "throughput.json" if not args.profile else "throughput-profile.json"
+    (out / name).write_text(json.dumps({**meta, **_commit(), "argv": sys.argv[1:], **result},
+                                       indent=2))
+    print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, all created "
+          "before the scheduler starts; one run, compare ratios)")
+    print(throughput.format_table(result["rows"]))
+    print(throughput.format_ratios(result["ratios"]))
 
 
 if __name__ == "__main__":

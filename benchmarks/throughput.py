@@ -1,0 +1,670 @@
+"""Gang throughput side by side (issue 12): three schedulers, one workload, one invocation.
+
+Each scheduler gets a fresh test bed with the same node count (``bench-64x8`` scaled: racks of
+8 nodes x 8 GPUs) and the same seeded pods, all created *before* the scheduler starts:
+
+- ``stock``: the stock kube-scheduler (default profile) on the workload as plain pods;
+- ``lockstep``: the stock kube-scheduler with ``scheduler-config/lockstep.yaml`` and Lockstep,
+  gangs declared with Lockstep's annotations;
+- ``sp``: scheduler-plugins v0.34.7 Coscheduling
+  (``scheduler-config/scheduler-plugins-coscheduling.yaml``), gangs as ``PodGroup`` objects.
+
+Every scheduler runs with client QPS/burst 200/400. Times are ``time.monotonic()`` readings of
+this process: ``t0`` is taken just before the scheduler process is spawned, a pod's binding time
+when the binding recorder's watch delivers it. Metrics per scheduler:
+
+- pods/s: pods bound / (last binding - t0);
+- gang done p50/p95: per gang, last member bound - t0;
+- gang bind spread p95: per gang, last binding - first binding;
+- nodes per gang: distinct nodes a gang's members landed on (mean);
+- arrival p95: a second phase creates gangs one by one while the scheduler runs (after the
+  first batch is bound); per gang, all members bound - its last member created;
+- RSS of Lockstep (and of each scheduler) at the end, and the API requests each run made
+  (kube-apiserver's ``apiserver_request_total``, delta over the run).
+
+The machine is small and shared: compare the ratios within one run, not absolute pods/s.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import math
+import random
+import re
+import ssl
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.bins import REPO
+from testbed.cluster import create_nodes, load_topology, nodes_from_topology
+from testbed.kube import Kube
+from testbed.recorder import BindingRecorder
+from testbed.runner import TestBed
+from testbed.workloads import pod, podgroup
+
+__all__ = [
+    "SCHEDULERS",
+    "TABLE_COLUMNS",
+    "GangSpec",
+    "Workload",
+    "build_pods",
+    "mixed",
+    "parse_prometheus",
+    "percentile",
+    "ratios",
+    "run",
+    "summarize",
+    "uniform",
+]
+
+SCHEDULERS = ("stock", "lockstep", "sp")
+LABELS = {
+    "stock": "stock kube-scheduler, plain pods",
+    "lockstep": "kube-scheduler + Lockstep, gangs",
+    "sp": "scheduler-plugins Coscheduling, PodGroups",
+}
+SP_SCHEDULER = "scheduler-plugins-scheduler"
+LOCKSTEP_CONFIG = REPO / "scheduler-config" / "lockstep.yaml"
+SP_CONFIG = REPO / "scheduler-config" / "scheduler-plugins-coscheduling.yaml"
+NODE_GPUS = 8
+NS = "bench"
+QPS, BURST = 200, 400
+
+MIXED_SIZES = (2, 2, 4, 4, 4, 8, 8, 8, 16, 16, 32, 64)
+MIXED_GPUS = (1, 1, 2, 2, 4, 8)
+PLAIN_SHARE = 0.1
+"""In the mixed shape, about this share of pods are plain (no gang), 1-8 GPUs each."""
+
+TABLE_COLUMNS = (
+    ("scheduler", "scheduler"),
+    ("pods_per_s", "pods/s"),
+    ("pods_per_s_after_first", "pods/s after 1st bind"),
+    ("gang_done_p50_s", "gang done p50 s"),
+    ("gang_done_p95_s", "gang done p95 s"),
+    ("spread_p95_ms", "bind spread p95 ms"),
+    ("nodes_per_gang", "nodes/gang"),
+    ("arrival_p95_s", "arrival p95 s"),
+    ("unbound", "unbound"),
+    ("rss_mb", "Lockstep RSS MB"),
+)
+
+
+# ---------------------------------------------------------------------------- workload (pure)
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    """``size`` pods of ``gpus`` GPUs each; ``gang=False`` is a plain pod (size 1)."""
+
+    name: str
+    size: int
+    gpus: int
+    gang: bool = True
+
+    @property
+    def total_gpus(self) -> int:
+        return self.size * self.gpus
+
+    def pod_names(self) -> list[str]:
+        return [self.name] if not self.gang else [f"{self.name}-{i}" for i in range(self.size)]
+
+
+@dataclass(frozen=True)
+class Workload:
+    shape: str
+    seed: int | None
+    groups: tuple[GangSpec, ...]
+    """Gangs and plain pods, in creation order."""
+    arrivals: tuple[GangSpec, ...] = ()
+    """Gangs created one by one while the scheduler runs (after ``groups`` are bound)."""
+
+    @property
+    def pods(self) -> int:
+        return sum(g.size for g in self.groups)
+
+    @property
+    def gpus(self) -> int:
+        return sum(g.total_gpus for g in self.groups)
+
+    def describe(self) -> dict[str, Any]:
+        gangs = [g for g in self.groups if g.gang]
+        return {"shape": self.shape, "seed": self.seed, "gangs": len(gangs),
+                "plain_pods": sum(1 for g in self.groups if not g.gang), "pods": self.pods,
+                "gpus": self.gpus, "arrival_gangs": len(self.arrivals),
+                "gang_sizes": sorted({g.size for g in gangs}),
+                "gpus_per_pod": sorted({g.gpus for g in self.groups})}
+
+
+def uniform(gangs: int, size: int, gpus: int, arrivals: int = 0) -> Workload:
+    """``gangs`` gangs of ``size`` pods x ``gpus`` GPUs (the issue's 100 x 8 x 1)."""
+    if gangs < 1 or size < 1 or not 1 <= gpus <= NODE_GPUS:
+        raise ValueError(f"need gangs >= 1, size >= 1, 1 <= gpus <= {NODE_GPUS}")
+    return Workload("uniform", None,
+                    tuple(GangSpec(f"g{i:04d}", size, gpus) for i in range(gangs)),
+                    tuple(GangSpec(f"a{i:04d}", size, gpus) for i in range(arrivals)))
+
+
+def mixed(seed: int, gangs: int, capacity_gpus: int, arrivals: int = 0,
+          fill: float = 0.6) -> Workload:
+    """Seeded gangs of 2-64 pods x 1-8 GPUs plus ~10% plain pods.
+
+    Gangs are drawn until ``gangs`` or until the next one would push the batch past ``fill`` of
+    ``capacity_gpus`` (so every scheduler can place all of it); arrivals come from the same
+    distribution within a further 15% of capacity."""
+    rng = random.Random(seed)
+    budget = int(capacity_gpus * fill)
+    groups: list[GangSpec] = []
+    used = n_gangs = n_plain = 0
+    pods_in_gangs = 0
+    while n_gangs < gangs:
+        size, gpus = rng.choice(MIXED_SIZES), rng.choice(MIXED_GPUS)
+        if used + size * gpus > budget:
+            break
+        groups.append(GangSpec(f"g{n_gangs:04d}", size, gpus))
+        used += size * gpus
+        n_gangs += 1
+        pods_in_gangs += size
+        # interleave plain pods so they are ~PLAIN_SHARE of all pods
+        while n_plain < PLAIN_SHARE / (1 - PLAIN_SHARE) * pods_in_gangs:
+            g = rng.choice(MIXED_GPUS)
+            if used + g > budget:
+                break
+            groups.append(GangSpec(f"p{n_plain:04d}", 1, g, gang=False))
+            used += g
+            n_plain += 1
+    extra: list[GangSpec] = []
+    room = int(capacity_gpus * 0.15)
+    for i in range(arrivals):
+        size, gpus = rng.choice(MIXED_SIZES), rng.choice(MIXED_GPUS)
+        while size * gpus > room and size > 2:
+            size //= 2
+        if size * gpus > room:
+            break
+        room -= size * gpus
+        extra.append(GangSpec(f"a{i:04d}", size, gpus))
+    return Workload("mixed", seed, tuple(groups), tuple(extra))
+
+
+def build_pods(spec: GangSpec, scheduler: str, ns: str = NS
+               ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The pods (and the PodGroup, for ``sp`` gangs) of one group as ``scheduler`` takes them.
+
+    The pods are the same in every run (requests, names); only the gang declaration and the
+    ``schedulerName`` differ. ``stock`` gets no gang declaration at all."""
+    pods = []
+    for name in spec.pod_names():
+        b = pod(name, ns).gpu(spec.gpus).annotate("bench/group", spec.name)
+        if scheduler == "stock":
+            b.scheduler("default-scheduler")
+        elif scheduler == "lockstep":
+            b.scheduler("lockstep")
+            if spec.gang:
+                b.gang(spec.name, spec.size, timeout=60)
+        elif scheduler == "sp":
+            b.scheduler(SP_SCHEDULER)
+            if spec.gang:
+                b.sp_group(spec.name)
+        else:
+            raise ValueError(f"unknown scheduler {scheduler!r}")
+        pods.append(b.build())
+    group = (podgroup(spec.name, spec.size, ns, timeout=60)
+             if scheduler == "sp" and spec.gang else None)
+    return pods, group
+
+
+# ---------------------------------------------------------------------------- results (pure)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def _r(v: float | None, nd: int = 2) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+Binding = tuple[str, float]
+"""(node, monotonic time the binding was seen)."""
+
+
+def summarize(groups: Sequence[GangSpec], bound: Mapping[str, Binding], t0: float,
+              ) -> dict[str, Any]:
+    """Throughput and gang metrics of the pre-created batch (pod name -> binding)."""
+    names = [n for g in groups for n in g.pod_names()]
+    times = [bound[n][1] for n in names if n in bound]
+    span = (max(times) - t0) if times else None
+    done, spread, nodes = [], [], []
+    complete = tightest = 0
+    for g in groups:
+        if not g.gang:
+            continue
+        got = [bound[n] for n in g.pod_names() if n in bound]
+        if len(got) < g.size:
+            continue
+        complete += 1
+        ts = [t for _, t in got]
+        done.append(max(ts) - t0)
+        spread.append(max(ts) - min(ts))
+        used = len({node for node, _ in got})
+        nodes.append(used)
+        tightest += used == -(-g.total_gpus // NODE_GPUS)
+    gangs = sum(1 for g in groups if g.gang)
+    return {
+        "pods": len(names),
+        "bound": len(times),
+        "unbound": len(names) - len(times),
+        "span_s": _r(span),
+        "pods_per_s": _r(len(times) / span if span else None, 1),
+        "pods_per_s_after_first": _r((len(times) - 1) / (max(times) - min(times))
+                                     if len(times) > 1 and max(times) > min(times) else None, 1),
+        "first_bind_s": _r(min(times) - t0 if times else None),
+        "gangs": gangs,
+        "gangs_complete": complete,
+        "gang_done_p50_s": _r(percentile(done, 50)),
+        "gang_done_p95_s": _r(percentile(done, 95)),
+        "spread_p95_ms": _r(None if not spread else 1000 * (percentile(spread, 95) or 0.0), 0),
+        "spread_p50_ms": _r(None if not spread else 1000 * (percentile(spread, 50) or 0.0), 0),
+        "nodes_per_gang": _r(sum(nodes) / len(nodes) if nodes else None),
+        "gangs_on_fewest_nodes": tightest,
+    }
+
+
+def summarize_arrivals(arrivals: Sequence[GangSpec], bound: Mapping[str, Binding],
+                       created: Mapping[str, float]) -> dict[str, Any]:
+    """Per arriving gang: all members bound - its last member created."""
+    lat = []
+    for g in arrivals:
+        ts = [bound[n][1] for n in g.pod_names() if n in bound]
+        if len(ts) == g.size and g.name in created:
+            lat.append(max(ts) - created[g.name])
+    return {"arrival_gangs": len(arrivals), "arrival_complete": len(lat),
+            "arrival_p50_s": _r(percentile(lat, 50)), "arrival_p95_s": _r(percentile(lat, 95)),
+            "arrival_max_s": _r(max(lat) if lat else None)}
+
+
+def ratios(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Lockstep/stock and Lockstep/scheduler-plugins for pods/s (higher is better) and gang
+    done p50 (lower is better), from one run's rows."""
+    by = {r["key"]: r for r in rows}
+    out: dict[str, float | None] = {}
+
+    def div(a: Any, b: Any) -> float | None:
+        return round(a / b, 2) if isinstance(a, int | float) and isinstance(b, int | float) \
+            and b else None
+
+    ls = by.get("lockstep", {})
+    for other in ("stock", "sp"):
+        o = by.get(other, {})
+        out[f"pods_per_s_lockstep_over_{other}"] = div(ls.get("pods_per_s"), o.get("pods_per_s"))
+        out[f"gang_done_p50_lockstep_over_{other}"] = div(ls.get("gang_done_p50_s"),
+                                                           o.get("gang_done_p50_s"))
+    return out
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str, prefixes: Sequence[str] = ()
+                     ) -> list[tuple[str, dict[str, str], float]]:
+    """Samples of a Prometheus text exposition (name, labels, value), optionally only names
+    starting with one of ``prefixes``."""
+    out = []
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _SAMPLE.match(line)
+        if not m or (prefixes and not m.group(1).startswith(tuple(prefixes))):
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), value))
+    return out
+
+
+def request_delta(before: Sequence[tuple[str, dict[str, str], float]],
+                  after: Sequence[tuple[str, dict[str, str], float]]) -> dict[str, int]:
+    """apiserver_request_total deltas keyed ``VERB resource[/subresource]`` (writes and reads
+    that changed)."""
+
+    def fold(samples: Sequence[tuple[str, dict[str, str], float]]) -> dict[str, float]:
+        acc: dict[str, float] = {}
+        for name, lab, v in samples:
+            if name != "apiserver_request_total":
+                continue
+            res = lab.get("resource", "")
+            if lab.get("subresource"):
+                res += "/" + lab["subresource"]
+            key = f"{lab.get('verb', '')} {res}"
+            acc[key] = acc.get(key, 0.0) + v
+        return acc
+
+    a, b = fold(before), fold(after)
+    return {k: int(b[k] - a.get(k, 0.0)) for k in sorted(b) if b[k] - a.get(k, 0.0) >= 1}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]],
+                 columns: Sequence[tuple[str, str]] = TABLE_COLUMNS) -> str:
+    heads = [h for _, h in columns]
+    cells = [[_fmt(r.get(k)) for k, _ in columns] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def format_ratios(r: Mapping[str, float | None]) -> str:
+    def f(k: str) -> str:
+        v = r.get(k)
+        return "-" if v is None else f"{v:.2f}x"
+    return (f"Lockstep/stock: pods/s {f('pods_per_s_lockstep_over_stock')}, gang done p50 "
+            f"{f('gang_done_p50_lockstep_over_stock')}   "
+            f"Lockstep/scheduler-plugins: pods/s {f('pods_per_s_lockstep_over_sp')}, gang done "
+            f"p50 {f('gang_done_p50_lockstep_over_sp')}\n"
+            "(goal, issue 12: pods/s >= 0.6x stock and >= 1.0x scheduler-plugins)")
+
+
+# ---------------------------------------------------------------------------- the runs
+
+
+def _get_text(url: str, token: str | None = None, timeout: float = 10.0) -> str:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
+        return str(r.read().decode())
+
+
+def _rss_mb(pid: int | None) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"rss_mb": None, "peak_rss_mb": None}
+    if pid is None:
+        return out
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out["rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+            elif line.startswith("VmHWM:"):
+                out["peak_rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """utime + stime of a process so far (clock ticks of /proc/<pid>/stat)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    import os
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+
+
+@dataclass
+class Sampler:
+    """Polls ``fn`` every ``interval`` seconds in a thread; keeps (t, value) pairs."""
+
+    fn: Callable[[], Any]
+    interval: float = 0.5
+    samples: list[tuple[float, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                self.samples.append((time.monotonic(), self.fn()))
+            self._stop.wait(self.interval)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[float, Any]]:
+        self._stop.set()
+        self._thread.join(5)
+        return self.samples
+
+
+@dataclass
+class RunOptions:
+    nodes: int
+    timeout: float = 300.0
+    arrival_gap: float = 0.5
+    profile: bool = False
+    """Scrape kube-scheduler and Lockstep metrics over time and run py-spy on Lockstep."""
+    out: Path = Path("bench-results")
+    lockstep_overrides: dict[str, Any] = field(default_factory=dict)
+    """KubeSchedulerConfiguration keys to override for the Lockstep run (experiments)."""
+    lockstep_args: tuple[str, ...] = ()
+    tag: str = ""
+
+
+def _create_all(kube: Kube, objs: list[tuple[str, dict[str, Any]]], workers: int = 16) -> None:
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda o: kube.create(o[0], o[1]), objs))
+
+
+def _objects(groups: Sequence[GangSpec], scheduler: str
+             ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any]]]]:
+    pods, pgs = [], []
+    for g in groups:
+        ps, pg = build_pods(g, scheduler)
+        pods += [(f"/api/v1/namespaces/{NS}/pods", p) for p in ps]
+        if pg is not None:
+            pgs.append((f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NS}/podgroups", pg))
+    return pods, pgs
+
+
+def _scheduler_summary(samples: Sequence[tuple[str, dict[str, str], float]]) -> dict[str, Any]:
+    """The kube-scheduler metrics that explain where a run's time went."""
+    out: dict[str, Any] = {}
+    for name, lab, v in samples:
+        if name in ("scheduler_scheduling_attempt_duration_seconds_sum",
+                    "scheduler_scheduling_attempt_duration_seconds_count"):
+            key = f"attempt_{name.rsplit('_', 1)[1]}_{lab.get('result', '')}"
+            out[key] = round(out.get(key, 0.0) + v, 3)
+        elif name == "scheduler_schedule_attempts_total":
+            out[f"attempts_{lab.get('result', '')}"] = int(out.get(
+                f"attempts_{lab.get('result', '')}", 0) + v)
+        elif name in ("scheduler_scheduling_algorithm_duration_seconds_sum",
+                      "scheduler_scheduling_algorithm_duration_seconds_count"):
+            out[f"algorithm_{name.rsplit('_', 1)[1]}"] = round(v, 3)
+        elif name == "scheduler_framework_extension_point_duration_seconds_sum":
+            key = f"ext_{lab.get('extension_point')}_{lab.get('status')}_sum"
+            out[key] = round(out.get(key, 0.0) + v, 3)
+        elif name == "scheduler_framework_extension_point_duration_seconds_count":
+            key = f"ext_{lab.get('extension_point')}_{lab.get('status')}_count"
+            out[key] = int(out.get(key, 0) + v)
+        elif name == "scheduler_queue_incoming_pods_total":
+            key = f"incoming_{lab.get('queue')}_{lab.get('event')}"
+            out[key] = int(out.get(key, 0) + v)
+        elif name == "scheduler_unschedulable_pods":
+            out[f"unschedulable_now_{lab.get('plugin')}"] = int(v)
+        elif name in ("scheduler_pod_scheduling_attempts_sum",
+                      "scheduler_pod_scheduling_attempts_count"):
+            out[name.removeprefix("scheduler_")] = int(v)
+        elif name in ("scheduler_pod_scheduling_sli_duration_seconds_sum",
+                      "scheduler_pod_scheduling_sli_duration_seconds_count"):
+            out[name.removeprefix("scheduler_")] = round(out.get(
+                name.removeprefix("scheduler_"), 0.0) + v, 3)
+    return dict(sorted(out.items()))
+
+
+def _lockstep_summary(samples: Sequence[tuple[str, dict[str, str], float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, lab, v in samples:
+        if name.startswith("lockstep_verb_duration_seconds_") and "le" not in lab:
+            out[f"verb_{lab.get('verb')}_{name.rsplit('_', 1)[1]}"] = round(v, 4)
+        elif name == "lockstep_verb_duration_seconds_bucket":
+            out.setdefault(f"verb_{lab.get('verb')}_buckets", {})[lab["le"]] = int(v)
+        elif name.startswith("lockstep_gang_admission_wait_seconds_") and "le" not in lab:
+            out[f"admission_wait_{name.rsplit('_', 1)[1]}"] = round(v, 3)
+        elif name in ("lockstep_binds_total", "lockstep_gang_timeouts_total"):
+            out[name.removeprefix("lockstep_")] = int(v)
+        elif name in ("lockstep_filter_rejections_total", "lockstep_bind_errors_total"):
+            key = f"{name.removeprefix('lockstep_').removesuffix('_total')}_" + \
+                  (lab.get("reason") or lab.get("cause") or "")
+            out[key] = int(v)
+    return out
+
+
+def _pending_sample(url: str) -> dict[str, float]:
+    text = _get_text(url, timeout=3.0)
+    return {lab.get("queue", ""): v for name, lab, v in
+            parse_prometheus(text, ("scheduler_pending_pods",)) if name == "scheduler_pending_pods"}
+
+
+def _spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes] | None:
+    exe = Path(REPO / ".venv" / "bin" / "py-spy")
+    if not exe.exists():
+        return None
+    return subprocess.Popen(
+        [str(exe), "record", "-p", str(pid), "-r", "100", "-d", str(int(seconds)), "-f", "raw",
+         "-o", str(out), "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _bindings(rec: BindingRecorder) -> dict[str, Binding]:
+    return {r.name: (r.node, r.bound_at) for r in rec.records(NS)
+            if r.bound_at is not None and r.node and r.deleted_at is None}
+
+
+def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
+    """One scheduler on a fresh test bed; returns its row (metrics and the raw extras)."""
+    row: dict[str, Any] = {"key": scheduler, "scheduler": LABELS[scheduler]
+                           + (f" [{opts.tag}]" if opts.tag else "")}
+    with TestBed() as bed:
+        kube = Kube(bed.api_url, bed.token)
+        create_nodes(kube, nodes_from_topology(load_topology("bench-64x8"), nodes=opts.nodes))
+        kube.ensure_namespace(NS)
+        pods, pgs = _objects(wl.groups, scheduler)
+        _create_all(kube, pgs)
+        _create_all(kube, pods)
+        rec = BindingRecorder(kube).start()
+        ls_url = None
+        if scheduler == "lockstep":
+            ls_url = bed.start_lockstep(extra_args=opts.lockstep_args)
+        api_metrics = f"{bed.api_url}/metrics"
+        before = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
+        ls_pid = bed.procs["lockstep"].pid if ls_url else None
+        ls_cpu0 = _cpu_seconds(ls_pid)
+        t0 = time.monotonic()
+        if scheduler == "stock":
+            proc = bed.start_scheduler(None, name="kube-scheduler")
+        elif scheduler == "lockstep":
+            proc = bed.start_scheduler(LOCKSTEP_CONFIG, name="lockstep-scheduler",
+                                       extender_url=ls_url, overrides=opts.lockstep_overrides)
+        else:
+            proc = bed.start_scheduler(SP_CONFIG, name="sp-scheduler", binary="scheduler-plugins")
+        row["scheduler_ready_s"] = round(time.monotonic() - t0, 2)
+        sched_metrics = str(proc.ready_url).replace("/healthz", "/metrics")
+        pending = Sampler(lambda: _pending_sample(sched_metrics)).start() if opts.profile \
+            else None
+        spy = None
+        if opts.profile and ls_pid is not None:
+            spy_out = opts.out / f"pyspy-{scheduler}{'-' + opts.tag if opts.tag else ''}.txt"
+            spy = _spy(ls_pid, spy_out, opts.timeout)
+            row["pyspy_file"] = str(spy_out)
+        names = [n for g in wl.groups for n in g.pod_names()]
+        deadline = t0 + opts.timeout
+        while time.monotonic() < deadline:
+            b = rec.bound(NS)
+            if all(n in b for n in names):
+                break
+            time.sleep(0.1)
+        t_batch = time.monotonic()
+        if spy is not None:
+            spy.send_signal(2)
+            try:
+                _, err = spy.communicate(timeout=30)
+                if spy.returncode not in (0, None) and err:
+                    row["pyspy_error"] = err.decode(errors="replace")[-500:]
+            except subprocess.TimeoutExpired:
+                spy.kill()
+        ls_cpu1 = _cpu_seconds(ls_pid)
+        sched_text = _get_text(sched_metrics)
+        after = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
+        ls_text = _get_text(f"{ls_url}/metrics") if ls_url else ""
+        bound = _bindings(rec)
+        row.update(summarize(wl.groups, bound, t0))
+        row["batch_wall_s"] = round(t_batch - t0, 2)
+        # ---- phase 2: gangs arriving while the scheduler runs
+        created: dict[str, float] = {}
+        for g in wl.arrivals:
+            objs, pg = _objects([g], scheduler)
+            _create_all(kube, pg)
+            _create_all(kube, objs, workers=min(16, len(objs)))
+            created[g.name] = time.monotonic()
+            time.sleep(opts.arrival_gap)
+        arr_names = [n for g in wl.arrivals for n in g.pod_names()]
+        deadline = time.monotonic() + min(opts.timeout, 120.0)
+        while arr_names and time.monotonic() < deadline:
+            b = rec.bound(NS)
+            if all(n in b for n in arr_names):
+                break
+            time.sleep(0.05)
+        bound = _bindings(rec)
+        row.update(summarize_arrivals(wl.arrivals, bound, created))
+        if ls_pid is not None:
+            row.update(_rss_mb(ls_pid))
+            row["lockstep_cpu_s"] = (round(ls_cpu1 - ls_cpu0, 2)
+                                     if ls_cpu0 is not None and ls_cpu1 is not None else None)
+        row["scheduler_rss_mb"] = _rss_mb(proc.pid)["rss_mb"]
+        row["scheduler_cpu_s"] = _cpu_seconds(proc.pid)
+        row["api_requests"] = request_delta(before, after)
+        row["kube_scheduler"] = _scheduler_summary(parse_prometheus(sched_text, ("scheduler_",)))
+        if ls_text:
+            row["lockstep"] = _lockstep_summary(parse_prometheus(ls_text, ("lockstep_",)))
+            evs = kube.list(f"/api/v1/namespaces/{NS}/events")
+            by_reason: dict[str, int] = {}
+            for e in evs:
+                if (e.get("source") or {}).get("component") == "lockstep":
+                    by_reason[e.get("reason", "")] = by_reason.get(e.get("reason", ""), 0) + 1
+            row["lockstep_events"] = by_reason
+        if pending is not None:
+            row["pending_pods"] = [(round(t - t0, 2), v) for t, v in pending.stop()]
+        rec.stop()
+        kube.close()
+    return row
+
+
+def run(wl: Workload, opts: RunOptions, schedulers: Sequence[str] = SCHEDULERS,
+        on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    opts.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for s in schedulers:
+        row = run_one(s, wl, opts)
+        rows.append(row)
+        if on_row:
+            on_row(row)
+    return {"nodes": opts.nodes, "node_gpus": NODE_GPUS, "qps": QPS, "burst": BURST,
+            "workload": wl.describe(), "workload_groups": [asdict(g) for g in wl.groups],
+            "arrival_gap_s": opts.arrival_gap, "rows": rows, "ratios": ratios(rows)}

@@ -1,0 +1,145 @@
+"""The throughput benchmark's pure parts: workloads, pods per scheduler, aggregation, table."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.throughput import (
+    NODE_GPUS,
+    GangSpec,
+    build_pods,
+    format_table,
+    mixed,
+    parse_prometheus,
+    percentile,
+    ratios,
+    request_delta,
+    summarize,
+    summarize_arrivals,
+    uniform,
+)
+
+
+def test_uniform_is_the_issue_workload() -> None:
+    wl = uniform(100, 8, 1, arrivals=20)
+    assert len(wl.groups) == 100 and wl.pods == 800 and wl.gpus == 800
+    assert all(g.gang and g.size == 8 and g.gpus == 1 for g in wl.groups)
+    assert len({g.name for g in (*wl.groups, *wl.arrivals)}) == 120
+    with pytest.raises(ValueError):
+        uniform(10, 8, NODE_GPUS + 1)
+
+
+def test_mixed_is_seeded_and_fits() -> None:
+    capacity = 1000 * NODE_GPUS
+    a, b = mixed(7, 100, capacity, arrivals=10), mixed(7, 100, capacity, arrivals=10)
+    assert a == b
+    assert a != mixed(8, 100, capacity, arrivals=10)
+    gangs = [g for g in a.groups if g.gang]
+    plain = [g for g in a.groups if not g.gang]
+    assert all(2 <= g.size <= 64 and 1 <= g.gpus <= 8 for g in gangs)
+    assert plain and all(g.size == 1 for g in plain)
+    assert 0.05 <= sum(g.size for g in plain) / a.pods <= 0.15
+    assert a.gpus <= 0.6 * capacity
+    assert sum(g.total_gpus for g in a.arrivals) <= 0.15 * capacity
+
+
+@pytest.mark.parametrize(("scheduler", "want_scheduler", "want_gang_keys", "want_pg"), [
+    pytest.param("stock", "default-scheduler", set(), False, id="stock-plain"),
+    pytest.param("lockstep", "lockstep", {"lockstep.dev/pod-group", "lockstep.dev/min-member",
+                                          "lockstep.dev/timeout-seconds"}, False, id="lockstep"),
+    pytest.param("sp", "scheduler-plugins-scheduler", {"scheduling.x-k8s.io/pod-group"}, True,
+                 id="scheduler-plugins"),
+])
+def test_same_pods_for_every_scheduler(scheduler: str, want_scheduler: str,
+                                       want_gang_keys: set[str], want_pg: bool) -> None:
+    pods, pg = build_pods(GangSpec("g1", 3, 2), scheduler)
+    assert [p["metadata"]["name"] for p in pods] == ["g1-0", "g1-1", "g1-2"]
+    for p in pods:
+        assert p["spec"]["schedulerName"] == want_scheduler
+        keys = set(p["metadata"]["annotations"]) | set(p["metadata"]["labels"])
+        assert keys - {"bench/group"} == want_gang_keys
+        assert p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert (pg is not None) == want_pg
+    if pg is not None:
+        assert pg["spec"] == {"minMember": 3, "scheduleTimeoutSeconds": 60}
+
+
+def test_plain_pod_never_joins_a_gang() -> None:
+    pods, pg = build_pods(GangSpec("p1", 1, 4, gang=False), "sp")
+    assert pg is None and [p["metadata"]["name"] for p in pods] == ["p1"]
+    assert "scheduling.x-k8s.io/pod-group" not in pods[0]["metadata"]["labels"]
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([float(i) for i in range(1, 101)], 50) == 50.0
+    assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
+
+
+def test_summarize_batch() -> None:
+    groups = [GangSpec("a", 2, 4), GangSpec("b", 2, 8), GangSpec("c", 2, 1),
+              GangSpec("p", 1, 1, gang=False)]
+    bound = {
+        "a-0": ("n1", 11.0), "a-1": ("n1", 11.5),   # one node: the fewest possible
+        "b-0": ("n2", 12.0), "b-1": ("n3", 12.1),   # 16 GPUs need two nodes: fewest too
+        "c-0": ("n4", 13.0),                        # c-1 never bound
+        "p": ("n5", 10.5),
+    }
+    s = summarize(groups, bound, t0=10.0)
+    assert (s["pods"], s["bound"], s["unbound"]) == (7, 6, 1)
+    assert s["span_s"] == 3.0 and s["pods_per_s"] == 2.0
+    assert s["pods_per_s_after_first"] == round(5 / 2.5, 1)
+    assert s["first_bind_s"] == 0.5
+    assert (s["gangs"], s["gangs_complete"]) == (3, 2)
+    assert s["gang_done_p50_s"] == 1.5 and s["gang_done_p95_s"] == 2.1
+    assert s["spread_p95_ms"] == 500.0
+    assert s["nodes_per_gang"] == 1.5 and s["gangs_on_fewest_nodes"] == 2
+
+
+def test_summarize_nothing_bound() -> None:
+    s = summarize([GangSpec("a", 2, 1)], {}, t0=0.0)
+    assert s["pods_per_s"] is None and s["gang_done_p50_s"] is None and s["unbound"] == 2
+
+
+def test_arrivals_measured_from_last_member_created() -> None:
+    arrivals = [GangSpec("a0", 2, 1), GangSpec("a1", 2, 1)]
+    bound = {"a0-0": ("n", 5.2), "a0-1": ("n", 5.4), "a1-0": ("n", 9.0)}
+    s = summarize_arrivals(arrivals, bound, {"a0": 5.0, "a1": 8.0})
+    assert s["arrival_complete"] == 1 and s["arrival_p95_s"] == 0.4
+
+
+def test_ratios_and_table() -> None:
+    rows = [
+        {"key": "stock", "scheduler": "stock", "pods_per_s": 125.0, "gang_done_p50_s": 3.5},
+        {"key": "lockstep", "scheduler": "lockstep", "pods_per_s": 27.0,
+         "gang_done_p50_s": 14.9, "rss_mb": 80.5},
+        {"key": "sp", "scheduler": "sp", "pods_per_s": 148.0, "gang_done_p50_s": 3.0},
+    ]
+    r = ratios(rows)
+    assert r["pods_per_s_lockstep_over_stock"] == 0.22
+    assert r["pods_per_s_lockstep_over_sp"] == 0.18
+    assert r["gang_done_p50_lockstep_over_sp"] == 4.97
+    assert ratios([rows[1]])["pods_per_s_lockstep_over_stock"] is None
+    lines = format_table(rows, (("scheduler", "scheduler"), ("pods_per_s", "pods/s"),
+                                ("rss_mb", "RSS"))).splitlines()
+    assert len(lines) == 4 and lines[0].split() == ["scheduler", "pods/s", "RSS"]
+    assert lines[1].split() == ["stock", "125", "-"]
+    assert len({len(line) for line in lines}) == 1  # right-aligned columns
+
+
+def test_prometheus_parsing_and_request_delta() -> None:
+    before = parse_prometheus(
+        '# HELP apiserver_request_total x\n'
+        'apiserver_request_total{code="201",resource="pods",subresource="binding",'
+        'verb="POST"} 10\n'
+        'apiserver_request_total{code="200",resource="pods",subresource="",verb="PATCH"} 1\n'
+        'other_metric 3\n', ("apiserver_request_total",))
+    assert len(before) == 2 and before[0][1]["subresource"] == "binding"
+    after = parse_prometheus(
+        'apiserver_request_total{code="201",resource="pods",subresource="binding",'
+        'verb="POST"} 810\n'
+        'apiserver_request_total{code="200",resource="pods",subresource="",verb="PATCH"} 1\n'
+        'apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} '
+        '5e+02\n')
+    assert request_delta(before, after) == {"POST events": 500, "POST pods/binding": 800}
