@@ -5,7 +5,8 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export LOCKSTEP_CACHE ?= $(HOME)/.cache/lockstep
 
-.PHONY: venv bins test unit e2e lint demo bench cluster-up cluster-down clean soak fuzz
+.PHONY: venv bins test unit e2e lint demo bench cluster-up cluster-down clean soak fuzz \
+	fuzz-verbs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,6 +43,14 @@ FUZZ_STEPS ?= 80
 fuzz: $(STAMP)
 	LOCKSTEP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) LOCKSTEP_FUZZ_STEPS=$(FUZZ_STEPS) \
 		$(VPY) -m pytest tests/unit/test_model.py -q -s -p no:cacheprovider
+
+# Property-based fuzzing of the HTTP edge (tests/unit/test_fuzz_verbs.py) with a long budget:
+# FUZZ_VERBS_EXAMPLES requests per verb (filter, prioritize, bind, debug); counts go to
+# run/fuzz-verbs-summary.json. LOCKSTEP_FUZZ_VERBS_SEED=n replays a seed.
+FUZZ_VERBS_EXAMPLES ?= 10000
+fuzz-verbs: $(STAMP)
+	LOCKSTEP_FUZZ_VERBS_EXAMPLES=$(FUZZ_VERBS_EXAMPLES) \
+		$(VPY) -m pytest tests/unit/test_fuzz_verbs.py -q -s -p no:cacheprovider
 
 # The long churn soak (tests/e2e/test_churn.py): SOAK_SECONDS of churn (default 600), then
 # draining; LOCKSTEP_CHURN_SEED=n replays a seed. Counts go to run/churn-summary-soak.json.

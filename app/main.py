@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coscheduling import RecordError, pod_from_json, pod_key
 from coscheduling.resources import QuantityError
@@ -26,7 +27,7 @@ from coscheduling.resources import QuantityError
 from .explain import explain_pod, gang_json, node_json
 from .render import render
 from .service import Lockstep, UnknownObject
-from .wire import BindingArgs, ExtenderArgs
+from .wire import BindingArgs, ExtenderArgs, PodShape
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -49,17 +50,18 @@ def _json(data: Any, status: int = 200) -> Response:
 async def _body(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
-        raise BadRequest(413, f"request body of {length} bytes exceeds the {limit}-byte limit")
+        raise BadRequest(413, f"request body of {length} bytes exceeds the {limit}-byte limit",
+                         ["body"])
     chunks = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BadRequest(413, f"request body exceeds the {limit}-byte limit")
+            raise BadRequest(413, f"request body exceeds the {limit}-byte limit", ["body"])
         chunks.append(chunk)
     body = b"".join(chunks)
     if not body:
-        raise BadRequest(400, "empty request body: expected a JSON object")
+        raise BadRequest(400, "empty request body: expected a JSON object", ["body"])
     return body
 
 
@@ -70,20 +72,28 @@ def _decode(model: type[M], body: bytes) -> M:
     try:
         return model.model_validate_json(body)
     except ValidationError as e:
-        fields = []
-        parts = []
-        for err in e.errors()[:5]:
-            loc = ".".join(str(x) for x in err["loc"]) or "body"
-            fields.append(loc)
-            if err["type"] == "json_invalid":
-                parts.append(f"malformed JSON: {err['msg']}")
-            else:
-                parts.append(f"{loc}: {err['msg']}")
-        status = 400 if any("malformed JSON" in p for p in parts) else 422
-        raise BadRequest(status, "; ".join(parts), fields) from None
+        raise _invalid(e) from None
+
+
+def _invalid(e: ValidationError, prefix: str = "") -> BadRequest:
+    fields = []
+    parts = []
+    for err in e.errors()[:5]:
+        loc = ".".join(str(x) for x in (prefix, *err["loc"]) if x != "") or "body"
+        fields.append(loc)
+        if err["type"] == "json_invalid":
+            parts.append(f"malformed JSON: {err['msg']}")
+        else:
+            parts.append(f"{loc}: {err['msg']}")
+    status = 400 if any("malformed JSON" in p for p in parts) else 422
+    return BadRequest(status, "; ".join(parts), fields)
 
 
 def _pod(args: ExtenderArgs) -> Any:
+    try:
+        PodShape.model_validate(args.Pod)
+    except ValidationError as e:
+        raise _invalid(e, "Pod") from None
     try:
         return pod_from_json(args.Pod)
     except RecordError as e:
@@ -101,7 +111,8 @@ def _names(args: ExtenderArgs) -> list[str]:
             raise BadRequest(422, "Nodes.items: expected a list of Node objects", ["Nodes.items"])
         names = []
         for i, n in enumerate(items):
-            name = (n.get("metadata") or {}).get("name") if isinstance(n, dict) else None
+            meta = n.get("metadata") if isinstance(n, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
             if not isinstance(name, str):
                 field = f"Nodes.items.{i}.metadata.name"
                 raise BadRequest(422, f"{field}: missing", [field])
@@ -168,6 +179,12 @@ def create_app(
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest) -> Response:
         return _json({"error": exc.message, "fields": exc.fields}, exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        # Routing answers (no such path, wrong method) in the same shape as every other 4xx.
+        field = {404: "path", 405: "method"}.get(exc.status_code, "request")
+        return _json({"error": str(exc.detail), "fields": [field]}, exc.status_code)
 
     @app.exception_handler(UnknownObject)
     async def unknown(_: Request, exc: UnknownObject) -> Response:

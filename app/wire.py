@@ -16,6 +16,7 @@ __all__ = [
     "ExtenderArgs",
     "FilterResult",
     "HostPriority",
+    "PodShape",
 ]
 
 
@@ -53,3 +54,85 @@ class BindingArgs(_Wire):
 
 class BindingResult(_Wire):
     Error: str = ""
+
+
+# ---------------------------------------------------------------------------- the Pod's shape
+# ExtenderArgs.Pod stays a dict (it is parsed once into a slim record), but a request could
+# put any JSON anywhere in it. These models check the types of exactly the fields Lockstep
+# reads, so a malformed pod is a 422 naming the field (``Pod.spec.containers.0``) instead of
+# an exception deep in parsing or planning. Everything else passes through unchecked.
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class _Requirement(_Loose):
+    key: str = ""
+    operator: str = ""
+    values: list[str | int | float | bool] | None = None
+
+
+class _Term(_Loose):
+    matchExpressions: list[_Requirement] | None = None
+    matchFields: list[_Requirement] | None = None
+
+
+class _NodeSelector(_Loose):
+    nodeSelectorTerms: list[_Term] | None = None
+
+
+class _NodeAffinity(_Loose):
+    requiredDuringSchedulingIgnoredDuringExecution: _NodeSelector | None = None
+
+
+class _Affinity(_Loose):
+    nodeAffinity: _NodeAffinity | None = None
+
+
+class _Resources(_Loose):
+    requests: dict[str, Any] | None = None
+    limits: dict[str, Any] | None = None
+
+
+class _Container(_Loose):
+    resources: _Resources | None = None
+
+
+class _Toleration(_Loose):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class _PodSpec(_Loose):
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    overhead: dict[str, Any] | None = None
+    affinity: _Affinity | None = None
+    tolerations: list[_Toleration] | None = None
+    nodeSelector: dict[str, Any] | None = None
+    nodeName: str | None = None
+    schedulerName: str | None = None
+    priority: int | None = None
+
+
+class _PodMeta(_Loose):
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    uid: str | None = None
+    labels: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class _PodStatus(_Loose):
+    phase: str | None = None
+
+
+class PodShape(_Loose):
+    """The fields of a ``v1.Pod`` Lockstep reads, with their types (validated, then dropped)."""
+
+    metadata: _PodMeta
+    spec: _PodSpec
+    status: _PodStatus | None = None
