@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from itertools import filterfalse
 from types import MappingProxyType
 
+from .capacity import Capacity
 from .decisions import (
     BindDecision,
     BindFailed,
@@ -44,6 +45,7 @@ from .decisions import (
 from .gang import Gang, GangPhase
 from .ledger import Ledger
 from .numa import NumaZones
+from .outbox import Outbox
 from .planner import Member, NoFit, Plan, plan_gang
 from .podgroup import (
     SP_GROUP_LABEL,
@@ -76,10 +78,10 @@ from .reasons import (
     WrongNode,
 )
 from .records import NodeName, NodeRecord, PodKey, PodRecord
-from .resources import Resources, add, fits, shortfall, sub
+from .resources import Resources, add, fits, shortfall
 from .status import PodGroupStatus, podgroup_status
 from .store import ClusterStore
-from .topology import DEFAULT_LEVELS, GPU, Level, Score, explain_score, level_by_name
+from .topology import DEFAULT_LEVELS, GPU, Level, Score, level_by_name
 from .waiting import WaitingMap
 
 __all__ = [
@@ -132,14 +134,11 @@ class Coscheduler:
         self.settings = settings or Settings()
         self.store = ClusterStore(self.settings.levels)
         self.ledger = Ledger(on_change=self.store.touch)
+        self.capacity = Capacity(self.store, self.ledger)
         self.waiting = WaitingMap()
         self._gangs: dict[GangKey, Gang] = {}
         self._membership: dict[PodKey, Membership] = {}
-        self._notices: list[Notice] = []
-        self._requeue: set[PodKey] = set()
-        self._unparked: list[Unparked] = []
-        self._awaited: set[PodKey] = set()
-        """Gang pods a verb asked about before the watch delivered them: nudged on arrival."""
+        self.outbox = Outbox()
         self.partial_gangs = 0
         """Gangs left partly bound by a permanently failed binding (a counter for metrics)."""
 
@@ -176,7 +175,7 @@ class Coscheduler:
 
     def free_unreserved(self, node: NodeName) -> Resources:
         """Free capacity on ``node`` that no gang holds."""
-        return sub(self.store.free(node), self.ledger.reserved_on(node))
+        return self.capacity.free_unreserved(node)
 
     def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
         return self.ledger.by_gang_on(node)
@@ -216,7 +215,7 @@ class Coscheduler:
             g = self._gangs[r.gang]
             if self.waiting.node(r.pod) == name:
                 self.waiting.remove(r.pod)
-                self._unparked.append(Unparked(g.key, {r.pod: name}, BindTargetGone(
+                self.outbox.unparked.append(Unparked(g.key, {r.pod: name}, BindTargetGone(
                     g.key, r.pod, f"node {name} was deleted")))
             g.drop_slot(r.pod)
             touched[g.key] = g
@@ -291,10 +290,7 @@ class Coscheduler:
         ):
             self._notice(NoticeKind.INVALID, membership.key, (pod.key,),
                          InvalidDeclaration(membership))
-        if pod.key in self._awaited:
-            self._awaited.discard(pod.key)
-            if pod.node_name is None:
-                self._requeue.add(pod.key)
+        self.outbox.arrived(pod)
 
     def delete_pod(self, key: PodKey, uid: str = "") -> None:
         """The pod is gone; a ``uid`` that is not the cached pod's is a stale event, ignored."""
@@ -337,7 +333,8 @@ class Coscheduler:
         node = self.waiting.node(pod)
         if node is not None:
             self.waiting.remove(pod)
-            self._unparked.append(Unparked(g.key, {pod: node}, BindTargetGone(g.key, pod, what)))
+            self.outbox.unparked.append(
+                Unparked(g.key, {pod: node}, BindTargetGone(g.key, pod, what)))
 
     # ------------------------------------------------------------------ membership
 
@@ -423,7 +420,7 @@ class Coscheduler:
     def _fall_back(self, g: Gang, reason: GangReason) -> None:
         parked = self.waiting.pop_gang(g.key)
         if parked:
-            self._unparked.append(Unparked(g.key, parked, reason))
+            self.outbox.unparked.append(Unparked(g.key, parked, reason))
         g.fall_back(reason)
         self._notice(NoticeKind.WAITING, g.key, sorted(g.members), reason)
 
@@ -431,23 +428,18 @@ class Coscheduler:
 
     def _notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
                 reason: GangReason | None = None, detail: str = "") -> None:
-        self._notices.append(Notice(kind, gang, tuple(pods), reason, detail))
+        self.outbox.notice(kind, gang, pods, reason, detail)
 
     def drain_notices(self) -> list[Notice]:
-        out, self._notices = self._notices, []
-        return out
+        return self.outbox.drain_notices()
 
     def drain_requeue(self) -> list[PodKey]:
         """Pods kube-scheduler should look at again (no API event would wake them)."""
-        pods = self.store.pods
-        out = sorted(k for k in self._requeue if k in pods and pods[k].node_name is None)
-        self._requeue.clear()
-        return out
+        return self.outbox.drain_requeue(self.store.pods)
 
     def drain_unparked(self) -> list[Unparked]:
         """Parked calls let go of by cluster events; the app answers each with its reason."""
-        out, self._unparked = self._unparked, []
-        return out
+        return self.outbox.drain_unparked()
 
     def _turn_away(self, g: Gang, reason: GangReason) -> GangReason:
         if g.reason != reason and not (isinstance(g.reason, BackingOff)
@@ -467,7 +459,7 @@ class Coscheduler:
             # answer from the request alone and never write it into the store.
             if self._resolve(pod) is None:
                 return self._filter_plain(pod, candidates)
-            self._awaited.add(pod.key)
+            self.outbox.awaited.add(pod.key)
             return FilterDecision([], unresolvable=PodNotInCache(
                 pod.key, pod.uid, cached.uid if cached is not None else None))
         pod = cached
@@ -545,8 +537,8 @@ class Coscheduler:
                 return lv, None
         return None, None
 
-    def _view(self) -> _View:
-        return _View(self)
+    def _view(self) -> Capacity:
+        return self.capacity
 
     def _admit(self, g: Gang, spec: GangSpec, pod: PodRecord, candidates: Sequence[NodeName],
                live: list[PodRecord], now: float) -> FilterDecision:
@@ -580,7 +572,7 @@ class Coscheduler:
         self._notice(NoticeKind.ADMITTED, g.key, sorted(g.members), detail=_plan_text(result))
         # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
         # API event will wake them: ask the app to nudge them.
-        self._requeue.update(k for k in result.assignments if k != pod.key)
+        self.outbox.requeue.update(k for k in result.assignments if k != pod.key)
         return FilterDecision([result.assignments[pod.key]])
 
     def _extend(self, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
@@ -618,42 +610,14 @@ class Coscheduler:
 
     def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[int]:
         """A 0..10 score for each of ``nodes``, in the same order."""
-        gpus = pod.requests.get(GPU, 0)
-        if self.gang_of(pod.key) is not None:
-            return [self._score(n, gpus, pod.key) for n in nodes]
-        # Plain pods: scores depend only on the node's state and the GPU count, so they are
-        # cached per GPU count and dropped whenever a node's usage or reservations change.
-        cache = self.store.scores.setdefault(gpus, {})
-        get = cache.get
-        out = [get(n, -1) for n in nodes]
-        if -1 in out:
-            for i, n in enumerate(nodes):
-                if out[i] < 0:
-                    out[i] = cache[n] = self._score(n, gpus, None)
-        return out
-
-    def _score(self, n: NodeName, gpus: int, own: PodKey | None) -> int:
-        if n not in self.store.nodes:
-            return 0
-        return self.explain_score(n, gpus, own).total
+        own = pod.key if self.gang_of(pod.key) is not None else None
+        return self.capacity.scores(nodes, pod.requests.get(GPU, 0), own)
 
     def free_gpus(self, n: NodeName, own: PodKey | None = None) -> int:
-        """Free GPUs on ``n`` outside every reservation but ``own``'s."""
-        node = self.store.nodes[n]
-        free = node.allocatable.get(GPU, 0) - self.store.used.get(n, {}).get(GPU, 0)
-        free -= self.ledger.reserved_on(n).get(GPU, 0)
-        mine = self.ledger.get(own) if own is not None else None
-        if mine is not None and mine.node == n:
-            free += mine.requests.get(GPU, 0)
-        return free
+        return self.capacity.free_gpus(n, own)
 
     def explain_score(self, n: NodeName, gpus: int, own: PodKey | None = None) -> Score:
-        node = self.store.nodes[n]
-        numa = self.store.numa.get(n)
-        return explain_score(
-            node, gpus, self.free_gpus(n, own), self.store.gpu_pods.get(n, {}).values(),
-            self.store.layout(n), numa.gpus_available if numa is not None else None,
-        )
+        return self.capacity.explain_score(n, gpus, own)
 
     # ------------------------------------------------------------------ bind
 
@@ -700,7 +664,7 @@ class Coscheduler:
         if gone:
             mine = gone.pop(key, None)
             for other, reason in gone.items():
-                self._unparked.append(Unparked(g.key, {other: self.waiting.node(other)
+                self.outbox.unparked.append(Unparked(g.key, {other: self.waiting.node(other)
                                                        or node}, reason))
                 self.waiting.remove(other)
             if mine is not None:
@@ -781,7 +745,7 @@ class Coscheduler:
             if g.phase is GangPhase.BACKING_OFF and g.backoff_until is not None \
                     and now >= g.backoff_until:
                 g.backoff_over()
-                self._requeue.update(g.members)
+                self.outbox.requeue.update(g.members)
             if g.phase is not GangPhase.ADMITTED or g.deadline is None or now < g.deadline:
                 continue
             spec = g.spec
@@ -799,7 +763,7 @@ class Coscheduler:
             # Capacity came free: wake the gangs that were waiting for it.
             for other in self._gangs.values():
                 if other is not g and isinstance(other.reason, DoesNotFit | PlannedNodeLost):
-                    self._requeue.update(other.members)
+                    self.outbox.requeue.update(other.members)
         return out
 
     # ------------------------------------------------------------------ views
@@ -848,30 +812,6 @@ class Coscheduler:
 
     def gangs(self) -> Mapping[GangKey, Gang]:
         return MappingProxyType(self._gangs)
-
-
-class _View:
-    """The planner's read-only window: capacity outside every reservation.
-
-    Reservations of the gang being planned count as taken too (issue 9, case 2): whatever
-    is re-placed gives its own slot back first.
-    """
-
-    def __init__(self, core: Coscheduler) -> None:
-        self._core = core
-        self.nodes = core.store.nodes
-
-    def free_for_gang(self, node: NodeName) -> Resources:
-        return self._core.free_unreserved(node)
-
-    def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
-        return list(self._core.store.gpu_pods.get(node, {}).values())
-
-    def free_gpus(self, node: NodeName) -> int:
-        return self._core.free_gpus(node)
-
-    def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
-        return self._core.store.domains(index)
 
 
 def _live(p: PodRecord) -> bool:

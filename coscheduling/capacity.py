@@ -1,0 +1,79 @@
+"""Capacity as the planner and the scorer see it: bound usage and reservations together.
+
+One read-only window over the cluster store and the ledger. It is the planner's
+:class:`~coscheduling.planner.CapacityView`: free capacity means *outside every reservation*,
+the planned gang's own included (issue 9, case 2: a re-placed member gives its own slot back
+first, so nothing is ever counted free twice). Plain-pod scores are cached per GPU count in the
+store, which drops a node's entries whenever its usage, labels or reservations change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .ledger import Ledger
+from .records import NodeName, NodeRecord, PodKey
+from .resources import Resources, sub
+from .store import ClusterStore
+from .topology import GPU, Score, explain_score
+
+__all__ = ["Capacity"]
+
+
+class Capacity:
+    def __init__(self, store: ClusterStore, ledger: Ledger) -> None:
+        self._store = store
+        self._ledger = ledger
+
+    @property
+    def nodes(self) -> Mapping[NodeName, NodeRecord]:
+        return self._store.nodes
+
+    def free_for_gang(self, node: NodeName) -> Resources:
+        return self.free_unreserved(node)
+
+    def free_unreserved(self, node: NodeName) -> Resources:
+        """Free capacity on ``node`` that no gang holds."""
+        return sub(self._store.free(node), self._ledger.reserved_on(node))
+
+    def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
+        return list(self._store.gpu_pods.get(node, {}).values())
+
+    def free_gpus(self, node: NodeName, own: PodKey | None = None) -> int:
+        """Free GPUs on ``node`` outside every reservation but ``own``'s."""
+        n = self._store.nodes[node]
+        free = n.allocatable.get(GPU, 0) - self._store.used.get(node, {}).get(GPU, 0)
+        free -= self._ledger.reserved_on(node).get(GPU, 0)
+        mine = self._ledger.get(own) if own is not None else None
+        if mine is not None and mine.node == node:
+            free += mine.requests.get(GPU, 0)
+        return free
+
+    def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
+        return self._store.domains(index)
+
+    def explain_score(self, node: NodeName, gpus: int, own: PodKey | None = None) -> Score:
+        n = self._store.nodes[node]
+        numa = self._store.numa.get(node)
+        return explain_score(
+            n, gpus, self.free_gpus(node, own), self._store.gpu_pods.get(node, {}).values(),
+            self._store.layout(node), numa.gpus_available if numa is not None else None,
+        )
+
+    def score(self, node: NodeName, gpus: int, own: PodKey | None = None) -> int:
+        if node not in self._store.nodes:
+            return 0
+        return self.explain_score(node, gpus, own).total
+
+    def scores(self, nodes: Sequence[NodeName], gpus: int, own: PodKey | None) -> list[int]:
+        """0..10 per node, in order; plain pods' scores (``own`` None) come from the cache."""
+        if own is not None:
+            return [self.score(n, gpus, own) for n in nodes]
+        cache = self._store.scores.setdefault(gpus, {})
+        get = cache.get
+        out = [get(n, -1) for n in nodes]
+        if -1 in out:
+            for i, n in enumerate(nodes):
+                if out[i] < 0:
+                    out[i] = cache[n] = self.score(n, gpus)
+        return out

@@ -1,0 +1,51 @@
+"""What the core asks the app to do outside a verb's own answer.
+
+Three queues, each drained by the app after every verb and cache event: Events a person should
+see (:class:`~coscheduling.decisions.Notice`), pods to nudge back into kube-scheduler's active
+queue (no API event would wake them: a gang was admitted, a backoff ended, a pod a verb asked
+about arrived), and parked bind calls let go of by cluster events (:class:`Unparked`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .decisions import Notice, NoticeKind, Unparked
+from .podgroup import GangKey
+from .reasons import GangReason
+from .records import PodKey, PodRecord
+
+__all__ = ["Outbox"]
+
+
+@dataclass(slots=True)
+class Outbox:
+    notices: list[Notice] = field(default_factory=list)
+    requeue: set[PodKey] = field(default_factory=set)
+    unparked: list[Unparked] = field(default_factory=list)
+    awaited: set[PodKey] = field(default_factory=set)
+    """Gang pods a verb asked about before the watch delivered them: nudged on arrival."""
+
+    def notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
+               reason: GangReason | None = None, detail: str = "") -> None:
+        self.notices.append(Notice(kind, gang, tuple(pods), reason, detail))
+
+    def arrived(self, pod: PodRecord) -> None:
+        if pod.key in self.awaited:
+            self.awaited.discard(pod.key)
+            if pod.node_name is None:
+                self.requeue.add(pod.key)
+
+    def drain_notices(self) -> list[Notice]:
+        out, self.notices = self.notices, []
+        return out
+
+    def drain_requeue(self, pods: Mapping[PodKey, PodRecord]) -> list[PodKey]:
+        out = sorted(k for k in self.requeue if k in pods and pods[k].node_name is None)
+        self.requeue.clear()
+        return out
+
+    def drain_unparked(self) -> list[Unparked]:
+        out, self.unparked = self.unparked, []
+        return out
