@@ -30,6 +30,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import math
+import os
 import random
 import re
 import ssl
@@ -400,6 +401,14 @@ def _get_text(url: str, token: str | None = None, timeout: float = 10.0) -> str:
         return str(r.read().decode())
 
 
+def _latency_ms(url: str) -> float:
+    """One GET's round trip (ms): Lockstep's event-loop lag plus CPU scheduling delay."""
+    t = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=5.0) as r:
+        r.read()
+    return (time.perf_counter() - t) * 1000
+
+
 def _rss_mb(pid: int | None) -> dict[str, float | None]:
     out: dict[str, float | None] = {"rss_mb": None, "peak_rss_mb": None}
     if pid is None:
@@ -421,7 +430,6 @@ def _cpu_seconds(pid: int | None) -> float | None:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    import os
     return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
 
 
@@ -560,7 +568,8 @@ def _bindings(rec: BindingRecorder) -> dict[str, Binding]:
 def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
     """One scheduler on a fresh test bed; returns its row (metrics and the raw extras)."""
     row: dict[str, Any] = {"key": scheduler, "scheduler": LABELS[scheduler]
-                           + (f" [{opts.tag}]" if opts.tag else "")}
+                           + (f" [{opts.tag}]" if opts.tag else ""),
+                           "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
     with TestBed() as bed:
         kube = Kube(bed.api_url, bed.token)
         create_nodes(kube, nodes_from_topology(load_topology("bench-64x8"), nodes=opts.nodes))
@@ -588,6 +597,8 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         sched_metrics = str(proc.ready_url).replace("/healthz", "/metrics")
         pending = Sampler(lambda: _pending_sample(sched_metrics)).start() if opts.profile \
             else None
+        lag = Sampler(lambda: _latency_ms(f"{ls_url}/healthz"), 0.2).start() \
+            if opts.profile and ls_url else None
         spy = None
         if opts.profile and ls_pid is not None:
             spy_out = opts.out / f"pyspy-{scheduler}{'-' + opts.tag if opts.tag else ''}.txt"
@@ -651,6 +662,12 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             row["lockstep_events"] = by_reason
         if pending is not None:
             row["pending_pods"] = [(round(t - t0, 2), v) for t, v in pending.stop()]
+        if lag is not None:
+            probes = [v for t, v in lag.stop() if t <= t_batch]
+            row["lockstep_healthz_ms"] = {"n": len(probes), "p50": _r(percentile(probes, 50)),
+                                          "p95": _r(percentile(probes, 95)),
+                                          "max": _r(max(probes) if probes else None)}
+        row["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         rec.stop()
         kube.close()
     return row
