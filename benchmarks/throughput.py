@@ -584,6 +584,10 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         api_metrics = f"{bed.api_url}/metrics"
         before = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
         ls_pid = bed.procs["lockstep"].pid if ls_url else None
+        if opts.profile and ls_url:
+            idle = [_latency_ms(f"{ls_url}/healthz") for _ in range(20)]
+            row["lockstep_healthz_idle_ms"] = {"p50": _r(percentile(idle, 50)),
+                                               "p95": _r(percentile(idle, 95))}
         ls_cpu0 = _cpu_seconds(ls_pid)
         t0 = time.monotonic()
         if scheduler == "stock":

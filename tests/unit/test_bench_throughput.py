@@ -143,3 +143,31 @@ def test_prometheus_parsing_and_request_delta() -> None:
         'apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} '
         '5e+02\n')
     assert request_delta(before, after) == {"POST events": 500, "POST pods/binding": 800}
+
+
+def test_pyspy_shares_counts_stacks_containing_each_needle() -> None:
+    from benchmarks.profile_report import pyspy_shares
+
+    lines = ["main (a.py:1);Lockstep._bind_one (app/service.py:9);send (x.py:2) 30",
+             "main (a.py:1);Lockstep._post_events (app/service.py:5) 10",
+             "main (a.py:1);create_app.<locals>.filter_ (app/main.py:3) 5", "", "garbage"]
+    total, hits = pyspy_shares(lines, ["Lockstep._bind_one", "main (", "nothing"])
+    assert total == 45
+    assert hits == {"Lockstep._bind_one": 30, "main (": 45, "nothing": 0}
+
+
+def test_scheduling_budget_splits_the_algorithm_time() -> None:
+    from benchmarks.profile_report import scheduling_budget
+
+    row = {"span_s": 40.0,
+           "kube_scheduler": {"algorithm_count": 800.0, "algorithm_sum": 32.0,
+                              "ext_Filter_Success_sum": 4.0, "ext_PreFilter_Success_sum": 0.8},
+           "lockstep": {"verb_filter_sum": 1.6, "verb_filter_count": 800.0}}
+    b = scheduling_budget(row)
+    assert b["algorithm_ms_per_pod"] == 40.0
+    assert b["intree_prefilter_filter_ms_per_pod"] == 6.0
+    assert b["lockstep_filter_handler_ms_per_pod"] == 2.0
+    assert b["extender_wait_outside_handler_ms_per_pod"] == 32.0
+    assert b["algorithm_share_of_span"] == 0.8
+    assert b["pods_per_s_if_bound_by_algorithm"] == 25.0
+    assert scheduling_budget({}) == {}

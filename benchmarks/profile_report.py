@@ -1,0 +1,138 @@
+"""Where a Lockstep run's time goes: a breakdown from ``throughput --profile`` output.
+
+``python -m benchmarks.profile_report [bench-results/throughput-profile.json]`` reads the row
+of the Lockstep run (kube-scheduler's /metrics, Lockstep's /metrics, the API request counts,
+the /healthz probe) and the py-spy raw profile it names, and prints the per-pod budget of
+kube-scheduler's single scheduling thread, the API writes per gang, and the share of py-spy's
+wall-clock samples of Lockstep's event-loop thread under each named activity.
+
+py-spy samples a thread unless it sits in an idle call (epoll), so a thread that is runnable
+but waiting for a CPU is counted: on a loaded machine the shares are of *wall* time the loop
+was not free to answer a verb, not of CPU time (compare ``lockstep_cpu_s`` with the span).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ACTIVITIES", "pyspy_shares", "report", "scheduling_budget"]
+
+ACTIVITIES: tuple[tuple[str, str], ...] = (
+    ("binding POSTs (Lockstep._bind_one)", "Lockstep._bind_one"),
+    ("Event POSTs (Lockstep._post_events)", "Lockstep._post_events"),
+    ("requeue nudges (Lockstep._nudge)", "Lockstep._nudge"),
+    ("PodGroup status writes", "Lockstep._podgroup_status_loop"),
+    ("watch processing (ClusterCache.run)", "ClusterCache.run"),
+    ("deadline timer (Lockstep._timer)", "Lockstep._timer"),
+    ("filter route (parse + core + encode)", "create_app.<locals>.filter_"),
+    ("  of which request parsing (_decode)", "_decode (app/main.py"),
+    ("  of which Coscheduler.filter", "Coscheduler.filter"),
+    ("bind route (excluding the parked wait)", "create_app.<locals>.bind"),
+    ("writing responses to kube-scheduler", "RequestResponseCycle.send"),
+    ("httpcore failed `import sniffio` per call", "_find_and_load"),
+    ("HTTP client (httpx/httpcore, all calls)", "AsyncClient.send"),
+)
+
+
+def pyspy_shares(lines: Iterable[str], needles: Sequence[str]) -> tuple[int, dict[str, int]]:
+    """Total samples and, per needle, the samples whose stack contains it (py-spy ``raw``
+    format: ``frame;frame;... count`` per line)."""
+    total = 0
+    hits = dict.fromkeys(needles, 0)
+    for line in lines:
+        stack, _, n = line.rstrip("\n").rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        total += int(n)
+        for needle in needles:
+            if needle in stack:
+                hits[needle] += int(n)
+    return total, hits
+
+
+def scheduling_budget(row: Mapping[str, Any]) -> dict[str, float | None]:
+    """Per scheduled pod, in ms: kube-scheduler's algorithm time split into in-tree filters,
+    Lockstep's filter handler, and the rest of the extender round trip."""
+    ks, ls = row.get("kube_scheduler", {}), row.get("lockstep", {})
+    n = ks.get("algorithm_count") or 0
+    if not n:
+        return {}
+    algo = 1000 * ks.get("algorithm_sum", 0.0) / n
+    intree = 1000 * (ks.get("ext_Filter_Success_sum", 0.0) + ks.get(
+        "ext_PreFilter_Success_sum", 0.0)) / n
+    handler = 1000 * ls.get("verb_filter_sum", 0.0) / max(1.0, ls.get("verb_filter_count", 0.0))
+    span = row.get("span_s")
+    return {
+        "algorithm_ms_per_pod": round(algo, 1),
+        "intree_prefilter_filter_ms_per_pod": round(intree, 1),
+        "lockstep_filter_handler_ms_per_pod": round(handler, 1) if ls else None,
+        "extender_wait_outside_handler_ms_per_pod": round(algo - intree - handler, 1)
+        if ls else None,
+        "algorithm_share_of_span": round(ks.get("algorithm_sum", 0.0) / span, 2) if span
+        else None,
+        "pods_per_s_if_bound_by_algorithm": round(1000 / algo, 1) if algo else None,
+    }
+
+
+def _writes_per_gang(row: Mapping[str, Any]) -> dict[str, float]:
+    gangs = max(1, int(row.get("gangs_complete") or row.get("gangs") or 1))
+    return {k: round(v / gangs, 1) for k, v in row.get("api_requests", {}).items()
+            if k.split(" ", 1)[0] in ("POST", "PATCH", "PUT", "DELETE", "CREATE", "UPDATE")}
+
+
+def report(doc: Mapping[str, Any], base: Path) -> str:
+    out = []
+    for row in doc.get("rows", ()):
+        out.append(f"== {row['scheduler']}: {row.get('pods_per_s')} pods/s, span "
+                   f"{row.get('span_s')} s, load average {row.get('loadavg_start')} -> "
+                   f"{row.get('loadavg_end')}")
+        for k, v in scheduling_budget(row).items():
+            out.append(f"  {k}: {v}")
+        ks = row.get("kube_scheduler", {})
+        out.append(f"  attempts: {ks.get('attempts_scheduled')} scheduled, "
+                   f"{ks.get('attempts_unschedulable', 0)} unschedulable, "
+                   f"{ks.get('attempts_error', 0)} error; queue moves: "
+                   + ", ".join(f"{k.removeprefix('incoming_')}={v}" for k, v in ks.items()
+                               if k.startswith("incoming_")))
+        pend = row.get("pending_pods") or []
+        if pend:
+            peak = {q: max(s[1].get(q, 0.0) for s in pend)
+                    for q in ("active", "backoff", "unschedulable", "gated")}
+            out.append(f"  scheduler_pending_pods peak by queue: {peak}")
+        out.append(f"  API writes per gang: {_writes_per_gang(row)}")
+        if row.get("lockstep_events"):
+            out.append(f"  Lockstep Events by reason (listed at the end): "
+                       f"{row['lockstep_events']}")
+        if row.get("lockstep_healthz_ms"):
+            out.append(f"  Lockstep /healthz round trip during the batch (ms): "
+                       f"{row['lockstep_healthz_ms']}, before the scheduler started: "
+                       f"{row.get('lockstep_healthz_idle_ms')}")
+        if row.get("lockstep_cpu_s") is not None:
+            out.append(f"  Lockstep CPU {row['lockstep_cpu_s']} s, kube-scheduler CPU "
+                       f"{row.get('scheduler_cpu_s')} s over a {row.get('span_s')} s span; "
+                       f"Lockstep RSS {row.get('rss_mb')} MB")
+        spy = row.get("pyspy_file")
+        if spy and (p := Path(spy) if Path(spy).is_absolute() else base / spy).exists():
+            total, hits = pyspy_shares(p.read_text().splitlines(),
+                                       [n for _, n in ACTIVITIES])
+            possible = 100 * (row.get("batch_wall_s") or 0)
+            out.append(f"  py-spy: {total} non-idle samples of ~{possible:.0f} possible "
+                       f"(100 Hz): the loop was busy or waiting for a CPU "
+                       f"{100 * total / possible if possible else 0:.0f}% of the batch")
+            for label, needle in ACTIVITIES:
+                out.append(f"    {100 * hits[needle] / max(1, total):5.1f}%  {label}")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = Path(args[0] if args else "bench-results/throughput-profile.json")
+    print(report(json.loads(path.read_text()), Path.cwd()))
+
+
+if __name__ == "__main__":
+    main()
