@@ -83,7 +83,8 @@ def _commit() -> dict[str, Any]:
         r = subprocess.run(["git", *a], capture_output=True, text=True, check=False)
         return r.stdout.strip()
     return {"commit": git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "product_diff": git("diff", "HEAD", "--shortstat", "--", "app", "coscheduling")}
 
 
 def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
@@ -113,9 +114,10 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
         print(f"  {row['scheduler']}: {row['pods_per_s']} pods/s, {row['unbound']} unbound, "
               f"gang done p50 {row['gang_done_p50_s']} s", flush=True)
 
+    measured = _commit()  # at the start: the product code Lockstep runs is read now
     result = throughput.run(wl, opts, schedulers, on_row=progress)
     name = "throughput.json" if not args.profile else "throughput-profile.json"
-    (out / name).write_text(json.dumps({**meta, **_commit(), "argv": sys.argv[1:], **result},
+    (out / name).write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:], **result},
                                        indent=2))
     print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, all created "
           "before the scheduler starts; one run, compare ratios)")

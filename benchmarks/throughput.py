@@ -648,6 +648,14 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             time.sleep(0.05)
         bound = _bindings(rec)
         row.update(summarize_arrivals(wl.arrivals, bound, created))
+        if wl.arrivals:
+            # The arrival phase alone: members created before their quorum are turned away
+            # and must be woken (requeue nudges); the batch phase never does that.
+            arr_after = parse_prometheus(_get_text(api_metrics, bed.token),
+                                         ("apiserver_request_total",))
+            row["api_requests_arrivals"] = request_delta(after, arr_after)
+            row["kube_scheduler_after_arrivals"] = _scheduler_summary(
+                parse_prometheus(_get_text(sched_metrics), ("scheduler_",)))
         if ls_pid is not None:
             row.update(_rss_mb(ls_pid))
             row["lockstep_cpu_s"] = (round(ls_cpu1 - ls_cpu0, 2)
