@@ -78,7 +78,7 @@ class FakeAPI:
         return httpx.Response(201, json={})
 
 
-def known_pods() -> list[dict[str, Any]]:
+def _known_pods() -> list[dict[str, Any]]:
     pods = [pod(f"web-{i}").gpu(1).build() for i in range(2)]
     pods += [pod(f"g-{i}").gang("g", min_member=3, timeout=30).gpu(1).build() for i in range(3)]
     pods += [pod(f"short-{i}").gang("short", min_member=4).gpu(1).build() for i in range(2)]
@@ -87,6 +87,15 @@ def known_pods() -> list[dict[str, Any]]:
     pods.append(pod("done").gpu(1).on("n0").build())
     pods.append(pod("other", "team-b").gang("g", min_member=2).gpu(1).build())
     return pods
+
+
+KNOWN_PODS = _known_pods()
+"""Built once: the builders number UIDs from a global counter, and a strategy that drew
+different UIDs on replay would make hypothesis's generation flaky."""
+
+
+def known_pods() -> list[dict[str, Any]]:
+    return copy.deepcopy(KNOWN_PODS)
 
 
 class Harness:
