@@ -50,6 +50,9 @@ def main() -> None:
                     help="comma-separated subset of stock,lockstep,sp (default: all three)")
     tp.add_argument("--timeout", type=float, default=None,
                     help="seconds each scheduler gets for the batch (default 300; 120 quick)")
+    tp.add_argument("--stall", type=float, default=45.0,
+                    help="give up on a scheduler's batch after this many seconds without a "
+                         "new binding (default 45)")
     tp.add_argument("--profile", action="store_true",
                     help="also sample kube-scheduler's pending pods and run py-spy on Lockstep")
     tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
@@ -104,7 +107,7 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
         overrides[k] = int(v) if v.lstrip("-").isdigit() else v
     opts = throughput.RunOptions(
         nodes=nodes, timeout=args.timeout or (120.0 if args.quick else 300.0),
-        profile=args.profile, out=out, lockstep_overrides=overrides,
+        profile=args.profile, out=out, lockstep_overrides=overrides, stall=args.stall,
         tag=",".join(args.lockstep_override))
     schedulers = [s for s in args.schedulers.split(",") if s]
     print(f"\nThroughput: {nodes} nodes x {throughput.NODE_GPUS} GPUs, workload "

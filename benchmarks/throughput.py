@@ -466,6 +466,8 @@ class RunOptions:
     nodes: int
     timeout: float = 300.0
     arrival_gap: float = 0.5
+    stall: float = 45.0
+    """Stop waiting for the batch after this many seconds without a new binding."""
     profile: bool = False
     """Scrape kube-scheduler and Lockstep metrics over time and run py-spy on Lockstep."""
     out: Path = Path("bench-results")
@@ -610,9 +612,16 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             row["pyspy_file"] = str(spy_out)
         names = [n for g in wl.groups for n in g.pod_names()]
         deadline = t0 + opts.timeout
+        progress, last_progress = -1, time.monotonic()
         while time.monotonic() < deadline:
             b = rec.bound(NS)
             if all(n in b for n in names):
+                break
+            if len(b) != progress:
+                progress, last_progress = len(b), time.monotonic()
+            elif time.monotonic() - last_progress > opts.stall:
+                # e.g. the stock scheduler's spreading left no node with 8 free GPUs
+                row["stalled_after_s"] = round(last_progress - t0, 1)
                 break
             time.sleep(0.1)
         t_batch = time.monotonic()
@@ -640,7 +649,8 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             created[g.name] = time.monotonic()
             time.sleep(opts.arrival_gap)
         arr_names = [n for g in wl.arrivals for n in g.pod_names()]
-        deadline = time.monotonic() + min(opts.timeout, 120.0)
+        deadline = time.monotonic() + min(opts.timeout, 60.0 if "stalled_after_s" in row
+                                          else 120.0)
         while arr_names and time.monotonic() < deadline:
             b = rec.bound(NS)
             if all(n in b for n in arr_names):
