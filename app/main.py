@@ -173,7 +173,8 @@ def create_app(
             if manage_lifecycle:
                 await service.stop()
 
-    app = FastAPI(title="Lockstep", version="0.1.0", lifespan=lifespan)
+    # No 307 to the slash-less path: every answer is a 2xx or a 4xx naming what was wrong.
+    app = FastAPI(title="Lockstep", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
     m = service.metrics
 
     @app.exception_handler(BadRequest)
