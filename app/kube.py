@@ -214,8 +214,10 @@ class KubeClient:
                 await self.bind(namespace, name, uid, node)
                 return Bound(key, node)
             except Conflict as e:
-                if already_bound():
-                    return Bound(key, node)  # a retried call that had gone through
+                # A 409 after a lost answer is usually our own earlier attempt: ask the API
+                # server (the watch may lag) where the pod is before calling it a failure.
+                if already_bound() or await self._bound_to(namespace, name, uid, node):
+                    return Bound(key, node)
                 return BindFailed(key, node, f"binding {key} to {node}: {e.message}", True)
             except APIError as e:
                 if e.status < 500 and e.status != 429:
@@ -229,6 +231,15 @@ class KubeClient:
                 delay *= 2
         return BindFailed(key, node, f"binding {key} to {node}: {last}; kube-scheduler will "
                           "retry", permanent=False)
+
+    async def _bound_to(self, namespace: str, name: str, uid: str, node: NodeName) -> bool:
+        try:
+            pod = await self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except (APIError, APIUnreachable):
+            return False
+        meta = pod.get("metadata") or {} if isinstance(pod, dict) else {}
+        spec = pod.get("spec") or {} if isinstance(pod, dict) else {}
+        return bool(spec.get("nodeName") == node and (not uid or meta.get("uid") == uid))
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Any:
         return await self.request(

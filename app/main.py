@@ -7,10 +7,12 @@ before it has been validated.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import ipaddress
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -148,6 +150,31 @@ def _fragment(name: str, score: int) -> bytes:
     return frag
 
 
+HANGUP_POLL_SECONDS = 0.5
+
+
+async def _unless_hung_up(request: Request, call: Coroutine[Any, Any, str]) -> str:
+    """Run a bind, cancelling it if kube-scheduler hangs up (it restarted, or gave up).
+
+    A parked call whose client is gone would otherwise keep its place in the waiting map
+    until the gang's deadline; cancelling it unparks the member (``core.abandon``), and
+    kube-scheduler binds it again when it is back (issue 11)."""
+    task = asyncio.ensure_future(call)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=HANGUP_POLL_SECONDS)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return "kube-scheduler hung up"
+    finally:
+        if not task.done():
+            task.cancel()
+
+
 def _loopback(request: Request) -> bool:
     host = request.client.host if request.client else ""
     try:
@@ -234,7 +261,8 @@ def create_app(
     async def bind(request: Request) -> Response:
         done = timed("bind")
         args = _decode(BindingArgs, await _body(request, 1024 * 1024))
-        err = await service.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node)
+        err = await _unless_hung_up(
+            request, service.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node))
         done()
         return _json({"Error": err})
 

@@ -309,6 +309,11 @@ class Coscheduler:
         for p in fresh.values():
             if self.store.pods.get(p.key) != p:
                 self.upsert_pod(p)
+            # A (re)list may follow a restart: the previous process may have turned these
+            # members away, and only a nudge would wake them once their gang is admitted.
+            gang = self._gangs.get(self.gang_of(p.key) or GangKey(""))
+            if gang is not None and p.node_name is None and _live(p):
+                gang.turned_away.add(p.key)
 
     def _pod_left(self, rec: PodRecord) -> None:
         gang = _gang_key(self._membership.pop(rec.key, None))
@@ -320,6 +325,7 @@ class Coscheduler:
         if g is None:
             return
         g.members.discard(pod)
+        g.turned_away.discard(pod)
         self._unpark(g, pod, f"pod {pod} was deleted or left the gang")
         g.drop_slot(pod)
         g.binding.discard(pod)
@@ -389,6 +395,11 @@ class Coscheduler:
             self._complete_plan(g, spec, live, bound)
         elif bound >= spec.min_member:
             g.satisfied()
+        elif len(live) >= spec.min_member and isinstance(g.reason, WaitingForMembers):
+            # Enough members now: wake those turned away for being too few, so admission
+            # does not wait for the newest member (kube-scheduler may never send it to us).
+            g.reason = None
+            self.outbox.requeue.update(g.wake())
 
     def _departed(self, g: Gang, live: list[PodRecord]) -> tuple[str, ...]:
         alive = {p.key for p in live}
@@ -471,6 +482,15 @@ class Coscheduler:
         if isinstance(m, MissingPodGroup):
             return FilterDecision([], unresolvable=PodGroupNotFound(m.key))
         g = self._gangs[m.key]
+        decision = self._filter_gang(g, m, pod, candidates, now)
+        if decision.unresolvable is not None:
+            g.turned_away.add(pod.key)
+        else:
+            g.turned_away.discard(pod.key)
+        return decision
+
+    def _filter_gang(self, g: Gang, m: GangSpec, pod: PodRecord,
+                     candidates: Sequence[NodeName], now: float) -> FilterDecision:
         spec = g.spec or m
         if spec.min_member != m.min_member:
             return FilterDecision([], unresolvable=InvalidDeclaration(InvalidGang(
@@ -572,7 +592,7 @@ class Coscheduler:
         self._notice(NoticeKind.ADMITTED, g.key, sorted(g.members), detail=_plan_text(result))
         # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
         # API event will wake them: ask the app to nudge them.
-        self.outbox.requeue.update(k for k in result.assignments if k != pod.key)
+        self.outbox.requeue.update(k for k in g.wake() if k != pod.key)
         return FilterDecision([result.assignments[pod.key]])
 
     def _extend(self, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
@@ -745,7 +765,7 @@ class Coscheduler:
             if g.phase is GangPhase.BACKING_OFF and g.backoff_until is not None \
                     and now >= g.backoff_until:
                 g.backoff_over()
-                self.outbox.requeue.update(g.members)
+                self.outbox.requeue.update(g.wake())
             if g.phase is not GangPhase.ADMITTED or g.deadline is None or now < g.deadline:
                 continue
             spec = g.spec
@@ -763,7 +783,7 @@ class Coscheduler:
             # Capacity came free: wake the gangs that were waiting for it.
             for other in self._gangs.values():
                 if other is not g and isinstance(other.reason, DoesNotFit | PlannedNodeLost):
-                    self.outbox.requeue.update(other.members)
+                    self.outbox.requeue.update(other.wake())
         return out
 
     # ------------------------------------------------------------------ views

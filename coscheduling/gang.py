@@ -79,6 +79,15 @@ class Gang:
     """Why members were last turned away, for Events and explain."""
     partial: PartiallyBound | None = None
     """Set when a sibling's binding failed for good after others bound."""
+    turned_away: set[PodKey] = field(default_factory=set)
+    """Members filter rejected since: they sit in kube-scheduler's unschedulable queue and
+    only a nudge wakes them. Members never turned away are in its active queue already, so
+    nudging them would be an API write for nothing (issue 12)."""
+
+    def wake(self) -> set[PodKey]:
+        """The members to nudge now, forgotten once returned."""
+        out, self.turned_away = self.turned_away, set()
+        return out
 
     def _expect(self, *phases: GangPhase) -> None:
         if self.phase not in phases:

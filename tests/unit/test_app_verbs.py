@@ -288,3 +288,23 @@ async def test_shutdown_answers_every_parked_call_at_once(service: Lockstep) -> 
     answers = await asyncio.wait_for(asyncio.gather(*parked), 1)
     assert answers == ["shutting down", "shutting down"]
     assert service.core.parked_total() == 0
+
+
+async def test_a_409_for_our_own_earlier_binding_counts_as_bound() -> None:
+    """The answer to a binding was lost and the retry got 409: the API server says the pod
+    is on our node with our UID, so it is bound, not a partial gang."""
+    from app.kube import KubeClient, KubeConfig
+    from coscheduling import Bound, NodeName, PodKey
+
+    def api(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/binding"):
+            return httpx.Response(409, json={"reason": "Conflict", "message": "already assigned"})
+        return httpx.Response(200, json={"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}})
+
+    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    key = PodKey("default/p")
+    assert await kube.bind_retrying(key, "default", "p", "u1", NodeName("n1")) == Bound(
+        key, NodeName("n1"))
+    other = await kube.bind_retrying(key, "default", "p", "u1", NodeName("n2"))
+    assert not isinstance(other, Bound) and other.permanent
+    await kube.aclose()

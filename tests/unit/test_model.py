@@ -262,6 +262,9 @@ class GangModel(RuleBasedStateMachine):
 
     @rule(mm=st.integers(1, 4), delete=st.booleans())
     def change_podgroup(self, mm: int, delete: bool) -> None:
+        if any(self._gang(p) == PG and p["spec"].get("nodeName") for p in self.pods.values()):
+            # A user resizing a running gang can leave it short: the cluster did that.
+            self.disrupted.add(PG)
         if delete and self.podgroup is not None:
             self.podgroup = None
             self.core.delete_podgroup(gang_key("default", PG))
