@@ -96,7 +96,14 @@ def _serve(args: argparse.Namespace) -> int:
             guard.cancel()
         return 1 if service.failed is not None else 0
 
-    return asyncio.run(run())
+    # uvloop when installed (uvicorn[standard] brings it): the event loop runs every verb,
+    # binding and watch, and kube-scheduler's scheduling thread waits on it (issue 12).
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.run(run())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run())
 
 
 def _make_server_class() -> Any:

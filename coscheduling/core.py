@@ -326,6 +326,7 @@ class Coscheduler:
             return
         g.members.discard(pod)
         g.turned_away.discard(pod)
+        g.told.pop(pod, None)
         self._unpark(g, pod, f"pod {pod} was deleted or left the gang")
         g.drop_slot(pod)
         g.binding.discard(pod)
@@ -452,10 +453,15 @@ class Coscheduler:
         """Parked calls let go of by cluster events; the app answers each with its reason."""
         return self.outbox.drain_unparked()
 
-    def _turn_away(self, g: Gang, reason: GangReason) -> GangReason:
-        if g.reason != reason and not (isinstance(g.reason, BackingOff)
-                                       and isinstance(reason, BackingOff)):
-            self._notice(NoticeKind.WAITING, g.key, sorted(g.members), reason)
+    def _turn_away(self, pod: PodKey, g: Gang, reason: GangReason) -> GangReason:
+        # The Event goes to the pod turned away, not to every member: a gang of N arriving
+        # one by one would otherwise cost N^2 Events (kube-scheduler's FailedScheduling
+        # Event on each pod carries the same reason anyway).
+        told = g.told.get(pod)
+        if told != reason and not (isinstance(told, BackingOff)
+                                   and isinstance(reason, BackingOff)):
+            self._notice(NoticeKind.WAITING, g.key, (pod,), reason)
+            g.told[pod] = reason
         g.reason = reason
         return reason
 
@@ -509,14 +515,14 @@ class Coscheduler:
             assert g.backoff_until is not None
             if now < g.backoff_until:
                 return FilterDecision([], unresolvable=self._turn_away(
-                    g, BackingOff(g.key, g.backoff_until - now, g.backoff_cause)))
+                    pod.key, g, BackingOff(g.key, g.backoff_until - now, g.backoff_cause)))
             g.backoff_over()
         if g.phase is GangPhase.ADMITTED:
             return self._extend(g, pod, candidates)
         live = self._live(g)
         if len(live) < spec.min_member:
             return FilterDecision([], unresolvable=self._turn_away(
-                g, WaitingForMembers(g.key, len(live), spec.min_member)))
+                pod.key, g, WaitingForMembers(g.key, len(live), spec.min_member)))
         return self._admit(g, spec, pod, candidates, live, now)
 
     def _filter_plain(self, pod: PodRecord, candidates: Sequence[NodeName]) -> FilterDecision:
@@ -564,14 +570,14 @@ class Coscheduler:
                live: list[PodRecord], now: float) -> FilterDecision:
         required, bad = self._levels_for(g)
         if bad is not None:
-            return FilterDecision([], unresolvable=self._turn_away(g, bad))
+            return FilterDecision([], unresolvable=self._turn_away(pod.key, g, bad))
         if spec.min_resources:
             total: Resources = {}
             for n in self.store.nodes:
                 total = add(total, {k: max(0, v) for k, v in self.free_unreserved(n).items()})
             if not fits(spec.min_resources, total):
                 return FilterDecision([], unresolvable=self._turn_away(
-                    g, NotEnoughMinResources(g.key, spec.min_resources, total)))
+                    pod.key, g, NotEnoughMinResources(g.key, spec.min_resources, total)))
         # Bindings still in flight from before a fall-back keep their slots: fixed.
         fixed = {k: n for k, n in g.plan.items() if k in g.binding}
         bound = sum(1 for p in live if p.node_name is not None)
@@ -586,10 +592,11 @@ class Coscheduler:
                                fixed=fixed)
         if isinstance(result, NoFit):
             return FilterDecision([], unresolvable=self._turn_away(
-                g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key))))
+                pod.key, g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key))))
         requests = {k: self.store.pods[k].requests for k in result.assignments}
         g.admit(result.assignments, requests, result.level, now, spec.timeout_seconds)
-        self._notice(NoticeKind.ADMITTED, g.key, sorted(g.members), detail=_plan_text(result))
+        # One Event per admission, on the member whose filter call admitted the gang.
+        self._notice(NoticeKind.ADMITTED, g.key, (pod.key,), detail=_plan_text(result))
         # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
         # API event will wake them: ask the app to nudge them.
         self.outbox.requeue.update(k for k in g.wake() if k != pod.key)
@@ -621,7 +628,7 @@ class Coscheduler:
                 self._fall_back(g, reason)
             else:
                 self._reconcile(g)
-            return FilterDecision([], unresolvable=self._turn_away(g, reason))
+            return FilterDecision([], unresolvable=self._turn_away(pod.key, g, reason))
         node = result.assignments[pod.key]
         g.add_slot(pod.key, node, pod.requests)
         return FilterDecision([node])
@@ -693,7 +700,7 @@ class Coscheduler:
             return Park(g.key, g.deadline)
         binds = self.waiting.pop_gang(g.key)
         g.release(set(binds))
-        self._notice(NoticeKind.RELEASED, g.key, sorted(binds),
+        self._notice(NoticeKind.RELEASED, g.key, (key,),
                      detail=f"{len(binds) + self._bound_count(g)}/{spec.min_member}")
         return BindGroup(g.key, binds)
 

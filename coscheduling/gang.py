@@ -84,6 +84,9 @@ class Gang:
     only a nudge wakes them. Members never turned away are in its active queue already, so
     nudging them would be an API write for nothing (issue 12)."""
 
+    told: dict[PodKey, GangReason] = field(default_factory=dict)
+    """The last reason each member was given as an Event (one Event per change, per pod)."""
+
     def wake(self) -> set[PodKey]:
         """The members to nudge now, forgotten once returned."""
         out, self.turned_away = self.turned_away, set()

@@ -98,7 +98,10 @@ with thousands of identical racks)."""
 
 
 class _Context:
-    """Everything one planning call reads more than once, computed at most once per node."""
+    """Everything one planning call reads more than once, computed at most once per node.
+
+    Lazily: a 5,000-node cluster must not pay for eligibility or free capacity of nodes the
+    plan never looks at (issue 12: planning was O(levels x nodes) per admission)."""
 
     def __init__(self, todo: Sequence[Member], view: CapacityView,
                  levels: Sequence[Level]) -> None:
@@ -108,23 +111,52 @@ class _Context:
         self.todo = todo
         self.keys = [m.key for m in todo]
         self._free: dict[NodeName, Resources] = {}
+        self._free_gpus: dict[NodeName, int] = {}
         self._layouts: dict[NodeName, GpuLayout] = {}
-        # Eligibility is the same for members with the same spec: compute it per spec.
-        by_sig: dict[tuple[object, ...], frozenset[NodeName]] = {}
-        self.eligible: list[frozenset[NodeName]] = []
-        for m in todo:
-            sig = _signature(m.pod)
-            if sig not in by_sig:
-                by_sig[sig] = frozenset(n for n in self.names
-                                        if eligible(m.pod, view.nodes[n]))
-            ok = by_sig[sig]
-            self.eligible.append(ok & m.candidates if m.candidates is not None else ok)
+        # Eligibility is the same for members with the same spec: one memo per spec.
+        memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
+        self._elig: list[dict[NodeName, bool]] = [
+            memo.setdefault(_signature(m.pod), {}) for m in todo]
+
+    def ok(self, i: int, n: NodeName) -> bool:
+        """Member ``i`` may use node ``n`` (kube-scheduler's candidates, then predicates)."""
+        m = self.todo[i]
+        if m.candidates is not None and n not in m.candidates:
+            return False
+        memo = self._elig[i]
+        v = memo.get(n)
+        if v is None:
+            v = memo[n] = eligible(m.pod, self.view.nodes[n])
+        return v
+
+    def eligible_set(self, i: int) -> frozenset[NodeName]:
+        return frozenset(n for n in self.names if self.ok(i, n))
 
     def free(self, n: NodeName) -> Resources:
         f = self._free.get(n)
         if f is None:
             f = self._free[n] = self.view.free_for_gang(n)
         return f
+
+    def free_gpus(self, n: NodeName) -> int:
+        g = self._free_gpus.get(n)
+        if g is None:
+            g = self._free_gpus[n] = self.view.free_gpus(n)
+        return g
+
+    def holds(self, nodes: Sequence[NodeName], need: Sequence[tuple[str, int]]) -> bool:
+        """The domain's free capacity adds up to ``need`` for every resource (a necessary
+        condition, checked before trying to place members node by node: without it a gang
+        short of CPU was tried on every single node of a 5,000-node cluster)."""
+        for k, v in need:
+            have = 0
+            for n in nodes:
+                have += self.free(n).get(k, 0)
+                if have >= v:
+                    break
+            else:
+                return False
+        return True
 
     def layout(self, n: NodeName) -> GpuLayout:
         lay = self._layouts.get(n)
@@ -144,10 +176,9 @@ def _place(ctx: _Context, nodes: Sequence[NodeName]) -> dict[PodKey, NodeName] |
     for i, m in enumerate(ctx.todo):
         req = m.pod.requests
         gpus = req.get(GPU, 0)
-        ok = ctx.eligible[i]
         best: tuple[tuple[float, ...], NodeName] | None = None
         for n in nodes:
-            if n not in ok:
+            if not ctx.ok(i, n):
                 continue
             f = free.get(n)
             if f is None:
@@ -191,6 +222,11 @@ def plan_gang(
     stop = levels.index(required) if required is not None else 0
     fixed_nodes = {fixed[k] for k in fixed if fixed[k] in view.nodes}
     total_gpu = sum(m.pod.requests.get(GPU, 0) for m in todo)
+    total: Resources = {}
+    for m in todo:
+        for k, v in m.pod.requests.items():
+            total[k] = total.get(k, 0) + v
+    others = [(k, v) for k, v in total.items() if k != GPU and v > 0]
 
     for index in range(len(levels) - 1, stop - 1, -1):
         domains = view.domains(index)
@@ -200,8 +236,8 @@ def plan_gang(
             domains = {d: ns for d, ns in domains.items() if d in doms}
         sized = []
         for d, ns in domains.items():
-            free_gpu = sum(view.free_gpus(n) for n in ns)
-            if free_gpu >= total_gpu:
+            free_gpu = sum(map(ctx.free_gpus, ns))
+            if free_gpu >= total_gpu and ctx.holds(ns, others):
                 sized.append((free_gpu, d, ns))
         # Tightest domains first: once one fits, only domains as tight can still beat it.
         best: tuple[tuple[int, int, tuple[str, ...]], dict[PodKey, NodeName]] | None = None
@@ -242,14 +278,15 @@ def _explain(ctx: _Context, required: Level | None) -> NoFit:
     shape = dict(todo[0].pod.requests)
     shape.pop(PODS, None)
     cap = len(todo) + 1
-    eligible_nodes = set().union(*ctx.eligible)
+    sets = [ctx.eligible_set(i) for i in range(len(todo))]
+    eligible_nodes = set().union(*sets)
     units = 0
     for n in eligible_nodes:
         units += _units(shape, ctx.free(n), cap - units)
         if units >= cap:
             break
     notes = [f"{m.key} matches no node (selector, affinity or taints)"
-             for m, ok in zip(todo, ctx.eligible, strict=True) if not ok]
+             for m, ok in zip(todo, sets, strict=True) if not ok]
     widest = 0
     if required is not None:
         for ns in ctx.view.domains(ctx.levels.index(required)).values():
