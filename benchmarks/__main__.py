@@ -18,6 +18,8 @@ from typing import Any
 
 from . import placement, throughput, verbs
 
+BENCHMARKS = ("verbs", "placement", "throughput")
+
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
     heads = [h for _, h in columns]
@@ -30,8 +32,8 @@ def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> s
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
-    ap.add_argument("which", nargs="*", default=["verbs", "placement", "throughput"],
-                    choices=["verbs", "placement", "throughput"])
+    ap.add_argument("which", nargs="*", default=list(BENCHMARKS),
+                    help=f"any of {', '.join(BENCHMARKS)} (default: all)")
     ap.add_argument("--quick", action="store_true", help="fewer requests and sizes")
     ap.add_argument("--out", default="bench-results")
     tp = ap.add_argument_group("throughput (issue 12: stock vs Lockstep vs scheduler-plugins)")
@@ -59,6 +61,10 @@ def main() -> None:
                     help="experiment: override a top-level KubeSchedulerConfiguration key of "
                          "the Lockstep run (e.g. percentageOfNodesToScore=0); repeatable")
     args = ap.parse_args()
+    # (argparse's choices= rejects a list default with nargs="*", so check here)
+    unknown = [w for w in args.which if w not in BENCHMARKS]
+    if unknown:
+        ap.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}")
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
