@@ -7,6 +7,7 @@ missing binary is built, never a reason to skip.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,10 +26,19 @@ from testbed.runner import TestBed
 SCHEDULER_CONFIG = REPO / "scheduler-config" / "lockstep.yaml"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark e2e tests; leave out the long soak (``@pytest.mark.soak``) unless
+    ``LOCKSTEP_SOAK_SECONDS`` asks for it (``make soak``). It is deselected, not skipped:
+    its short version always runs."""
+    soak = bool(os.environ.get("LOCKSTEP_SOAK_SECONDS"))
+    keep, drop = [], []
     for item in items:
         if "tests/e2e" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+        (drop if item.get_closest_marker("soak") and not soak else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -583,8 +583,7 @@ def test_churn_short(cluster: ClusterFactory) -> None:
     churn(c, "short", SHORT_SECONDS, SHORT_CONCURRENCY)
 
 
-@pytest.mark.skipif(not os.environ.get("LOCKSTEP_SOAK_SECONDS"),
-                    reason="long churn soak: set LOCKSTEP_SOAK_SECONDS (make soak)")
+@pytest.mark.soak
 def test_churn_soak(cluster: ClusterFactory) -> None:
     c = cluster(TOPOLOGY)
     churn(c, "soak", float(os.environ["LOCKSTEP_SOAK_SECONDS"]), SOAK_CONCURRENCY)
