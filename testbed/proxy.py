@@ -130,12 +130,23 @@ class FaultProxy:
                 _abort(client)
                 if upstream is not None:
                     _abort(upstream)
+            # Every connection task ends here, on this loop: a task or transport left for
+            # the garbage collector would surface as an unraisable warning in a later test.
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._server is not None:
+                await self._server.wait_closed()
+            await asyncio.sleep(0)  # let aborted transports run their connection_lost
 
         if self._thread.is_alive():
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
         if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     @property
