@@ -114,7 +114,9 @@ class KubeClient:
         headers = {"Accept": "application/json", "User-Agent": "lockstep/0.1"}
         if cfg.token:
             headers["Authorization"] = f"Bearer {cfg.token}"
-        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        # Few idle connections: httpcore polls every pooled connection on each request, which
+        # at 50 was the largest single cost on the event loop under load (issue 12).
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=8)
         self._http = httpx.AsyncClient(
             base_url=cfg.server,
             headers=headers,

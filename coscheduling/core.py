@@ -309,10 +309,10 @@ class Coscheduler:
         for p in fresh.values():
             if self.store.pods.get(p.key) != p:
                 self.upsert_pod(p)
-            # A (re)list may follow a restart: the previous process may have turned these
-            # members away, and only a nudge would wake them once their gang is admitted.
+            # A (re)list may follow a restart: members the previous process turned away
+            # carry kube-scheduler's Unschedulable condition, and only a nudge wakes them.
             gang = self._gangs.get(self.gang_of(p.key) or GangKey(""))
-            if gang is not None and p.node_name is None and _live(p):
+            if gang is not None and p.unschedulable and p.node_name is None and _live(p):
                 gang.turned_away.add(p.key)
 
     def _pod_left(self, rec: PodRecord) -> None:

@@ -92,6 +92,9 @@ class PodRecord:
     """nodeSelectorTerms of requiredDuringSchedulingIgnoredDuringExecution (ORed)."""
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
+    unschedulable: bool = False
+    """kube-scheduler marked it ``PodScheduled=False, reason=Unschedulable``: it waits in the
+    unschedulable queue, where only a cluster event (or a nudge) wakes it."""
 
     @property
     def key(self) -> PodKey:
@@ -141,6 +144,14 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeRecord:
     )
 
 
+def _unschedulable(status: Any) -> bool:
+    conds = status.get("conditions") if isinstance(status, Mapping) else None
+    return isinstance(conds, list) and any(
+        isinstance(c, Mapping) and c.get("type") == "PodScheduled"
+        and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in conds)
+
+
 def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
     meta = _meta(obj, "Pod")
     spec = obj.get("spec")
@@ -177,4 +188,5 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         required_affinity=tuple(affinity.get("nodeSelectorTerms") or ()),
         tolerations=tolerations,
         priority=int(spec.get("priority") or 0),
+        unschedulable=_unschedulable(status),
     )

@@ -268,3 +268,13 @@ def test_node_resource_topology_steers_pods_to_a_numa_zone_that_holds_them() -> 
     split, whole = core.prioritize(plain, [NodeName("split"), NodeName("whole")])
     assert whole > split
     assert "NUMA free [1, 1]" in core.explain_score(NodeName("split"), 2, None).why
+
+
+def test_after_a_restart_only_pods_kube_scheduler_marked_unschedulable_are_nudged() -> None:
+    core = six_gpus()
+    objs = [pod(f"p{i}").gang("g", min_member=3).gpu(1).build() for i in range(3)]
+    objs[0]["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    core.replace_pods([pod_from_json(o) for o in objs])  # a fresh process's first list
+    assert len(filt(core, "p2").passed) == 1
+    assert core.drain_requeue() == [pod_key("default", "p0")]
