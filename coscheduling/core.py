@@ -842,7 +842,7 @@ class Coscheduler:
 
 
 def _live(p: PodRecord) -> bool:
-    return not p.deleting and not p.terminal
+    return p.active
 
 
 def _gang_key(m: Membership) -> GangKey | None:

@@ -46,7 +46,7 @@ def check_invariants(core: Coscheduler) -> None:
                     f"node {n}: usage + reservations exceed allocatable {res} by "
                     f"{-left[res]} (reserved {core.ledger.by_gang_on(n)})")
     for key, g in core.gangs().items():
-        live = {p.key: p for p in core.members_of(key) if not p.deleting and not p.terminal}
+        live = {p.key: p for p in core.members_of(key) if p.active}
         if g.plan and g.phase not in (GangPhase.ADMITTED, GangPhase.RELEASED):
             stray = set(g.plan) - g.binding
             if stray:

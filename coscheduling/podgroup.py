@@ -14,7 +14,13 @@ Volcano                ``scheduling.k8s.io/group-name`` or           ``schedulin
                        ``scheduling.volcano.sh/group-name``          group-min-member``
 Koordinator            ``gang.scheduling.koordinator.sh/name``       ``.../min-available``,
                                                                     ``.../waiting-time``
+Kueue plain pods       ``kueue.x-k8s.io/pod-group-name`` (label,     ``kueue.x-k8s.io/
+                       or annotation)                               pod-group-total-count``
 =====================  ===========================================  ===========================
+
+Kueue's pod groups are all-or-nothing by construction: the total count is the gang size.
+Kueue gates each pod (``kueue.x-k8s.io/admission``) until it admits the group's Workload;
+a gated pod is not a member that can bind yet (``PodRecord.gated``).
 
 A bad value is never defaulted: the pod gets an :class:`InvalidGang` naming the field, which
 the app turns into a rejection and an Event.
@@ -61,6 +67,8 @@ VOLCANO_MIN = "scheduling.volcano.sh/group-min-member"
 KOORD_GROUP = "gang.scheduling.koordinator.sh/name"
 KOORD_MIN = "gang.scheduling.koordinator.sh/min-available"
 KOORD_WAIT = "gang.scheduling.koordinator.sh/waiting-time"
+KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 
 
 def gang_key(namespace: str, name: str) -> GangKey:
@@ -72,6 +80,7 @@ class Source(Enum):
     SCHEDULER_PLUGINS = "scheduler-plugins"
     VOLCANO = "volcano"
     KOORDINATOR = "koordinator"
+    KUEUE = "kueue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +212,8 @@ def _declarations(pod: PodRecord) -> list[tuple[Source, str, str]]:
             found.append((Source.VOLCANO, name, v))
     if v := pod.annotations.get(KOORD_GROUP):
         found.append((Source.KOORDINATOR, KOORD_GROUP, v))
+    if v := _lookup(pod, KUEUE_GROUP):
+        found.append((Source.KUEUE, KUEUE_GROUP, v))
     return found
 
 
@@ -247,6 +258,7 @@ def resolve(
         (Source.LOCKSTEP, LOCKSTEP_MIN_MEMBER, LOCKSTEP_TIMEOUT),
         (Source.VOLCANO, VOLCANO_MIN, None),
         (Source.KOORDINATOR, KOORD_MIN, KOORD_WAIT),
+        (Source.KUEUE, KUEUE_TOTAL, None),
     ):
         if src not in sources:
             continue
@@ -272,6 +284,7 @@ def resolve(
             Source.LOCKSTEP: LOCKSTEP_MIN_MEMBER,
             Source.VOLCANO: VOLCANO_MIN,
             Source.KOORDINATOR: KOORD_MIN,
+            Source.KUEUE: KUEUE_TOTAL,
         }.get(source, "minMember")
         return InvalidGang(key, want, "", f"missing: {fld}={name} needs {want}")
 

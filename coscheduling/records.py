@@ -92,6 +92,9 @@ class PodRecord:
     """nodeSelectorTerms of requiredDuringSchedulingIgnoredDuringExecution (ORed)."""
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
+    gated: bool = False
+    """``spec.schedulingGates`` is not empty (Kueue's ``kueue.x-k8s.io/admission``, say):
+    kube-scheduler will not place it yet, so it cannot count toward a gang's quorum."""
     unschedulable: bool = False
     """kube-scheduler marked it ``PodScheduled=False, reason=Unschedulable``: it waits in the
     unschedulable queue, where only a cluster event (or a nudge) wakes it."""
@@ -103,6 +106,11 @@ class PodRecord:
     @property
     def terminal(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def active(self) -> bool:
+        """A member that counts toward its gang: not deleting, not finished, not gated."""
+        return not self.deleting and not self.terminal and not self.gated
 
     @property
     def holds_capacity(self) -> bool:
@@ -188,5 +196,6 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         required_affinity=tuple(affinity.get("nodeSelectorTerms") or ()),
         tolerations=tolerations,
         priority=int(spec.get("priority") or 0),
+        gated=bool(spec.get("schedulingGates")),
         unschedulable=_unschedulable(status),
     )

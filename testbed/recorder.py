@@ -22,7 +22,13 @@ from .kube import Kube, KubeError
 
 __all__ = ["BindingRecorder", "PodRecord"]
 
-GANG_KEYS = ("lockstep.dev/pod-group", "scheduling.x-k8s.io/pod-group")
+GANG_KEYS = ("lockstep.dev/pod-group", "scheduling.x-k8s.io/pod-group",
+             "kueue.x-k8s.io/pod-group-name", "scheduling.k8s.io/group-name",
+             "gang.scheduling.koordinator.sh/name")
+SIZE_KEYS = ("lockstep.dev/min-member", "kueue.x-k8s.io/pod-group-total-count",
+             "scheduling.volcano.sh/group-min-member",
+             "gang.scheduling.koordinator.sh/min-available")
+"""Every convention's gang name and size keys, so the invariant is checked for all of them."""
 
 
 @dataclass
@@ -90,7 +96,7 @@ class BindingRecorder:
                     self.retired.append(rec)
                 gang = next((v for k in GANG_KEYS for v in (ann.get(k), labels.get(k)) if v),
                             None)
-                mm = ann.get("lockstep.dev/min-member")
+                mm = next((ann[k] for k in SIZE_KEYS if ann.get(k)), None)
                 rec = PodRecord(key[0], key[1], str(meta.get("uid")), gang,
                                 int(mm) if mm and mm.isdigit() else None, now,
                                 created=meta.get("creationTimestamp"))

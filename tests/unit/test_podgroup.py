@@ -87,3 +87,62 @@ def test_scheduler_plugins_needs_its_podgroup() -> None:
 def test_bad_podgroup_min_member_is_an_error_value(min_member: object) -> None:
     pg = podgroup_from_json(podgroup("pg", min_member))
     assert pg.error is not None and pg.error.field == "PodGroup.spec.minMember"
+
+
+KUEUE_KEY = gang_key("default", "grp")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "labels", "want"),
+    [
+        # What Kueue's plain-pod integration documents: the group name as a label, the size
+        # as an annotation on every pod of the group.
+        pytest.param({"kueue.x-k8s.io/pod-group-total-count": "3"},
+                     {"kueue.x-k8s.io/pod-group-name": "grp",
+                      "kueue.x-k8s.io/queue-name": "user-queue"},
+                     GangSpec(KUEUE_KEY, 3, 60, Source.KUEUE), id="label-and-total-count"),
+        pytest.param({"kueue.x-k8s.io/pod-group-name": "grp",
+                      "kueue.x-k8s.io/pod-group-total-count": "4"}, {},
+                     GangSpec(KUEUE_KEY, 4, 60, Source.KUEUE), id="annotation-form"),
+        pytest.param({}, {"kueue.x-k8s.io/pod-group-name": "grp"},
+                     InvalidGang(KUEUE_KEY, "kueue.x-k8s.io/pod-group-total-count", "",
+                                 "missing: kueue.x-k8s.io/pod-group-name=grp needs "
+                                 "kueue.x-k8s.io/pod-group-total-count"),
+                     id="missing-total-count"),
+        pytest.param({"kueue.x-k8s.io/pod-group-total-count": "three"},
+                     {"kueue.x-k8s.io/pod-group-name": "grp"},
+                     InvalidGang(KUEUE_KEY, "kueue.x-k8s.io/pod-group-total-count", "three",
+                                 "not a whole number"), id="bad-total-count"),
+        pytest.param({"kueue.x-k8s.io/pod-group-total-count": "3",
+                      "lockstep.dev/pod-group": "other", "lockstep.dev/min-member": "3"},
+                     {"kueue.x-k8s.io/pod-group-name": "grp"},
+                     InvalidGang(None, "metadata",
+                                 "lockstep.dev/pod-group=other, kueue.x-k8s.io/pod-group-name=grp",
+                                 "conflicting gang declarations"), id="two-group-names"),
+        pytest.param({"kueue.x-k8s.io/pod-group-total-count": "3",
+                      "lockstep.dev/pod-group": "grp", "lockstep.dev/min-member": "2"},
+                     {"kueue.x-k8s.io/pod-group-name": "grp"},
+                     InvalidGang(KUEUE_KEY, "kueue.x-k8s.io/pod-group-total-count", "3",
+                                 "conflicts with min-member 2 declared elsewhere"),
+                     id="sizes-disagree"),
+        pytest.param({}, {"kueue.x-k8s.io/queue-name": "user-queue"}, None,
+                     id="queued-but-no-group"),
+    ],
+)
+def test_resolve_kueue_pod_groups(annotations: dict[str, str], labels: dict[str, str],
+                                  want: object) -> None:
+    b = pod("p")
+    for k, v in annotations.items():
+        b.annotate(k, v)
+    for k, v in labels.items():
+        b.label(k, v)
+    assert resolve(pod_from_json(b.build()), {}, DEFAULTS) == want
+
+
+def test_a_pod_behind_a_scheduling_gate_is_not_an_active_member() -> None:
+    obj = pod("p").build()
+    obj["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    gated = pod_from_json(obj)
+    assert gated.gated and not gated.active
+    obj["spec"]["schedulingGates"] = []
+    assert pod_from_json(obj).active

@@ -191,3 +191,37 @@ def test_a_gang_partly_bound_by_a_crash_completes_without_parking() -> None:
     second = core.bind(pod_key("default", "w3"), NodeName("n1"), 1.0)
     assert type(second).__name__ == "BindNow"
     check_invariants(core)
+
+
+def test_kueue_groups_of_three_on_four_gpus_never_split_two_and_two() -> None:
+    """Issue 10's reproduction: two Kueue plain-pod groups of 3 on 4 GPUs used to be
+    scheduled as unrelated pods and end 2 + 2. One group runs; the other holds nothing."""
+    core = cluster(node("n0").gpus(2).build(), node("n1").gpus(2).build())
+
+    def kueue_pod(group: str, i: int) -> dict[str, Any]:
+        return (pod(f"{group}-{i}").label("kueue.x-k8s.io/pod-group-name", group)
+                .annotate("kueue.x-k8s.io/pod-group-total-count", "3").gpu(1).build())
+
+    for i in range(3):
+        add(core, kueue_pod("x", i), kueue_pod("y", i))
+    placed = {f"{g}-{i}": filt(core, f"{g}-{i}") for i in range(3) for g in ("x", "y")}
+    admitted = [g for g in ("x", "y") if all(placed[f"{g}-{i}"] for i in range(3))]
+    assert len(admitted) == 1
+    other = "y" if admitted == ["x"] else "x"
+    assert all(placed[f"{other}-{i}"] == [] for i in range(3))
+    check_invariants(core)
+
+
+def test_gated_members_do_not_count_until_kueue_lifts_the_gate() -> None:
+    core = cluster(node("n0").gpus(4).build())
+    objs = [pod(f"k{i}").label("kueue.x-k8s.io/pod-group-name", "g")
+            .annotate("kueue.x-k8s.io/pod-group-total-count", "3").gpu(1).build()
+            for i in range(3)]
+    objs[2]["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    add(core, *objs)
+    d = core.filter(pod_from_json(objs[0]), [NodeName("n0")], 0.0)
+    assert d.unresolvable == WaitingForMembers(gang_key("default", "g"), 2, 3)
+    objs[2]["spec"]["schedulingGates"] = []  # Kueue admitted the group's Workload
+    add(core, objs[2])
+    assert core.filter(pod_from_json(objs[0]), [NodeName("n0")], 0.0).passed == ["n0"]
+    check_invariants(core)

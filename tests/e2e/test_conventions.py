@@ -1,0 +1,63 @@
+"""Gang conventions other projects write, on the real test bed (issue 10).
+
+These pods carry exactly what Kueue's plain-pod integration writes on the pods it manages (the
+``kueue.x-k8s.io/pod-group-name`` label, the ``kueue.x-k8s.io/pod-group-total-count``
+annotation and the ``kueue.x-k8s.io/admission`` scheduling gate until it admits the group).
+Kueue's own controller is not in the test bed, so this proves Lockstep reads the objects, not
+that it works with a running Kueue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.workloads import pod
+
+from .conftest import ClusterFactory, settle
+
+GATE = "kueue.x-k8s.io/admission"
+
+
+def kueue_pod(name: str, group: str, total: int, *, gated: bool = False) -> dict[str, Any]:
+    obj = pod(name).annotate("kueue.x-k8s.io/pod-group-total-count", str(total)).gpu(1).build()
+    obj["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = group
+    obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "user-queue"
+    if gated:
+        obj["spec"]["schedulingGates"] = [{"name": GATE}]
+    return obj
+
+
+def test_two_kueue_pod_groups_on_six_gpus_one_runs_the_other_holds_nothing(
+    cluster: ClusterFactory,
+) -> None:
+    c = cluster("tiny-3x2")
+    for i in range(4):  # interleaved, as two controllers would create them
+        c.create(kueue_pod(f"x-{i}", "x", 4), kueue_pod(f"y-{i}", "y", 4))
+    c.kube.wait("one group bound", lambda: any(
+        all(f"{g}-{i}" in c.bound() for i in range(4)) for g in ("x", "y")), 60)
+    settle(3)
+    bound = c.bound()
+    done = [g for g in ("x", "y") if all(f"{g}-{i}" in bound for i in range(4))]
+    assert len(done) == 1, bound
+    other = "y" if done == ["x"] else "x"
+    assert not any(n.startswith(f"{other}-") for n in bound), bound
+    c.recorder.assert_gang_invariants(c.ns)
+    c.delete(*(f"{done[0]}-{i}" for i in range(4)))  # the first job finishes
+    c.wait_bound([f"{other}-{i}" for i in range(4)], 30)
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_gated_members_wait_for_kueue_then_the_group_binds_together(
+    cluster: ClusterFactory,
+) -> None:
+    c = cluster("tiny-3x2")
+    c.create(*(kueue_pod(f"k-{i}", "k", 3, gated=True) for i in range(3)))
+    c.create(kueue_pod("k-3", "k", 3, gated=False))  # a stray ungated member is not enough
+    settle(3)
+    assert c.bound() == {}
+    for i in range(3):  # Kueue admits the Workload: it removes the gate from every pod
+        c.kube.patch(f"/api/v1/namespaces/{c.ns}/pods/k-{i}",
+                     {"spec": {"schedulingGates": None}})
+    bound = c.wait_bound([f"k-{i}" for i in range(4)], 30)  # k-3 is an extra beyond 3
+    assert len(bound) == 4
+    c.recorder.assert_gang_invariants(c.ns)
