@@ -27,7 +27,7 @@ from coscheduling import (
     podgroup_from_json,
 )
 from coscheduling.numa import NumaZones, nrt_from_json
-from coscheduling.podgroup import PodGroupRecord, gang_key
+from coscheduling.podgroup import PodGroupRecord, gang_key, volcano_podgroup_from_json
 from coscheduling.records import NodeName
 from coscheduling.resources import QuantityError
 
@@ -39,6 +39,7 @@ __all__ = ["ClusterCache", "Resource"]
 log = logging.getLogger("lockstep.cache")
 
 PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+VOLCANO_PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 
 
@@ -69,6 +70,7 @@ class ClusterCache:
             Resource("nodes", "/api/v1/nodes"),
             Resource("pods", "/api/v1/pods"),
             Resource("podgroups", PODGROUPS, optional=True),
+            Resource("volcano-podgroups", VOLCANO_PODGROUPS, optional=True),
             Resource("noderesourcetopologies", NRTS, optional=True),
         ):
             self.resources[r.name] = r
@@ -90,6 +92,8 @@ class ClusterCache:
                 return pod_from_json(obj)
             if kind == "noderesourcetopologies":
                 return nrt_from_json(obj)
+            if kind == "volcano-podgroups":
+                return volcano_podgroup_from_json(obj)
             return podgroup_from_json(obj)
         except (RecordError, QuantityError, ValueError, TypeError) as e:
             # One malformed object must not stop the cache; it is simply not scheduled around.
@@ -105,6 +109,8 @@ class ClusterCache:
             self.core.replace_pods(records)
         elif kind == "noderesourcetopologies":
             self.core.replace_numa(records)
+        elif kind == "volcano-podgroups":
+            self.core.replace_volcano_podgroups(records)
         else:
             self.core.replace_podgroups(records)
 
@@ -119,6 +125,8 @@ class ClusterCache:
                 self.core.delete_numa(NodeName(name))
             elif kind == "pods":
                 self.core.delete_pod(pod_key(ns, name), str(meta.get("uid") or ""))
+            elif kind == "volcano-podgroups":
+                self.core.delete_volcano_podgroup(gang_key(ns, name))
             else:
                 self.core.delete_podgroup(gang_key(ns, name))
             return
@@ -129,6 +137,8 @@ class ClusterCache:
             self.core.upsert_node(rec)
         elif isinstance(rec, PodRecord):
             self.core.upsert_pod(rec)
+        elif isinstance(rec, PodGroupRecord) and kind == "volcano-podgroups":
+            self.core.upsert_volcano_podgroup(rec)
         elif isinstance(rec, PodGroupRecord):
             self.core.upsert_podgroup(rec)
         elif isinstance(rec, NumaZones):

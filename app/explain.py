@@ -81,7 +81,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
     if isinstance(m, InvalidGang):
         out["explanation"] = render(InvalidDeclaration(m))
     elif isinstance(m, MissingPodGroup):
-        out["explanation"] = render(PodGroupNotFound(m.key))
+        out["explanation"] = render(PodGroupNotFound(m.key, m.api))
     elif isinstance(m, GangSpec) and view is not None:
         if core.is_parked(key):
             out["explanation"] = (

@@ -55,8 +55,8 @@ def render(reason: Reason) -> str:
             where = f"gang {err.key}: " if err.key else ""
             value = f" {err.value!r}" if err.value else ""
             return f"{where}invalid {err.field}{value}: {err.problem}"
-        case PodGroupNotFound(gang):
-            return f"gang {gang}: PodGroup {gang} (scheduling.x-k8s.io) not found"
+        case PodGroupNotFound(gang, api):
+            return f"gang {gang}: PodGroup {gang} ({api}) not found"
         case BackingOff(gang, left, cause):
             why = f" after {render(cause)}" if cause else ""
             return f"gang {gang}: backing off for {left:.0f}s more{why}"

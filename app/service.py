@@ -108,6 +108,7 @@ class Lockstep:
             "watch-nodes": self.cache.run("nodes"),
             "watch-pods": self.cache.run("pods"),
             "watch-podgroups": self.cache.run("podgroups"),
+            "watch-volcano-podgroups": self.cache.run("volcano-podgroups"),
             "watch-noderesourcetopologies": self.cache.run("noderesourcetopologies"),
             "deadline-timer": self._timer(),
             "event-poster": self._post_events(),

@@ -49,6 +49,7 @@ from .outbox import Outbox
 from .planner import Member, NoFit, Plan, plan_gang
 from .podgroup import (
     SP_GROUP_LABEL,
+    VOLCANO_GROUP,
     GangDefaults,
     GangKey,
     GangSpec,
@@ -249,10 +250,37 @@ class Coscheduler:
             if self.store.podgroups.get(g.key) != g:
                 self.upsert_podgroup(g)
 
+    def upsert_volcano_podgroup(self, pg: PodGroupRecord) -> None:
+        self.store.volcano[pg.key] = pg
+        self._reresolve(pg.key)
+
+    def delete_volcano_podgroup(self, key: GangKey) -> None:
+        self.store.volcano.pop(key, None)
+        self._reresolve(key)
+
+    def replace_volcano_podgroups(self, groups: Iterable[PodGroupRecord]) -> None:
+        fresh = {g.key: g for g in groups}
+        for key in [k for k in self.store.volcano if k not in fresh]:
+            self.delete_volcano_podgroup(key)
+        for g in fresh.values():
+            if self.store.volcano.get(g.key) != g:
+                self.upsert_volcano_podgroup(g)
+
     def _reresolve(self, key: GangKey) -> None:
+        """A PodGroup object of this name came, changed or went: re-resolve its pods and wake
+        the members turned away before (kube-scheduler sees no pod event for this)."""
+        self._reresolve_pods(key)
+        g = self._gangs.get(key)
+        if g is not None:
+            self.outbox.requeue.update(g.wake())
+
+    def _reresolve_pods(self, key: GangKey) -> None:
         ns, name = key.split("/", 1)
         for pod in list(self.store.pods.values()):
-            if pod.namespace == ns and pod.labels.get(SP_GROUP_LABEL) == name:
+            if pod.namespace == ns and (
+                pod.labels.get(SP_GROUP_LABEL) == name
+                or any(pod.annotations.get(k) == name for k in VOLCANO_GROUP)
+            ):
                 self.upsert_pod(pod)
 
     # ------------------------------------------------------------------ pods
@@ -348,7 +376,7 @@ class Coscheduler:
     def _resolve(self, pod: PodRecord) -> Membership:
         if pod.scheduler_name not in self.settings.scheduler_names:
             return None
-        return resolve(pod, self.store.podgroups, self.settings.defaults)
+        return resolve(pod, self.store.podgroups, self.settings.defaults, self.store.volcano)
 
     def membership(self, pod: PodKey) -> Membership:
         return self._membership.get(pod)
@@ -483,10 +511,13 @@ class Coscheduler:
         m = self._membership.get(pod.key)
         if m is None:
             return self._filter_plain(pod, candidates)
-        if isinstance(m, InvalidGang):
-            return FilterDecision([], unresolvable=InvalidDeclaration(m))
-        if isinstance(m, MissingPodGroup):
-            return FilterDecision([], unresolvable=PodGroupNotFound(m.key))
+        if isinstance(m, InvalidGang | MissingPodGroup):
+            if m.key is not None and m.key in self._gangs:
+                # Woken when its PodGroup appears or changes (no pod event would do it).
+                self._gangs[m.key].turned_away.add(pod.key)
+            if isinstance(m, InvalidGang):
+                return FilterDecision([], unresolvable=InvalidDeclaration(m))
+            return FilterDecision([], unresolvable=PodGroupNotFound(m.key, m.api))
         g = self._gangs[m.key]
         decision = self._filter_gang(g, m, pod, candidates, now)
         if decision.unresolvable is not None:
@@ -658,7 +689,7 @@ class Coscheduler:
         if isinstance(m, InvalidGang):
             return Reject(InvalidDeclaration(m))
         if isinstance(m, MissingPodGroup):
-            return Reject(PodGroupNotFound(m.key))
+            return Reject(PodGroupNotFound(m.key, m.api))
         g = self._gangs[m.key]
         spec = g.spec or m
         planned = g.plan.get(key)

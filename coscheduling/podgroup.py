@@ -53,6 +53,7 @@ __all__ = [
     "gang_key",
     "podgroup_from_json",
     "resolve",
+    "volcano_podgroup_from_json",
 ]
 
 GangKey = NewType("GangKey", str)
@@ -119,11 +120,16 @@ class InvalidGang:
     problem: str
 
 
+SP_API = "scheduling.x-k8s.io"
+VOLCANO_API = "scheduling.volcano.sh"
+
+
 @dataclass(frozen=True, slots=True)
 class MissingPodGroup:
-    """The pod names a scheduler-plugins PodGroup that does not exist (yet)."""
+    """The pod names a PodGroup (of ``api``) that does not exist (yet)."""
 
     key: GangKey
+    api: str = SP_API
 
 
 Membership = GangSpec | InvalidGang | MissingPodGroup | None
@@ -169,21 +175,27 @@ def _seconds_field(raw: object, fld: str, key: GangKey | None) -> float | Invali
     return value
 
 
-def podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
+def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
+    """A Volcano ``PodGroup`` (``scheduling.volcano.sh/v1beta1``): ``spec.minMember`` and
+    ``spec.minResources`` are what Lockstep uses; it has no timeout field."""
+    return podgroup_from_json(obj, kind="PodGroup (scheduling.volcano.sh)")
+
+
+def podgroup_from_json(obj: Mapping[str, Any], kind: str = "PodGroup") -> PodGroupRecord:
     meta = obj.get("metadata") or {}
     key = gang_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
     spec = obj.get("spec") or {}
     min_member: int | None = None
     timeout: float | None = None
     error: InvalidGang | None = None
-    mm = _int_field(spec.get("minMember", 1), "PodGroup.spec.minMember", key)
+    mm = _int_field(spec.get("minMember", 1), f"{kind}.spec.minMember", key)
     if isinstance(mm, InvalidGang):
         error = mm
     else:
         min_member = mm
     if spec.get("scheduleTimeoutSeconds") is not None:
         t = _seconds_field(
-            spec["scheduleTimeoutSeconds"], "PodGroup.spec.scheduleTimeoutSeconds", key
+            spec["scheduleTimeoutSeconds"], f"{kind}.spec.scheduleTimeoutSeconds", key
         )
         if isinstance(t, InvalidGang):
             error = error or t
@@ -193,7 +205,7 @@ def podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
         min_resources = resource_list(spec.get("minResources"))
     except QuantityError as e:
         min_resources = {}
-        error = error or InvalidGang(key, "PodGroup.spec.minResources", str(e.value), e.reason)
+        error = error or InvalidGang(key, f"{kind}.spec.minResources", str(e.value), e.reason)
     return PodGroupRecord(key, min_member, timeout, min_resources, error)
 
 
@@ -229,6 +241,7 @@ def resolve(
     pod: PodRecord,
     podgroups: Mapping[GangKey, PodGroupRecord],
     defaults: GangDefaults,
+    volcano: Mapping[GangKey, PodGroupRecord] | None = None,
 ) -> Membership:
     """The pod's gang, or why its declaration is unusable; None when it is in no gang."""
     decls = _declarations(pod)
@@ -253,6 +266,21 @@ def resolve(
             return pg.error
         min_member, timeout, min_resources = pg.min_member, pg.timeout_seconds, pg.min_resources
         source = Source.SCHEDULER_PLUGINS
+
+    if Source.VOLCANO in sources and _lookup(pod, VOLCANO_MIN) is None:
+        # What Volcano's job controller (and Kubeflow's in volcano mode) writes: only the
+        # group name on the pod; the size lives on Volcano's own PodGroup object.
+        vpg = (volcano or {}).get(key)
+        if vpg is None:
+            return MissingPodGroup(key, VOLCANO_API)
+        if vpg.error is not None:
+            return vpg.error
+        if min_member is not None and vpg.min_member != min_member:
+            return InvalidGang(key, "PodGroup (scheduling.volcano.sh).spec.minMember",
+                               str(vpg.min_member),
+                               f"conflicts with min-member {min_member} declared elsewhere")
+        min_member = vpg.min_member
+        min_resources = min_resources or vpg.min_resources
 
     for src, ann_min, ann_timeout in (
         (Source.LOCKSTEP, LOCKSTEP_MIN_MEMBER, LOCKSTEP_TIMEOUT),

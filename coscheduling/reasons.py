@@ -52,6 +52,7 @@ class InvalidDeclaration:
 @dataclass(frozen=True, slots=True)
 class PodGroupNotFound:
     gang: GangKey
+    api: str = "scheduling.x-k8s.io"
 
 
 @dataclass(frozen=True, slots=True)

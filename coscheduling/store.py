@@ -41,6 +41,8 @@ class ClusterStore:
     nodes: dict[NodeName, NodeRecord] = field(default_factory=dict)
     pods: dict[PodKey, PodRecord] = field(default_factory=dict)
     podgroups: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
+    volcano: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
+    """Volcano PodGroups (scheduling.volcano.sh/v1beta1), a separate API of the same name."""
     numa: dict[NodeName, NumaZones] = field(default_factory=dict)
     used: dict[NodeName, Resources] = field(default_factory=dict)
     """Requests of bound, unfinished pods per node: what kube-scheduler counts as used."""

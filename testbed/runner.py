@@ -40,6 +40,7 @@ ADMIN_TOKEN = "lockstep-admin-token"
 STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
 NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"
+VOLCANO_CRD = Path(__file__).with_name("crds") / "volcano-podgroup-crd.yaml"
 
 
 class StartupError(RuntimeError):
@@ -153,6 +154,8 @@ class TestBed:
     """Install the scheduler-plugins PodGroup CRD (scheduling.x-k8s.io/v1alpha1)."""
     with_nrt: bool = False
     """Also install the NodeResourceTopology CRD (topology.node.k8s.io/v1alpha2)."""
+    with_volcano: bool = False
+    """Also install Volcano's PodGroup CRD (scheduling.volcano.sh/v1beta1)."""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -191,7 +194,7 @@ class TestBed:
             self._start_apiserver()
             self._write_kubeconfig(self.kubeconfig, self.token)
             self._start_kwok()
-            if self.with_crds or self.with_nrt:
+            if self.with_crds or self.with_nrt or self.with_volcano:
                 t1 = time.monotonic()
                 self._apply_crds()
                 self.startup_seconds["crds"] = time.monotonic() - t1
@@ -361,10 +364,12 @@ class TestBed:
         )
 
     def _apply_crds(self) -> None:
-        files = [*(CRDS if self.with_crds else ()), *((NRT_CRD,) if self.with_nrt else ())]
+        files = [*(CRDS if self.with_crds else ()), *((NRT_CRD,) if self.with_nrt else ()),
+                 *((VOLCANO_CRD,) if self.with_volcano else ())]
         names = [*(("crd/podgroups.scheduling.x-k8s.io",) if self.with_crds else ()),
                  *(("crd/noderesourcetopologies.topology.node.k8s.io",) if self.with_nrt
-                   else ())]
+                   else ()),
+                 *(("crd/podgroups.scheduling.volcano.sh",) if self.with_volcano else ())]
         self.kubectl("apply", "--server-side", *(a for f in files for a in ("-f", str(f))))
         self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
 

@@ -126,8 +126,10 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterF
 
     def make(topology: str, *, lockstep: bool = True, stock: bool = False,
              lockstep_args: tuple[str, ...] = ("--backoff=3",),
-             extra_tokens: dict[str, tuple[str, list[str]]] | None = None) -> Cluster:
-        bed = TestBed(run_dir=tmp_path / f"bed{len(made)}", extra_tokens=extra_tokens or {})
+             extra_tokens: dict[str, tuple[str, list[str]]] | None = None,
+             volcano: bool = False) -> Cluster:
+        bed = TestBed(run_dir=tmp_path / f"bed{len(made)}", extra_tokens=extra_tokens or {},
+                      with_volcano=volcano)
         bed.start()
         kube = Kube(bed.api_url, bed.token)
         c = Cluster(bed, kube, BindingRecorder(kube), ns="e2e")

@@ -61,3 +61,37 @@ def test_gated_members_wait_for_kueue_then_the_group_binds_together(
     bound = c.wait_bound([f"k-{i}" for i in range(4)], 30)  # k-3 is an extra beyond 3
     assert len(bound) == 4
     c.recorder.assert_gang_invariants(c.ns)
+
+
+def volcano_pod(name: str, group: str) -> dict[str, Any]:
+    """What Volcano's job controller (and Kubeflow's in volcano mode) puts on a pod: the
+    group name annotation only; the size lives on the PodGroup."""
+    return pod(name).annotate("scheduling.k8s.io/group-name", group).gpu(1).build()
+
+
+def volcano_podgroup(name: str, min_member: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": {"minMember": min_member, "queue": "default",
+                     "minResources": {"nvidia.com/gpu": str(min_member)}}}
+
+
+def test_volcano_gangs_take_their_size_from_volcanos_podgroup(cluster: ClusterFactory) -> None:
+    c = cluster("tiny-3x2", volcano=True)
+    for i in range(4):
+        c.create(volcano_pod(f"a-{i}", "a"), volcano_pod(f"b-{i}", "b"))
+    c.wait_event("a-0", "FailedScheduling", "scheduling.volcano.sh) not found")
+    assert c.bound() == {}
+    for g in ("a", "b"):
+        c.kube.create(f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{c.ns}/podgroups",
+                      volcano_podgroup(g, 4))
+    c.kube.wait("one gang bound", lambda: any(
+        all(f"{g}-{i}" in c.bound() for i in range(4)) for g in ("a", "b")), 60)
+    settle(3)
+    bound = c.bound()
+    done = [g for g in ("a", "b") if all(f"{g}-{i}" in bound for i in range(4))]
+    assert len(done) == 1, bound
+    other = "b" if done == ["a"] else "a"
+    assert not any(n.startswith(f"{other}-") for n in bound), bound
+    c.recorder.min_member_of.update({f"{c.ns}/a": 4, f"{c.ns}/b": 4})
+    c.recorder.assert_gang_invariants(c.ns)

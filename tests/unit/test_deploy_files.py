@@ -55,6 +55,8 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("", "pods/binding", "create"), ("", "events", "create"),
         ("scheduling.x-k8s.io", "podgroups", "list"), ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("scheduling.x-k8s.io", "podgroups/status", "patch"),
+        ("scheduling.volcano.sh", "podgroups", "list"),
+        ("scheduling.volcano.sh", "podgroups", "watch"),
         ("topology.node.k8s.io", "noderesourcetopologies", "list"),
         ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
     }

@@ -146,3 +146,42 @@ def test_a_pod_behind_a_scheduling_gate_is_not_an_active_member() -> None:
     assert gated.gated and not gated.active
     obj["spec"]["schedulingGates"] = []
     assert pod_from_json(obj).active
+
+
+def volcano_pg(name: str, spec: dict[str, object]) -> dict[str, object]:
+    """A PodGroup as Volcano's job controller (or Kubeflow's in volcano mode) creates it."""
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+VKEY = gang_key("default", "job-pg")
+
+
+@pytest.mark.parametrize(
+    ("spec", "pod_min", "want"),
+    [
+        pytest.param({"minMember": 4, "queue": "default", "priorityClassName": "high",
+                      "minResources": {"nvidia.com/gpu": "4", "cpu": "8"}}, None,
+                     GangSpec(VKEY, 4, 60, Source.VOLCANO,
+                              min_resources={"nvidia.com/gpu": 4, "cpu": 8000}),
+                     id="podgroup-gives-size-and-min-resources"),
+        pytest.param(None, None, MissingPodGroup(VKEY, "scheduling.volcano.sh"),
+                     id="podgroup-not-created-yet"),
+        pytest.param({"minMember": 0}, None,
+                     InvalidGang(VKEY, "PodGroup (scheduling.volcano.sh).spec.minMember", "0",
+                                 "must be at least 1"), id="zero-min-member"),
+        pytest.param({"minMember": 2}, "2", GangSpec(VKEY, 2, 60, Source.VOLCANO),
+                     id="pod-annotation-agrees"),
+        pytest.param({"minMember": 4}, "3", GangSpec(VKEY, 3, 60, Source.VOLCANO),
+                     id="pod-annotation-wins-as-before"),
+    ],
+)
+def test_resolve_volcano_podgroup(spec: dict[str, object] | None, pod_min: str | None,
+                                  want: object) -> None:
+    from coscheduling.podgroup import volcano_podgroup_from_json
+
+    b = pod("w-0").annotate("scheduling.k8s.io/group-name", "job-pg")
+    if pod_min is not None:
+        b.annotate("scheduling.volcano.sh/group-min-member", pod_min)
+    groups = {} if spec is None else {VKEY: volcano_podgroup_from_json(volcano_pg("job-pg", spec))}
+    assert resolve(pod_from_json(b.build()), {}, DEFAULTS, groups) == want

@@ -225,3 +225,28 @@ def test_gated_members_do_not_count_until_kueue_lifts_the_gate() -> None:
     add(core, objs[2])
     assert core.filter(pod_from_json(objs[0]), [NodeName("n0")], 0.0).passed == ["n0"]
     check_invariants(core)
+
+
+def test_volcano_pods_with_only_the_group_name_are_gated_on_their_podgroup() -> None:
+    """Issue 10: Volcano's controllers put only scheduling.k8s.io/group-name on pods. They
+    wait (PodGroup not found) until Volcano's PodGroup exists, then form a gang of its
+    minMember; deleting the PodGroup sends them back to waiting."""
+    from coscheduling.podgroup import volcano_podgroup_from_json
+    from coscheduling.reasons import PodGroupNotFound
+
+    core = cluster(node("n0").gpus(4).build())
+    add(core, *(pod(f"w{i}").annotate("scheduling.k8s.io/group-name", "pg").gpu(1).build()
+                for i in range(3)))
+    p = core.pod(pod_key("default", "w0"))
+    assert p is not None
+    assert core.filter(p, [NodeName("n0")], 0.0).unresolvable == PodGroupNotFound(
+        gang_key("default", "pg"), "scheduling.volcano.sh")
+    pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+          "metadata": {"name": "pg", "namespace": "default"}, "spec": {"minMember": 3}}
+    core.upsert_volcano_podgroup(volcano_podgroup_from_json(pg))
+    assert core.drain_requeue() == [pod_key("default", "w0")]  # woken: no pod event would
+    assert core.filter(p, [NodeName("n0")], 0.0).passed == ["n0"]
+    check_invariants(core)
+    core.delete_volcano_podgroup(gang_key("default", "pg"))
+    assert core.reserved_gpus() == 0
+    check_invariants(core)
