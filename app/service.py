@@ -383,11 +383,34 @@ class Lockstep:
             except (APIError, APIUnreachable) as e:
                 log.info("requeue of %s failed: %s", key, e)
 
+    async def _write_volcano_status(self) -> None:
+        for key, st in self.core.volcano_statuses().items():
+            status: dict[str, Any] = {"phase": st.phase, "running": st.running,
+                                      "succeeded": st.succeeded, "failed": st.failed}
+            if st.waiting is not None:
+                status["conditions"] = [{
+                    "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                    "message": render(st.waiting)[:1024],
+                    "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}]
+            elif st.phase != "Pending":
+                status["conditions"] = []
+            if _same(self._podgroup_status.get(key), status):
+                continue
+            ns, name = key.split("/", 1)
+            try:
+                await self.kube.merge_patch(VOLCANO_PODGROUPS.format(ns=ns, name=name),
+                                            {"status": status})
+                self._podgroup_status[key] = status
+            except (APIError, APIUnreachable) as e:
+                log.info("Volcano PodGroup %s status not written: %s", key, e)
+
     async def _podgroup_status_loop(self) -> None:
         """Write scheduler-plugins PodGroup status as the core decides it (phase, counts,
-        and a GangPartiallyBound condition that is never hidden)."""
+        and a GangPartiallyBound condition that is never hidden), and Volcano PodGroups'
+        phase (Lockstep plays Volcano's enqueue step)."""
         while True:
             await asyncio.sleep(1.0)
+            await self._write_volcano_status()
             for view in self.core.gang_views(self.clock()):
                 if view.spec is None or view.spec.source is not Source.SCHEDULER_PLUGINS:
                     continue
@@ -413,6 +436,9 @@ class Lockstep:
                     self._podgroup_status[view.key] = status
                 except (APIError, APIUnreachable) as e:
                     log.info("PodGroup %s status not written: %s", view.key, e)
+
+
+VOLCANO_PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{name}/status"
 
 
 def _same(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:

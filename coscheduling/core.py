@@ -83,6 +83,7 @@ from .resources import Resources, add, fits, shortfall
 from .status import PodGroupStatus, podgroup_status
 from .store import ClusterStore
 from .topology import DEFAULT_LEVELS, GPU, Level, Score, level_by_name
+from .volcano import VolcanoStatus, volcano_statuses
 from .waiting import WaitingMap
 
 __all__ = [
@@ -858,6 +859,15 @@ class Coscheduler:
         return podgroup_status(g.spec, self.members_of(key),
                                holding=bool(g.plan) or self.waiting.count(key) > 0,
                                partial=g.partial)
+
+    def volcano_statuses(self) -> dict[GangKey, VolcanoStatus]:
+        """The phase each Volcano PodGroup should show (Lockstep plays Volcano's enqueue)."""
+        if not self.store.volcano:
+            return {}
+        free: Resources = {}
+        for n in self.store.nodes:
+            free = add(free, {k: max(0, v) for k, v in self.free_unreserved(n).items()})
+        return volcano_statuses(self.store.volcano, self.members_of, free)
 
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
         return self.store.domains(index)

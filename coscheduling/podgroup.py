@@ -144,6 +144,8 @@ class PodGroupRecord:
     timeout_seconds: float | None
     min_resources: Resources
     error: InvalidGang | None = None
+    phase: str = ""
+    """``status.phase`` as last written (Volcano's enqueue state lives there)."""
 
 
 def _int_field(raw: object, fld: str, key: GangKey | None) -> int | InvalidGang:
@@ -206,7 +208,9 @@ def podgroup_from_json(obj: Mapping[str, Any], kind: str = "PodGroup") -> PodGro
     except QuantityError as e:
         min_resources = {}
         error = error or InvalidGang(key, f"{kind}.spec.minResources", str(e.value), e.reason)
-    return PodGroupRecord(key, min_member, timeout, min_resources, error)
+    status = obj.get("status")
+    phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
+    return PodGroupRecord(key, min_member, timeout, min_resources, error, phase)
 
 
 def _lookup(pod: PodRecord, name: str) -> str | None:

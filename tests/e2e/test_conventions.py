@@ -95,3 +95,32 @@ def test_volcano_gangs_take_their_size_from_volcanos_podgroup(cluster: ClusterFa
     assert not any(n.startswith(f"{other}-") for n in bound), bound
     c.recorder.min_member_of.update({f"{c.ns}/a": 4, f"{c.ns}/b": 4})
     c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_lockstep_enqueues_volcano_podgroups_that_fit_and_says_why_others_wait(
+    cluster: ClusterFactory,
+) -> None:
+    """Controllers in volcano mode create no pods until their PodGroup is Inqueue; Lockstep
+    plays Volcano's enqueue step: 4 GPUs of 6 fit, a second 4-GPU group must wait."""
+    c = cluster("tiny-3x2", volcano=True)
+    path = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{c.ns}/podgroups"
+    c.kube.create(path, volcano_podgroup("first", 4))
+    c.kube.wait("first Inqueue", lambda: (c.kube.get(f"{path}/first").get("status") or {})
+                .get("phase") == "Inqueue", 20)
+    c.kube.create(path, volcano_podgroup("second", 4))
+
+    def second() -> dict[str, Any]:
+        return c.kube.get(f"{path}/second").get("status") or {}
+
+    c.kube.wait("second Pending with a reason", lambda: any(
+        cond.get("type") == "Unschedulable" and "minResources" in cond.get("message", "")
+        for cond in second().get("conditions") or ()), 20)
+    assert second().get("phase") == "Pending"
+    c.create(*(volcano_pod(f"first-{i}", "first") for i in range(4)))  # the controller goes
+    c.wait_bound([f"first-{i}" for i in range(4)], 30)
+    c.kube.wait("first Running", lambda: (c.kube.get(f"{path}/first").get("status") or {})
+                .get("phase") == "Running", 30)
+    c.delete(*(f"first-{i}" for i in range(4)))
+    c.kube.delete(f"{path}/first")
+    c.kube.wait("second Inqueue", lambda: second().get("phase") == "Inqueue", 20)
+    c.recorder.assert_gang_invariants(c.ns)

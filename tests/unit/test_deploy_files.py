@@ -57,6 +57,7 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("scheduling.x-k8s.io", "podgroups/status", "patch"),
         ("scheduling.volcano.sh", "podgroups", "list"),
         ("scheduling.volcano.sh", "podgroups", "watch"),
+        ("scheduling.volcano.sh", "podgroups/status", "patch"),
         ("topology.node.k8s.io", "noderesourcetopologies", "list"),
         ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
     }
