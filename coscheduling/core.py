@@ -236,36 +236,40 @@ class Coscheduler:
     # ------------------------------------------------------------------ PodGroups
 
     def upsert_podgroup(self, pg: PodGroupRecord) -> None:
-        self.store.put_podgroup(pg)
-        self._reresolve(pg.key)
+        self._put_group(self.store.podgroups, pg)
 
     def delete_podgroup(self, key: GangKey) -> None:
-        self.store.drop_podgroup(key)
-        self._reresolve(key)
+        self._drop_group(self.store.podgroups, key)
 
     def replace_podgroups(self, groups: Iterable[PodGroupRecord]) -> None:
-        fresh = {g.key: g for g in groups}
-        for key in [k for k in self.store.podgroups if k not in fresh]:
-            self.delete_podgroup(key)
-        for g in fresh.values():
-            if self.store.podgroups.get(g.key) != g:
-                self.upsert_podgroup(g)
+        self._replace_groups(self.store.podgroups, groups)
 
     def upsert_volcano_podgroup(self, pg: PodGroupRecord) -> None:
-        self.store.volcano[pg.key] = pg
-        self._reresolve(pg.key)
+        self._put_group(self.store.volcano, pg)
 
     def delete_volcano_podgroup(self, key: GangKey) -> None:
-        self.store.volcano.pop(key, None)
-        self._reresolve(key)
+        self._drop_group(self.store.volcano, key)
 
     def replace_volcano_podgroups(self, groups: Iterable[PodGroupRecord]) -> None:
+        self._replace_groups(self.store.volcano, groups)
+
+    def _put_group(self, into: dict[GangKey, PodGroupRecord], pg: PodGroupRecord) -> None:
+        into[pg.key] = pg
+        self._reresolve(pg.key)
+
+    def _drop_group(self, into: dict[GangKey, PodGroupRecord], key: GangKey) -> None:
+        into.pop(key, None)
+        self._reresolve(key)
+
+    def _replace_groups(self, into: dict[GangKey, PodGroupRecord],
+                        groups: Iterable[PodGroupRecord]) -> None:
+        """After a relist of either PodGroup API: exactly ``groups``, deletions included."""
         fresh = {g.key: g for g in groups}
-        for key in [k for k in self.store.volcano if k not in fresh]:
-            self.delete_volcano_podgroup(key)
+        for key in [k for k in into if k not in fresh]:
+            self._drop_group(into, key)
         for g in fresh.values():
-            if self.store.volcano.get(g.key) != g:
-                self.upsert_volcano_podgroup(g)
+            if into.get(g.key) != g:
+                self._put_group(into, g)
 
     def _reresolve(self, key: GangKey) -> None:
         """A PodGroup object of this name came, changed or went: re-resolve its pods and wake

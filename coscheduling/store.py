@@ -126,12 +126,6 @@ class ClusterStore:
 
     # ------------------------------------------------------------------ other objects
 
-    def put_podgroup(self, pg: PodGroupRecord) -> None:
-        self.podgroups[pg.key] = pg
-
-    def drop_podgroup(self, key: GangKey) -> None:
-        self.podgroups.pop(key, None)
-
     def put_numa(self, zones: NumaZones) -> None:
         self.numa[zones.node] = zones
         self.touch(zones.node)

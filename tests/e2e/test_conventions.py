@@ -13,9 +13,24 @@ from typing import Any
 
 from testbed.workloads import pod
 
-from .conftest import ClusterFactory, settle
+from .conftest import Cluster, ClusterFactory, settle
 
 GATE = "kueue.x-k8s.io/admission"
+
+
+def one_runs_the_other_waits(c: Cluster, groups: tuple[str, str], size: int) -> str:
+    """Two gangs that cannot both fit: one binds in full, the other holds nothing.
+    Returns the one that waits."""
+    c.kube.wait("one group bound", lambda: any(
+        all(f"{g}-{i}" in c.bound() for i in range(size)) for g in groups), 60)
+    settle(3)
+    bound = c.bound()
+    done = [g for g in groups if all(f"{g}-{i}" in bound for i in range(size))]
+    assert len(done) == 1, bound
+    other = groups[1] if done == [groups[0]] else groups[0]
+    assert not any(n.startswith(f"{other}-") for n in bound), bound
+    c.recorder.assert_gang_invariants(c.ns)
+    return other
 
 
 def kueue_pod(name: str, group: str, total: int, *, gated: bool = False) -> dict[str, Any]:
@@ -33,16 +48,9 @@ def test_two_kueue_pod_groups_on_six_gpus_one_runs_the_other_holds_nothing(
     c = cluster("tiny-3x2")
     for i in range(4):  # interleaved, as two controllers would create them
         c.create(kueue_pod(f"x-{i}", "x", 4), kueue_pod(f"y-{i}", "y", 4))
-    c.kube.wait("one group bound", lambda: any(
-        all(f"{g}-{i}" in c.bound() for i in range(4)) for g in ("x", "y")), 60)
-    settle(3)
-    bound = c.bound()
-    done = [g for g in ("x", "y") if all(f"{g}-{i}" in bound for i in range(4))]
-    assert len(done) == 1, bound
-    other = "y" if done == ["x"] else "x"
-    assert not any(n.startswith(f"{other}-") for n in bound), bound
-    c.recorder.assert_gang_invariants(c.ns)
-    c.delete(*(f"{done[0]}-{i}" for i in range(4)))  # the first job finishes
+    other = one_runs_the_other_waits(c, ("x", "y"), 4)
+    first = "x" if other == "y" else "y"
+    c.delete(*(f"{first}-{i}" for i in range(4)))  # the first job finishes
     c.wait_bound([f"{other}-{i}" for i in range(4)], 30)
     c.recorder.assert_gang_invariants(c.ns)
 
@@ -85,16 +93,8 @@ def test_volcano_gangs_take_their_size_from_volcanos_podgroup(cluster: ClusterFa
     for g in ("a", "b"):
         c.kube.create(f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{c.ns}/podgroups",
                       volcano_podgroup(g, 4))
-    c.kube.wait("one gang bound", lambda: any(
-        all(f"{g}-{i}" in c.bound() for i in range(4)) for g in ("a", "b")), 60)
-    settle(3)
-    bound = c.bound()
-    done = [g for g in ("a", "b") if all(f"{g}-{i}" in bound for i in range(4))]
-    assert len(done) == 1, bound
-    other = "b" if done == ["a"] else "a"
-    assert not any(n.startswith(f"{other}-") for n in bound), bound
     c.recorder.min_member_of.update({f"{c.ns}/a": 4, f"{c.ns}/b": 4})
-    c.recorder.assert_gang_invariants(c.ns)
+    one_runs_the_other_waits(c, ("a", "b"), 4)
 
 
 def test_lockstep_enqueues_volcano_podgroups_that_fit_and_says_why_others_wait(

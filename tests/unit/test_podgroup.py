@@ -14,7 +14,7 @@ from coscheduling.podgroup import (
     podgroup_from_json,
     resolve,
 )
-from coscheduling.records import pod_from_json
+from coscheduling.records import PodRecord, pod_from_json
 from tests.builders import pod, podgroup
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
@@ -45,12 +45,16 @@ DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
     ],
 )
 def test_resolve(annotations: dict[str, str], labels: dict[str, str], want: object) -> None:
+    assert resolve(declared(annotations, labels), {}, DEFAULTS) == want
+
+
+def declared(annotations: dict[str, str], labels: dict[str, str]) -> PodRecord:
     b = pod("p")
     for k, v in annotations.items():
         b.annotate(k, v)
     for k, v in labels.items():
         b.label(k, v)
-    assert resolve(pod_from_json(b.build()), {}, DEFAULTS) == want
+    return pod_from_json(b.build())
 
 
 @pytest.mark.parametrize(
@@ -131,12 +135,7 @@ KUEUE_KEY = gang_key("default", "grp")
 )
 def test_resolve_kueue_pod_groups(annotations: dict[str, str], labels: dict[str, str],
                                   want: object) -> None:
-    b = pod("p")
-    for k, v in annotations.items():
-        b.annotate(k, v)
-    for k, v in labels.items():
-        b.label(k, v)
-    assert resolve(pod_from_json(b.build()), {}, DEFAULTS) == want
+    assert resolve(declared(annotations, labels), {}, DEFAULTS) == want
 
 
 def test_a_pod_behind_a_scheduling_gate_is_not_an_active_member() -> None:

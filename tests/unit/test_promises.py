@@ -16,7 +16,6 @@ from coscheduling import (
     GangPhase,
     NodeName,
     Park,
-    Settings,
     gang_key,
     node_from_json,
     pod_from_json,
@@ -26,18 +25,7 @@ from coscheduling.invariants import check_invariants
 from coscheduling.reasons import BindTargetGone, PartiallyBound, PodNotInCache, WaitingForMembers
 from coscheduling.resources import sub
 from tests.builders import node, pod
-
-
-def cluster(*nodes: dict[str, Any]) -> Coscheduler:
-    core = Coscheduler(Settings(backoff_seconds=10))
-    for n in nodes:
-        core.upsert_node(node_from_json(n))
-    return core
-
-
-def add(core: Coscheduler, *pods: dict[str, Any]) -> None:
-    for p in pods:
-        core.upsert_pod(pod_from_json(p))
+from tests.unit.test_core import add, cluster
 
 
 def filt(core: Coscheduler, name: str, now: float = 0.0) -> list[NodeName]:
