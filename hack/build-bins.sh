@@ -29,6 +29,7 @@ targets=(
   "kubectl $K8S_VERSION k8s k8s.io/kubernetes/cmd/kubectl"
   "kwok $KWOK_VERSION kwok sigs.k8s.io/kwok/cmd/kwok"
   "scheduler-plugins $SCHEDULER_PLUGINS_VERSION k8s sigs.k8s.io/scheduler-plugins/cmd/scheduler"
+  "training-operator $TRAINING_OPERATOR_VERSION kubeflow github.com/kubeflow/training-operator/cmd/training-operator.v1"
 )
 
 missing=0

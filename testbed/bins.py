@@ -35,6 +35,7 @@ _VERSION_OF = {
     "kubectl": VERSIONS["K8S_VERSION"],
     "kwok": VERSIONS["KWOK_VERSION"],
     "scheduler-plugins": VERSIONS["SCHEDULER_PLUGINS_VERSION"],
+    "training-operator": VERSIONS["TRAINING_OPERATOR_VERSION"],
 }
 
 NAMES = tuple(_VERSION_OF)
