@@ -1,0 +1,205 @@
+"""Kubeflow's training-operator v1 (the PyTorchJob controller) on a running test bed.
+
+The real controller, built from its Go module (``hack/gomod/kubeflow``, version in
+``testbed/versions.env``), run out of a cluster against the test bed's API server. What
+v1.8.1 needs there, read from its source (``cmd/training-operator.v1/main.go``,
+``pkg/cert/cert.go`` and open-policy-agent/cert-controller v0.10.1's rotator):
+
+- the PyTorchJob CRD: taken from the module itself (``manifests/base/crds/``, the very
+  version the binary was built from), never copied by hand;
+- its webhook Secret (``training-operator-webhook-cert`` in ``kubeflow``; the rotator only
+  updates it, never creates it) and a ValidatingWebhookConfiguration named
+  ``validator.training-operator.kubeflow.org`` (the rotator injects its CA there). The
+  configuration is left without webhooks, so the API server never calls the operator;
+- serving certificates on disk: controller-runtime's webhook server reads
+  ``$TMPDIR/k8s-webhook-server/serving-certs/tls.{crt,key}`` (a per-bed TMPDIR here, with a
+  self-signed pair from ``openssl``, which the test bed already needs), while the rotator
+  waits for the hard-coded ``/tmp/k8s-webhook-server/serving-certs/tls.crt`` to exist
+  (it only ``stat``s it; written once if absent, never overwritten);
+- free ports for its metrics, health-probe and webhook servers (defaults :8080, :8081,
+  :9443), and ``--enable-scheme=pytorchjob``.
+
+Its gang modes (``--gang-scheduler-name``): ``volcano`` writes ``scheduling.volcano.sh/v1beta1``
+PodGroups and the pod annotation ``scheduling.k8s.io/group-name``, and creates no pod until
+the PodGroup leaves ``Pending``; any other name writes ``scheduling.x-k8s.io/v1alpha1``
+PodGroups and the pod label ``scheduling.x-k8s.io/pod-group``, and puts that name in
+``schedulerName`` of every pod template that has none (a template's own ``schedulerName`` is
+never overwritten; the job gets a ``SetPodTemplateSchedulerName`` warning event instead).
+
+No kube-controller-manager runs on the test bed, so nothing garbage-collects a deleted job's
+pods, services and PodGroup; ``delete_job`` deletes them by owner reference as the garbage
+collector would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .bins import REPO, BinaryMissing, bin_path, version_of
+from .kube import Conflict, Kube, NotFound
+from .runner import Proc, TestBed, free_port
+
+__all__ = ["JOBS", "MODULE", "NAMESPACE", "crd_path", "delete_job", "module_dir",
+           "pytorchjob", "start_training_operator"]
+
+MODULE = "github.com/kubeflow/training-operator"
+GOMOD = REPO / "hack" / "gomod" / "kubeflow"
+NAMESPACE = "kubeflow"
+"""The operator's namespace outside a cluster (``MY_POD_NAMESPACE`` unset): where it looks for
+its webhook Secret."""
+SECRET = "training-operator-webhook-cert"
+WEBHOOK_CONFIG = "validator.training-operator.kubeflow.org"
+ROTATOR_CERT = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
+
+JOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
+DEPENDENTS = ("/api/v1/namespaces/{ns}/pods", "/api/v1/namespaces/{ns}/services",
+              "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups",
+              "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups")
+"""What the operator creates with the job as controller owner."""
+
+
+def _go() -> str:
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists()
+                                else None)
+    if go is None:
+        raise BinaryMissing("Go is needed to locate the training-operator module's CRDs "
+                            "(see hack/build-bins.sh)")
+    return go
+
+
+@functools.cache
+def module_dir() -> Path:
+    """The training-operator module in the Go module cache, at the pinned version (downloaded
+    and checked against hack/gomod/kubeflow/go.sum if absent)."""
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
+    out = subprocess.run([_go(), "mod", "download", "-json", MODULE], cwd=GOMOD, env=env,
+                         capture_output=True, text=True, check=False)
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or info.get("Error") or not info.get("Dir"):
+        raise BinaryMissing(f"go mod download {MODULE} failed: {info.get('Error') or out.stderr}")
+    want = version_of("training-operator")
+    if info.get("Version") != want:
+        raise BinaryMissing(f"hack/gomod/kubeflow pins {MODULE} {info.get('Version')}, "
+                            f"testbed/versions.env says {want}")
+    return Path(info["Dir"])
+
+
+def crd_path(plural: str = "pytorchjobs") -> Path:
+    return module_dir() / "manifests" / "base" / "crds" / f"kubeflow.org_{plural}.yaml"
+
+
+def _prerequisites(bed: TestBed) -> None:
+    """CRD, namespace, webhook Secret and an empty ValidatingWebhookConfiguration."""
+    bed.kubectl("apply", "--server-side", "-f", str(crd_path()))
+    with Kube(bed.api_url, bed.token) as kube:
+        for path, obj in (
+            ("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}),
+            (f"/api/v1/namespaces/{NAMESPACE}/secrets",
+             {"metadata": {"name": SECRET}, "type": "Opaque"}),
+            ("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+             {"metadata": {"name": WEBHOOK_CONFIG}}),
+        ):
+            with contextlib.suppress(Conflict):  # already there (a second operator)
+                kube.create(path, obj)
+        crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
+        kube.wait("the PyTorchJob CRD Established", lambda: any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in (kube.get(crd).get("status") or {}).get("conditions") or ()), 30)
+
+
+def _serving_certs(tmpdir: Path) -> None:
+    certs = tmpdir / "k8s-webhook-server" / "serving-certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    crt, key = certs / "tls.crt", certs / "tls.key"
+    if not crt.exists():
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-keyout", str(key), "-out", str(crt),
+             "-subj", f"/CN=training-operator.{NAMESPACE}.svc",
+             "-addext", f"subjectAltName=DNS:training-operator.{NAMESPACE}.svc,IP:127.0.0.1"],
+            check=True, capture_output=True)
+    if not ROTATOR_CERT.exists():  # only stat()ed by the rotator; shared by every bed
+        ROTATOR_CERT.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ROTATOR_CERT.with_name(f".tls.crt.{os.getpid()}")
+        shutil.copyfile(crt, tmp)
+        with contextlib.suppress(OSError):
+            os.replace(tmp, ROTATOR_CERT)
+
+
+def start_training_operator(bed: TestBed, gang_scheduler_name: str | None, *,
+                            name: str = "training-operator",
+                            extra_args: tuple[str, ...] = ()) -> Proc:
+    """Run the operator (PyTorchJob only) against ``bed`` and wait for its /readyz (certs
+    ready, webhook server listening); ``bed.stop()`` stops it with the rest. Its log is
+    ``<bed dir>/<name>.log``."""
+    _prerequisites(bed)
+    tmpdir = bed.dir / f"{name}-tmp"
+    _serving_certs(tmpdir)
+    probe, metrics, webhook = free_port(), free_port(), free_port()
+    gang = (f"--gang-scheduler-name={gang_scheduler_name}",) if gang_scheduler_name else ()
+    return bed._spawn(name, [
+        str(bin_path("training-operator")), f"--kubeconfig={bed.kubeconfig}",
+        "--enable-scheme=pytorchjob", *gang,
+        f"--metrics-bind-address=127.0.0.1:{metrics}",
+        f"--health-probe-bind-address=127.0.0.1:{probe}",
+        f"--webhook-server-port={webhook}", "--zap-log-level=info", *extra_args,
+    ], ready_url=f"http://127.0.0.1:{probe}/readyz", timeout=60.0,
+       env={**os.environ, "TMPDIR": str(tmpdir)}, stop_timeout=5.0)
+
+
+def pytorchjob(name: str, *, workers: int, master: bool = False, gpus: int = 1,
+               scheduler_name: str | None = "lockstep", limits_only: bool = True
+               ) -> dict[str, Any]:
+    """A PyTorchJob as users write it: ``Master`` (one replica, when ``master``) and
+    ``Worker`` replicas, each pod asking for ``gpus`` GPUs and 1 CPU, 1 Gi;
+    ``schedulerName`` in every pod template unless ``scheduler_name`` is None.
+
+    ``limits_only``: resources as ``limits`` only (Kubeflow's examples; the API server
+    defaults the pods' requests to them), else CPU and memory as ``requests`` and the GPUs
+    as ``limits``. v1.8.1 computes a PodGroup's ``minResources`` from requests alone when a
+    container has any (``AddResourceList`` in pkg/controller.v1/common/util.go), so the
+    second form gives PodGroups without GPUs in ``minResources``."""
+    def replicas(n: int) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{
+            "name": "pytorch",  # the operator's default container name
+            "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
+            "command": ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"],
+            "resources": (
+                {"limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}}
+                if limits_only else {"requests": {"cpu": "1", "memory": "1Gi"},
+                                     "limits": {"nvidia.com/gpu": str(gpus)}}),
+        }]}
+        if scheduler_name:
+            spec["schedulerName"] = scheduler_name
+        return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": spec}}
+
+    specs = {"Master": replicas(1)} if master else {}
+    specs["Worker"] = replicas(workers)
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name}, "spec": {"pytorchReplicaSpecs": specs}}
+
+
+def delete_job(kube: Kube, ns: str, name: str) -> None:
+    """``kubectl delete pytorchjob``, then what the garbage collector does next: delete
+    every pod, service and PodGroup the job owns."""
+    try:
+        uid = kube.get(f"{JOBS.format(ns=ns)}/{name}")["metadata"]["uid"]
+    except NotFound:
+        return
+    kube.delete(f"{JOBS.format(ns=ns)}/{name}", grace=None)
+    for path in DEPENDENTS:
+        try:
+            items = kube.list(path.format(ns=ns))
+        except NotFound:  # that PodGroup API is not installed
+            continue
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            if any(o.get("uid") == uid for o in meta.get("ownerReferences") or ()):
+                kube.delete(f"{path.format(ns=ns)}/{meta['name']}", grace=None)
