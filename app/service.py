@@ -412,7 +412,9 @@ class Lockstep:
             await asyncio.sleep(1.0)
             await self._write_volcano_status()
             for view in self.core.gang_views(self.clock()):
-                if view.spec is None or view.spec.source is not Source.SCHEDULER_PLUGINS:
+                if view.spec is None or view.spec.source is not Source.SCHEDULER_PLUGINS \
+                        or view.spec.group:
+                    # A Koordinator gang group has no PodGroup of its own to write to.
                     continue
                 st = self.core.podgroup_status(view.key)
                 if st is None:

@@ -21,8 +21,9 @@ Things the app must act on outside a verb's answer are queued and drained: Event
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import filterfalse
 from types import MappingProxyType
 
@@ -54,8 +55,10 @@ from .podgroup import (
     GangKey,
     GangSpec,
     InvalidGang,
+    MatchPolicy,
     Membership,
     MissingPodGroup,
+    Mode,
     PodGroupRecord,
     resolve,
 )
@@ -390,12 +393,56 @@ class Coscheduler:
         return _gang_key(self._membership.get(pod))
 
     def _refresh_spec(self, g: Gang) -> None:
-        g.spec = None
-        for k in sorted(g.members):
-            m = self._membership.get(k)
-            if isinstance(m, GangSpec):
-                g.spec = m
-                return
+        specs = [m for k in sorted(g.members)
+                 if isinstance(m := self._membership.get(k), GangSpec)]
+        if not specs or not specs[0].group:
+            g.spec = specs[0] if specs else None
+            return
+        # A Koordinator gang group: every gang keeps its own minimum, and a gang none of
+        # whose members exist yet needs at least one (so the group waits for it).
+        mins: dict[GangKey, int] = {}
+        for m in specs:
+            if m.part is not None:
+                mins.setdefault(m.part, m.min_member)
+        parts = tuple((p, mins.get(p, 1)) for p in specs[0].group)
+        g.spec = replace(specs[0], min_member=sum(n for _, n in parts), parts=parts,
+                         part=None, timeout_seconds=min(m.timeout_seconds for m in specs))
+
+    def _part_of(self, key: PodKey) -> GangKey | None:
+        m = self._membership.get(key)
+        return m.part if isinstance(m, GangSpec) else None
+
+    def meets_quorum(self, spec: GangSpec, keys: Iterable[PodKey]) -> bool:
+        """Whether ``keys`` are enough members: minMember of them, or for a gang group
+        each gang's own minimum."""
+        if not spec.parts:
+            return sum(1 for _ in keys) >= spec.min_member
+        have = Counter(self._part_of(k) for k in keys)
+        return all(have[p] >= n for p, n in spec.parts)
+
+    def _pick(self, spec: GangSpec, have: Sequence[PodKey], todo: Sequence[PodKey]
+              ) -> list[PodKey] | None:
+        """The fewest of ``todo`` (in order) that complete a quorum with ``have``."""
+        if not spec.parts:
+            need = max(0, spec.min_member - len(have))
+            return list(todo[:need]) if len(todo) >= need else None
+        count = Counter(self._part_of(k) for k in have)
+        short = {p: max(0, n - count[p]) for p, n in spec.parts}
+        out = []
+        for k in todo:
+            p = self._part_of(k)
+            if p is not None and short.get(p, 0) > 0:
+                out.append(k)
+                short[p] -= 1
+        return None if any(short.values()) else out
+
+    @staticmethod
+    def _countable(spec: GangSpec, live: Sequence[PodRecord]) -> list[PodKey]:
+        """Members that count toward the quorum: Koordinator's ``only-waiting`` leaves out
+        the bound ones."""
+        if spec.match_policy is MatchPolicy.ONLY_WAITING:
+            return [p.key for p in live if p.node_name is None]
+        return [p.key for p in live]
 
     def _live(self, g: Gang) -> list[PodRecord]:
         out = []
@@ -418,18 +465,21 @@ class Coscheduler:
             if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
                 self._fall_back(g, MembersLost(g.key, len(live), 0, ("no valid declaration",)))
             return
-        bound = sum(1 for p in live if p.node_name is not None)
+        bound = [p.key for p in live if p.node_name is not None]
         if g.phase is GangPhase.RELEASED:
-            held = sum(1 for p in live
-                       if p.node_name is not None or p.key in g.binding or p.key in g.plan)
-            if held < spec.min_member:
+            if spec.match_policy is MatchPolicy.ONCE_SATISFIED:
+                return  # Koordinator: once satisfied, later members are plain pods
+            held = [p.key for p in live
+                    if p.node_name is not None or p.key in g.binding or p.key in g.plan]
+            if not self.meets_quorum(spec, held):
                 self._fall_back(g, MembersLost(g.key, len(live), spec.min_member,
                                                self._departed(g, live)))
         elif g.phase is GangPhase.ADMITTED:
             self._complete_plan(g, spec, live, bound)
-        elif bound >= spec.min_member:
+        elif bound and self.meets_quorum(spec, bound):
             g.satisfied()
-        elif len(live) >= spec.min_member and isinstance(g.reason, WaitingForMembers):
+        elif self.meets_quorum(spec, self._countable(spec, live)) \
+                and isinstance(g.reason, WaitingForMembers):
             # Enough members now: wake those turned away for being too few, so admission
             # does not wait for the newest member (kube-scheduler may never send it to us).
             g.reason = None
@@ -440,21 +490,24 @@ class Coscheduler:
         return tuple(sorted(k for k in g.members if k not in alive))[:5]
 
     def _complete_plan(self, g: Gang, spec: GangSpec, live: list[PodRecord],
-                       bound: int) -> None:
+                       bound: list[PodKey]) -> None:
         """An admitted gang holds a whole plan, or nothing (issue 9, cases 1 and 2)."""
-        if len(live) < spec.min_member:
+        if not self.meets_quorum(spec, self._countable(spec, live)):
             self._fall_back(g, MembersLost(g.key, len(live), spec.min_member,
                                            self._departed(g, live)))
             return
-        missing = spec.min_member - bound - len(g.plan)
-        if missing <= 0:
+        have = list(g.plan)
+        if spec.match_policy is not MatchPolicy.ONLY_WAITING:
+            have += bound
+        todo = [p.key for p in live if p.node_name is None and p.key not in g.plan]
+        chosen = self._pick(spec, have, todo)
+        if chosen == []:
             return
-        todo = [Member(p) for p in live if p.node_name is None and p.key not in g.plan]
-        result: Plan | NoFit = NoFit(missing, {}, 0, 0)
-        if len(todo) >= missing:
+        result: Plan | NoFit = NoFit(spec.min_member - len(have), {}, 0, 0)
+        if chosen is not None:
             required, _ = self._levels_for(g)
-            result = plan_gang(todo[:missing], self._view(), self.settings.levels,
-                               required=required, fixed=dict(g.plan))
+            result = plan_gang([Member(self.store.pods[k]) for k in chosen], self._view(),
+                               self.settings.levels, required=required, fixed=dict(g.plan))
         if isinstance(result, NoFit):
             self._fall_back(g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key)))
             return
@@ -534,10 +587,12 @@ class Coscheduler:
     def _filter_gang(self, g: Gang, m: GangSpec, pod: PodRecord,
                      candidates: Sequence[NodeName], now: float) -> FilterDecision:
         spec = g.spec or m
-        if spec.min_member != m.min_member:
+        expected = dict(spec.parts).get(m.part or m.key, m.min_member) if spec.parts \
+            else spec.min_member
+        if expected != m.min_member:
             return FilterDecision([], unresolvable=InvalidDeclaration(InvalidGang(
-                m.key, "min-member", str(m.min_member),
-                f"members of the gang disagree (others say {spec.min_member})")))
+                m.part or m.key, "min-member", str(m.min_member),
+                f"members of the gang disagree (others say {expected})")))
         planned = g.plan.get(pod.key)
         if planned is not None:
             # The plan holds this pod's slot: hand out exactly that node (idempotent).
@@ -556,7 +611,7 @@ class Coscheduler:
         if g.phase is GangPhase.ADMITTED:
             return self._extend(g, pod, candidates)
         live = self._live(g)
-        if len(live) < spec.min_member:
+        if not self.meets_quorum(spec, self._countable(spec, live)):
             return FilterDecision([], unresolvable=self._turn_away(
                 pod.key, g, WaitingForMembers(g.key, len(live), spec.min_member)))
         return self._admit(g, spec, pod, candidates, live, now)
@@ -616,16 +671,21 @@ class Coscheduler:
                     pod.key, g, NotEnoughMinResources(g.key, spec.min_resources, total)))
         # Bindings still in flight from before a fall-back keep their slots: fixed.
         fixed = {k: n for k, n in g.plan.items() if k in g.binding}
-        bound = sum(1 for p in live if p.node_name is not None)
+        have = list(fixed)
+        if spec.match_policy is not MatchPolicy.ONLY_WAITING:
+            have += [p.key for p in live if p.node_name is not None]
         members = [Member(pod, frozenset(candidates))]
         members += [Member(p) for p in live
                     if p.key != pod.key and p.node_name is None and p.key not in fixed]
-        need = spec.min_member - bound - len(fixed)
         view = self._view()
         result = plan_gang(members, view, self.settings.levels, required=required, fixed=fixed)
-        if isinstance(result, NoFit) and len(members) > need > 0:
-            result = plan_gang(members[:need], view, self.settings.levels, required=required,
-                               fixed=fixed)
+        if isinstance(result, NoFit):
+            # All of them do not fit: a quorum might (the current pod always among them).
+            chosen = self._pick(spec, have, [m.key for m in members])
+            if chosen and chosen[0] == pod.key and len(chosen) < len(members):
+                keep = set(chosen)
+                result = plan_gang([m for m in members if m.key in keep], view,
+                                   self.settings.levels, required=required, fixed=fixed)
         if isinstance(result, NoFit):
             return FilterDecision([], unresolvable=self._turn_away(
                 pod.key, g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key))))
@@ -712,7 +772,8 @@ class Coscheduler:
             return Reject(g.reason or WaitingForMembers(g.key, 0, spec.min_member))
         assert g.deadline is not None
         bound = self._bound_count(g)
-        if bound > 0 and not self.waiting.count(g.key):
+        if bound > 0 and not self.waiting.count(g.key) \
+                and spec.match_policy is not MatchPolicy.ONLY_WAITING:
             # Already partly bound at the API server (Lockstep died between a group's
             # bindings, or a binding failed after its siblings'): parking the rest would only
             # keep the gang partial for longer. The plan is whole, so release it now.
@@ -720,8 +781,11 @@ class Coscheduler:
             self._notice(NoticeKind.RELEASED, g.key, (key,),
                          detail=f"{bound}/{spec.min_member} already bound; completing")
             return BindNow(key, node)
-        parked = self.waiting.park(g.key, key, node, pod.uid)
-        if parked + bound < spec.min_member:
+        self.waiting.park(g.key, key, node, pod.uid)
+        counted = list(self.waiting.parked(g.key))
+        if spec.match_policy is not MatchPolicy.ONLY_WAITING:
+            counted += [p.key for p in self._live(g) if p.node_name is not None]
+        if not self.meets_quorum(spec, counted):
             return Park(g.key, g.deadline)
         gone = self._check_quorum(g)
         if gone:
@@ -780,8 +844,9 @@ class Coscheduler:
             if spec is None or not failed:
                 continue
             ok = {o.pod for o in items if isinstance(o, Bound)}
-            bound = len({p.key for p in self._live(g) if p.node_name is not None} | ok)
-            if 0 < bound < spec.min_member:
+            bound_keys = {p.key for p in self._live(g) if p.node_name is not None} | ok
+            bound = len(bound_keys)
+            if bound and not self.meets_quorum(spec, bound_keys):
                 report = PartiallyBound(g.key, bound, spec.min_member, tuple(
                     f"{o.pod}: {o.message}" for o in failed)[:5])
                 g.partial = report
@@ -820,7 +885,10 @@ class Coscheduler:
                 if k not in parked and k in pods and pods[k].node_name is None)
             reason = TimedOut(g.key, len(parked), spec.min_member if spec else 0,
                               spec.timeout_seconds if spec else 0.0, stragglers[:5])
-            g.expire(now, self.settings.backoff_seconds, reason)
+            # Koordinator's NonStrict: try again at once rather than after a backoff.
+            backoff = 0.0 if spec is not None and spec.mode is Mode.NON_STRICT \
+                else self.settings.backoff_seconds
+            g.expire(now, backoff, reason)
             self._notice(NoticeKind.TIMED_OUT, g.key, sorted(g.members), reason)
             out.append(Expired(g.key, parked, reason))
             # Capacity came free: wake the gangs that were waiting for it.

@@ -63,10 +63,10 @@ def check_invariants(core: Coscheduler) -> None:
         if g.phase is GangPhase.ADMITTED:
             if g.spec is None:
                 raise InvariantBroken(f"gang {key} admitted without a declaration")
-            bound = sum(1 for p in live.values() if p.node_name is not None)
-            if len(g.plan) + bound < g.spec.min_member:
+            bound = [p.key for p in live.values() if p.node_name is not None]
+            if not core.meets_quorum(g.spec, [*g.plan, *bound]):
                 raise InvariantBroken(
-                    f"gang {key} admitted with a partial plan: {len(g.plan)} slots + {bound} "
+                    f"gang {key} admitted with a partial plan: {len(g.plan)} slots + {len(bound)} "
                     f"bound < minMember {g.spec.min_member}")
             if g.deadline is None:
                 raise InvariantBroken(f"gang {key} admitted without a deadline")

@@ -12,8 +12,11 @@ scheduler-plugins      label ``scheduling.x-k8s.io/pod-group``       PodGroup ``
                                                                     ``scheduleTimeoutSeconds``
 Volcano                ``scheduling.k8s.io/group-name`` or           ``scheduling.volcano.sh/
                        ``scheduling.volcano.sh/group-name``          group-min-member``
-Koordinator            ``gang.scheduling.koordinator.sh/name``       ``.../min-available``,
-                                                                    ``.../waiting-time``
+Koordinator            ``gang.scheduling.koordinator.sh/name``,      ``.../min-available``,
+                       or the lightweight label                     ``.../waiting-time``,
+                       ``pod-group.scheduling.sigs.k8s.io/name``    ``.../total-number``,
+                                                                    ``.../mode``, ``.../groups``,
+                                                                    ``.../match-policy``
 Kueue plain pods       ``kueue.x-k8s.io/pod-group-name`` (label,     ``kueue.x-k8s.io/
                        or annotation)                               pod-group-total-count``
 =====================  ===========================================  ===========================
@@ -22,15 +25,24 @@ Kueue's pod groups are all-or-nothing by construction: the total count is the ga
 Kueue gates each pod (``kueue.x-k8s.io/admission``) until it admits the group's Workload;
 a gated pod is not a member that can bind yet (``PodRecord.gated``).
 
+Koordinator's options (``total-number``, ``mode``, ``groups``, ``match-policy``) are read from
+the pod, or from the scheduler-plugins PodGroup's annotations when the gang is declared the
+CRD way, as Koordinator does; the pod's value wins. ``groups`` bundles gangs into a gang
+group: the pod's gang key becomes the group's (:func:`group_key`) and ``GangSpec.part``
+keeps the gang it came from, so the core can require every gang's own minimum at once.
+
 A bad value is never defaulted: the pod gets an :class:`InvalidGang` naming the field, which
-the app turns into a rejection and an Event.
+the app turns into a rejection and an Event. (Koordinator itself falls back to its defaults
+on a bad ``mode``, ``match-policy`` or ``total-number``; a silent fallback is how a gang
+ends up scheduled under rules its author did not write.)
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, NewType
 
@@ -46,11 +58,14 @@ __all__ = [
     "GangKey",
     "GangSpec",
     "InvalidGang",
+    "MatchPolicy",
     "Membership",
     "MissingPodGroup",
+    "Mode",
     "PodGroupRecord",
     "Source",
     "gang_key",
+    "group_key",
     "podgroup_from_json",
     "resolve",
     "volcano_podgroup_from_json",
@@ -68,6 +83,14 @@ VOLCANO_MIN = "scheduling.volcano.sh/group-min-member"
 KOORD_GROUP = "gang.scheduling.koordinator.sh/name"
 KOORD_MIN = "gang.scheduling.koordinator.sh/min-available"
 KOORD_WAIT = "gang.scheduling.koordinator.sh/waiting-time"
+KOORD_TOTAL = "gang.scheduling.koordinator.sh/total-number"
+KOORD_MODE = "gang.scheduling.koordinator.sh/mode"
+KOORD_GROUPS = "gang.scheduling.koordinator.sh/groups"
+KOORD_MATCH = "gang.scheduling.koordinator.sh/match-policy"
+KOORD_MATCH_ALIAS = "pod-group.scheduling.sigs.k8s.io/match-policy"
+LIGHT_GROUP = "pod-group.scheduling.sigs.k8s.io/name"
+"""The retired lightweight-coscheduling labels; Koordinator still honours them."""
+LIGHT_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
 KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 
@@ -76,12 +99,38 @@ def gang_key(namespace: str, name: str) -> GangKey:
     return GangKey(f"{namespace}/{name}")
 
 
+def group_key(gangs: tuple[GangKey, ...]) -> GangKey:
+    """One key for a Koordinator gang group, whichever member resolves it: its gangs may
+    live in several namespaces, so it is filed under the first one's."""
+    return GangKey(f"{gangs[0].split('/', 1)[0]}/gang-group[{','.join(gangs)}]")
+
+
 class Source(Enum):
     LOCKSTEP = "lockstep"
     SCHEDULER_PLUGINS = "scheduler-plugins"
     VOLCANO = "volcano"
     KOORDINATOR = "koordinator"
     KUEUE = "kueue"
+
+
+class MatchPolicy(Enum):
+    """Which members count toward minMember (Koordinator's ``match-policy``)."""
+
+    WAITING_AND_RUNNING = "waiting-and-running"
+    """Parked and bound members both count; a gang that loses members below minMember
+    gathers a quorum again. Lockstep's rule for every other convention."""
+    ONCE_SATISFIED = "once-satisfied"
+    """Koordinator's default: once minMember were bound, later members are plain pods."""
+    ONLY_WAITING = "only-waiting"
+    """Only members waiting to bind count: minMember of them must arrive together."""
+
+
+class Mode(Enum):
+    STRICT = "Strict"
+    NON_STRICT = "NonStrict"
+    """Koordinator keeps accumulating after a member fails. Lockstep never holds part of a
+    gang's capacity (that is the deadlock), so the difference it honours is the retry: no
+    backoff after a timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +149,16 @@ class GangSpec:
     min_resources: Resources = field(default_factory=dict)
     capped_from: float | None = None
     """The timeout asked for when it was above the maximum and capped."""
+    total: int | None = None
+    """Koordinator's ``total-number``: the children the job will create (views only)."""
+    mode: Mode = Mode.STRICT
+    match_policy: MatchPolicy = MatchPolicy.WAITING_AND_RUNNING
+    part: GangKey | None = None
+    """In a gang group, the gang this pod declared; ``key`` is then the group's."""
+    group: tuple[GangKey, ...] = ()
+    """A gang group's gangs, sorted; empty for an ordinary gang."""
+    parts: tuple[tuple[GangKey, int], ...] = ()
+    """Set by the core on a gang group's composed spec: each gang's own minMember."""
 
     @property
     def namespace(self) -> str:
@@ -146,6 +205,8 @@ class PodGroupRecord:
     error: InvalidGang | None = None
     phase: str = ""
     """``status.phase`` as last written (Volcano's enqueue state lives there)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Koordinator reads its gang options from the PodGroup's annotations (CRD way)."""
 
 
 def _int_field(raw: object, fld: str, key: GangKey | None) -> int | InvalidGang:
@@ -210,7 +271,10 @@ def podgroup_from_json(obj: Mapping[str, Any], kind: str = "PodGroup") -> PodGro
         error = error or InvalidGang(key, f"{kind}.spec.minResources", str(e.value), e.reason)
     status = obj.get("status")
     phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
-    return PodGroupRecord(key, min_member, timeout, min_resources, error, phase)
+    raw_ann = meta.get("annotations")
+    annotations = ({str(k): str(v) for k, v in raw_ann.items() if str(k) in _KOORD_OPTIONS}
+                   if isinstance(raw_ann, Mapping) else {})
+    return PodGroupRecord(key, min_member, timeout, min_resources, error, phase, annotations)
 
 
 def _lookup(pod: PodRecord, name: str) -> str | None:
@@ -228,6 +292,8 @@ def _declarations(pod: PodRecord) -> list[tuple[Source, str, str]]:
             found.append((Source.VOLCANO, name, v))
     if v := pod.annotations.get(KOORD_GROUP):
         found.append((Source.KOORDINATOR, KOORD_GROUP, v))
+    if v := pod.labels.get(LIGHT_GROUP):
+        found.append((Source.KOORDINATOR, LIGHT_GROUP, v))
     if v := _lookup(pod, KUEUE_GROUP):
         found.append((Source.KUEUE, KUEUE_GROUP, v))
     return found
@@ -290,6 +356,7 @@ def resolve(
         (Source.LOCKSTEP, LOCKSTEP_MIN_MEMBER, LOCKSTEP_TIMEOUT),
         (Source.VOLCANO, VOLCANO_MIN, None),
         (Source.KOORDINATOR, KOORD_MIN, KOORD_WAIT),
+        (Source.KOORDINATOR, LIGHT_MIN, None),
         (Source.KUEUE, KUEUE_TOTAL, None),
     ):
         if src not in sources:
@@ -322,4 +389,70 @@ def resolve(
 
     asked = timeout if timeout is not None else defaults.timeout_seconds
     seconds, capped = _cap(key, asked, defaults)
-    return GangSpec(key, min_member, seconds, source, min_resources, capped)
+    spec = GangSpec(key, min_member, seconds, source, min_resources, capped)
+    if Source.KOORDINATOR in sources or (pg is not None and pg.annotations):
+        # Koordinator reads these from the pod, or from its PodGroup (the CRD way).
+        merged = {**(pg.annotations if pg is not None else {}),
+                  **{k: v for k in _KOORD_OPTIONS if (v := pod.annotations.get(k)) is not None}}
+        return _koordinator(spec, merged)
+    return spec
+
+
+_KOORD_OPTIONS = (KOORD_TOTAL, KOORD_MODE, KOORD_GROUPS, KOORD_MATCH, KOORD_MATCH_ALIAS)
+
+
+def _koordinator(spec: GangSpec, values: Mapping[str, str]) -> GangSpec | InvalidGang:
+    """Koordinator's optional keys on top of a resolved gang (see the module docstring)."""
+    key = spec.key
+    total: int | None = None
+    if (raw := values.get(KOORD_TOTAL)) is not None:
+        t = _int_field(raw, KOORD_TOTAL, key)
+        if isinstance(t, InvalidGang):
+            return t
+        if t < spec.min_member:
+            return InvalidGang(key, KOORD_TOTAL, raw,
+                               f"fewer than min-available {spec.min_member}")
+        total = t
+    mode = Mode.STRICT
+    if (raw := values.get(KOORD_MODE)) is not None:
+        try:
+            mode = Mode(raw.strip())
+        except ValueError:
+            return InvalidGang(key, KOORD_MODE, raw, "must be Strict or NonStrict")
+    policy = MatchPolicy.ONCE_SATISFIED
+    fld = KOORD_MATCH if KOORD_MATCH in values else KOORD_MATCH_ALIAS
+    if (raw := values.get(fld)) is not None:
+        try:
+            policy = MatchPolicy(raw.strip())
+        except ValueError:
+            known = ", ".join(p.value for p in MatchPolicy)
+            return InvalidGang(key, fld, raw, f"must be one of {known}")
+    group: tuple[GangKey, ...] = ()
+    if (raw := values.get(KOORD_GROUPS)) is not None and raw.strip():
+        parsed = _group_list(raw, key)
+        if isinstance(parsed, InvalidGang):
+            return parsed
+        group = parsed
+    if len(group) < 2:
+        return replace(spec, total=total, mode=mode, match_policy=policy)
+    return replace(spec, key=group_key(group), total=total, mode=mode, match_policy=policy,
+                    part=key, group=group)
+
+
+def _group_list(raw: str, own: GangKey) -> tuple[GangKey, ...] | InvalidGang:
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        return InvalidGang(own, KOORD_GROUPS, raw,
+                           'not a JSON list of "namespace/name" strings')
+    for item in items:
+        ns, _, name = item.partition("/")
+        if not ns or not name or "/" in name:
+            return InvalidGang(own, KOORD_GROUPS, raw, f'"{item}" is not "namespace/name"')
+    gangs = tuple(sorted({GangKey(i) for i in items}))
+    if own not in gangs:
+        return InvalidGang(own, KOORD_GROUPS, raw, f"does not list this gang ({own})")
+    return gangs
+

@@ -13,6 +13,7 @@ against its first binding (it is kept as ``created`` for reports only).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ SIZE_KEYS = ("lockstep.dev/min-member", "kueue.x-k8s.io/pod-group-total-count",
              "scheduling.volcano.sh/group-min-member",
              "gang.scheduling.koordinator.sh/min-available")
 """Every convention's gang name and size keys, so the invariant is checked for all of them."""
+GROUPS_KEY = "gang.scheduling.koordinator.sh/groups"
+"""Koordinator's gang groups: every gang listed binds together or none does."""
 
 
 @dataclass
@@ -44,6 +47,8 @@ class PodRecord:
     deleted_at: float | None = None
     created: str | None = None
     """metadata.creationTimestamp (1 s resolution)."""
+    group: str | None = None
+    """The Koordinator gang-group annotation, as written."""
 
 
 @dataclass
@@ -99,7 +104,8 @@ class BindingRecorder:
                 mm = next((ann[k] for k in SIZE_KEYS if ann.get(k)), None)
                 rec = PodRecord(key[0], key[1], str(meta.get("uid")), gang,
                                 int(mm) if mm and mm.isdigit() else None, now,
-                                created=meta.get("creationTimestamp"))
+                                created=meta.get("creationTimestamp"),
+                                group=ann.get(GROUPS_KEY) or None)
                 self.pods[key] = rec
             node = (obj.get("spec") or {}).get("nodeName")
             if node and rec.bound_at is None:
@@ -269,6 +275,39 @@ class BindingRecorder:
                     problems.append(
                         (gns, name, f"gang {g}: took {bound[mm - 1] - bound[0]:.2f}s "
                                     f"(> {window}s) to reach {mm} bound"))
+        return problems + self._group_problems(by_gang, window)
+
+    def _group_problems(self, by_gang: dict[tuple[str, str], list[PodRecord]], window: float
+                        ) -> list[tuple[str, str, str]]:
+        """A Koordinator gang group binds as one: once any listed gang has a binding, every
+        listed gang must reach its own min-member within ``window`` (groups none of whose
+        members were deleted; deletion is judged per gang above)."""
+        problems = []
+        groups = {r.group for rs in by_gang.values() for r in rs if r.group}
+        for raw in sorted(groups):
+            try:
+                listed = [tuple(x.split("/", 1)) for x in json.loads(raw)]
+            except (ValueError, AttributeError):
+                continue
+            first: list[float] = []
+            reached: dict[str, float | None] = {}
+            for gns, name in listed:
+                members = by_gang.get((gns, name), [])
+                if any(m.deleted_at is not None for m in members):
+                    break
+                times = sorted(m.bound_at for m in members if m.bound_at is not None)
+                first += times[:1]
+                mm = self._min_member(gns, name, members) if members else 1
+                reached[f"{gns}/{name}"] = times[mm - 1] if len(times) >= mm else None
+            else:
+                if not first:
+                    continue
+                late = {g: t for g, t in reached.items()
+                        if t is None or t - min(first) > window}
+                if late:
+                    ns0 = listed[0][0]
+                    problems.append((ns0, raw, f"gang group {raw}: bound in part; "
+                                               f"not whole within {window}s: {sorted(late)}"))
         return problems
 
     def assert_gang_invariants(self, ns: str | None = None, window: float = 1.0) -> None:

@@ -124,3 +124,48 @@ def test_lockstep_enqueues_volcano_podgroups_that_fit_and_says_why_others_wait(
     c.kube.delete(f"{path}/first")
     c.kube.wait("second Inqueue", lambda: second().get("phase") == "Inqueue", 20)
     c.recorder.assert_gang_invariants(c.ns)
+
+
+KOORD = "gang.scheduling.koordinator.sh/"
+
+
+def koord_pod(name: str, gang: str, min_available: int, **options: str) -> dict[str, Any]:
+    """Koordinator's annotation way, as its gang-scheduling proposal writes it."""
+    b = (pod(name).annotate(KOORD + "name", gang)
+         .annotate(KOORD + "min-available", str(min_available))
+         .annotate(KOORD + "waiting-time", "30s").gpu(1))
+    for k, v in options.items():
+        b.annotate(KOORD + k, v)
+    return b.build()
+
+
+def test_two_koordinator_gangs_on_six_gpus_one_runs_the_other_holds_nothing(
+    cluster: ClusterFactory,
+) -> None:
+    c = cluster("tiny-3x2")
+    for i in range(4):
+        c.create(koord_pod(f"x-{i}", "x", 4, **{"total-number": "4"}),
+                 koord_pod(f"y-{i}", "y", 4, **{"total-number": "4", "mode": "NonStrict"}))
+    other = one_runs_the_other_waits(c, ("x", "y"), 4)
+    first = "x" if other == "y" else "y"
+    c.delete(*(f"{first}-{i}" for i in range(4)))
+    c.wait_bound([f"{other}-{i}" for i in range(4)], 30)
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_a_koordinator_gang_group_binds_only_when_every_gang_can(
+    cluster: ClusterFactory,
+) -> None:
+    """A job with two roles in one GangGroup: the workers' gang is complete, but nothing binds
+    until the launcher's gang exists too; then both bind together."""
+    c = cluster("tiny-3x2")
+    groups = f'["{c.ns}/workers", "{c.ns}/launcher"]'
+    c.create(*(koord_pod(f"workers-{i}", "workers", 3, groups=groups) for i in range(3)))
+    c.wait_event("workers-0", "FailedScheduling", "launcher")
+    settle(2)
+    assert c.bound() == {}
+    c.create(koord_pod("launcher-0", "launcher", 1, groups=groups))
+    c.wait_bound([*(f"workers-{i}" for i in range(3)), "launcher-0"], 30)
+    c.recorder.assert_gang_invariants(c.ns)
+    problems = c.recorder.gang_problems(c.ns)
+    assert problems == [], problems

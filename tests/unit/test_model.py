@@ -53,6 +53,12 @@ EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))
 GANGS = {"a": (2, 1), "b": (3, 1), "c": (2, 2), "d": (4, 1)}
 """Annotation gangs: name -> (minMember, GPUs per member)."""
+KOORD = {"k1": (2, 1), "k2": (1, 2), "ko": (2, 1)}
+"""Koordinator gangs: name -> (min-available, GPUs per member). k1 and k2 form the gang
+group KG (each keeps its own minimum; match-policy once-satisfied, Koordinator's default);
+ko is NonStrict with match-policy only-waiting."""
+KG = "kg"
+KG_GROUPS = '["default/k1", "default/k2"]'
 PG = "pg"
 """A scheduler-plugins gang whose PodGroup the model creates, changes and deletes."""
 NODES = [f"n{i}" for i in range(5)]
@@ -114,14 +120,39 @@ class GangModel(RuleBasedStateMachine):
 
     @staticmethod
     def _gang(obj: dict[str, Any]) -> str:
+        """The unit that must never rest partial: a gang, or a whole gang group."""
+        part = GangModel._part(obj)
+        return KG if part in ("k1", "k2") else part
+
+    @staticmethod
+    def _part(obj: dict[str, Any]) -> str:
         meta = obj["metadata"]
-        return str((meta.get("annotations") or {}).get("lockstep.dev/pod-group")
+        ann = meta.get("annotations") or {}
+        return str(ann.get("lockstep.dev/pod-group")
+                   or ann.get("gang.scheduling.koordinator.sh/name")
                    or (meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group") or "")
 
-    def _min_member(self, gang: str) -> int | None:
+    def _partial(self, gang: str, binding: frozenset[PodKey] = frozenset()) -> str | None:
+        """Why ``gang`` is partially bound (counting ``binding`` as bound), or None: some
+        members bound, but fewer than minMember (for the gang group: than some gang's own
+        minimum)."""
+        bound: dict[str, int] = {}
+        for k, p in self.pods.items():
+            if self._gang(p) != gang or p["status"]["phase"] in ("Failed", "Succeeded"):
+                continue
+            if p["spec"].get("nodeName") or k in binding:
+                bound[self._part(p)] = bound.get(self._part(p), 0) + 1
+        if not bound:
+            return None
+        if gang == KG:
+            short = {k: bound.get(k, 0) for k in ("k1", "k2") if bound.get(k, 0) < KOORD[k][0]}
+            return f"{bound} bound, short in {short}" if short else None
         if gang == PG:
-            return int(self.podgroup["spec"]["minMember"]) if self.podgroup else None
-        return GANGS[gang][0] if gang in GANGS else None
+            mm = int(self.podgroup["spec"]["minMember"]) if self.podgroup else None
+        else:
+            mm = GANGS[gang][0] if gang in GANGS else KOORD[gang][0] if gang in KOORD else None
+        n = sum(bound.values())
+        return f"{n}/{mm}" if mm is not None and n < mm else None
 
     def _raw_free(self, name: str) -> int:
         """GPUs kube-scheduler sees free: allocatable minus bound and assumed (parked)."""
@@ -196,7 +227,7 @@ class GangModel(RuleBasedStateMachine):
         for k in range(GANGS[gang][0] + int(extra)):
             self.create_member(gang, k)
 
-    @rule(gang=st.sampled_from([*sorted(GANGS), PG]), fate=st.integers(0, 9),
+    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko"]), fate=st.integers(0, 9),
           data=st.data())
     def schedule_gang(self, gang: str, fate: int, data: st.DataObject) -> None:
         """kube-scheduler cycles through a gang's pending members, one after another."""
@@ -214,6 +245,23 @@ class GangModel(RuleBasedStateMachine):
             if decision.passed:
                 self._bind(rec.key, data.draw(st.sampled_from(decision.passed)), rec.uid,
                            fate if data.draw(st.booleans()) else 0)
+
+    @rule(gang=st.sampled_from(sorted(KOORD)), k=st.integers(0, 3))
+    def create_koord_member(self, gang: str, k: int) -> None:
+        key = pod_key("default", f"{gang}-{k}")
+        if key in self.pods:
+            return
+        mm, gpus = KOORD[gang]
+        b = pod(f"{gang}-{k}").gpu(gpus)
+        b.annotate("gang.scheduling.koordinator.sh/name", gang)
+        b.annotate("gang.scheduling.koordinator.sh/min-available", str(mm))
+        b.annotate("gang.scheduling.koordinator.sh/waiting-time", "20s")
+        if gang == "ko":
+            b.annotate("gang.scheduling.koordinator.sh/mode", "NonStrict")
+            b.annotate("gang.scheduling.koordinator.sh/match-policy", "only-waiting")
+        else:
+            b.annotate("gang.scheduling.koordinator.sh/groups", KG_GROUPS)
+        self._put_pod(b.build())
 
     @rule(k=st.integers(0, 3))
     def create_pg_member(self, k: int) -> None:
@@ -317,19 +365,17 @@ class GangModel(RuleBasedStateMachine):
         elif isinstance(d, Park):
             self.parked[key] = (d.gang, d.deadline)
         elif isinstance(d, BindGroup):
-            mm = self._min_member(d.gang.split("/", 1)[1])
-            already = sum(1 for p in self.pods.values() if p["spec"].get("nodeName")
-                          and self._gang(p) == d.gang.split("/", 1)[1]
-                          and p["status"]["phase"] not in ("Failed", "Succeeded"))
-            if mm is not None and len(d.binds) + already < mm:
-                raise AssertionError(f"gang {d.gang} told to bind {len(d.binds)} + {already} "
-                                     f"bound < minMember {mm}")
+            name = KG if "gang-group[" in d.gang else d.gang.split("/", 1)[1]
+            saw(f"BindGroup:{name}")
+            why = self._partial(name, frozenset(d.binds))
+            if why is not None:
+                raise AssertionError(f"gang {d.gang} told to bind too few: {why}")
             outcomes = []
             for i, (k, n) in enumerate(sorted(d.binds.items())):
                 self.parked.pop(k, None)
                 outcomes.append(self._api_bind(k, n, fate if i == 0 else 0))
             if any(isinstance(o, BindFailed) for o in outcomes):
-                self.disrupted.add(d.gang.split("/", 1)[1])
+                self.disrupted.add(name)
             if self.core.bind_outcomes(outcomes) is not None:
                 saw("PartiallyBound")
         self._answered()
@@ -364,11 +410,9 @@ class GangModel(RuleBasedStateMachine):
             assert self.core.is_parked(k), f"{k}: the model holds a call the core forgot"
         assert self.core.parked_total() == len(self.parked)
         for g in {self._gang(p) for p in self.pods.values()} - {""} - self.disrupted:
-            mm = self._min_member(g)
-            bound = sum(1 for p in self.pods.values() if self._gang(p) == g
-                        and p["spec"].get("nodeName"))
-            if mm is not None and 0 < bound < mm:
-                raise AssertionError(f"gang {g} rests partially bound: {bound}/{mm}")
+            why = self._partial(g)
+            if why is not None:
+                raise AssertionError(f"gang {g} rests partially bound: {why}")
 
     @invariant()
     def rebuilt_core_agrees(self) -> None:
