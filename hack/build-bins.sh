@@ -13,13 +13,17 @@ cache="${LOCKSTEP_CACHE:-$HOME/.cache/lockstep}/bin"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 # What upstream's hack/lib/version.sh stamps, into both version packages: `kubectl version`
 # and the API server's /version then read v1.34.10, major 1, minor 34.
-k8s_minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
-k8s_ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
-  k8s_ldflags+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean"
-  k8s_ldflags+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+k8s_ldflags_for() {  # VERSION
+  local minor pkg out="-s -w"
+  minor="$(echo "$1" | cut -d. -f2)"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    out+=" -X $pkg.gitVersion=$1 -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    out+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean"
+    out+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$out"
+}
+k8s_ldflags="$(k8s_ldflags_for "$K8S_VERSION")"
 
 # name version module-dir package [ldflags]
 targets=(
@@ -31,6 +35,14 @@ targets=(
   "scheduler-plugins $SCHEDULER_PLUGINS_VERSION k8s sigs.k8s.io/scheduler-plugins/cmd/scheduler"
   "training-operator $TRAINING_OPERATOR_VERSION kubeflow github.com/kubeflow/training-operator/cmd/training-operator.v1"
 )
+
+# Other Kubernetes versions the test bed can run (TestBed(k8s=...), LOCKSTEP_K8S_VERSION):
+# kube-apiserver, kube-scheduler and kubectl of each, from hack/gomod/k8s-<major.minor>.
+for v in ${K8S_EXTRA_VERSIONS:-}; do
+  for n in kube-apiserver kube-scheduler kubectl; do
+    targets+=("$n $v k8s-$(echo "$v" | sed -E 's/^v([0-9]+[.][0-9]+)[.].*/\1/') k8s.io/kubernetes/cmd/$n")
+  done
+done
 
 missing=0
 for t in "${targets[@]}"; do
@@ -70,7 +82,10 @@ for t in "${targets[@]}"; do
   [ -x "$out" ] && continue
   mkdir -p "$(dirname "$out")"
   flags="-s -w"
-  case "$moddir" in k8s) flags="$k8s_ldflags" ;; esac
+  case "$moddir" in
+    k8s) flags="$k8s_ldflags" ;;  # scheduler-plugins too: it links Kubernetes $K8S_VERSION
+    k8s-*) flags="$(k8s_ldflags_for "$version")" ;;
+  esac
   case "$name" in
     etcd) flags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=lockstep" ;;
     kwok) flags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" ;;

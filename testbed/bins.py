@@ -10,8 +10,8 @@ import os
 import subprocess
 from pathlib import Path
 
-__all__ = ["NAMES", "REPO", "VERSIONS", "BinaryMissing", "bin_path", "ensure_bins",
-           "version_of"]
+__all__ = ["K8S_NAMES", "K8S_VERSIONS", "NAMES", "REPO", "VERSIONS", "BinaryMissing",
+           "bin_path", "ensure_bins", "version_of"]
 
 REPO = Path(__file__).resolve().parent.parent
 _ENV = Path(__file__).with_name("versions.env")
@@ -23,7 +23,7 @@ def _versions() -> dict[str, str]:
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             k, v = line.split("=", 1)
-            out[k] = v
+            out[k] = v.strip().strip('"')
     return out
 
 
@@ -39,6 +39,10 @@ _VERSION_OF = {
 }
 
 NAMES = tuple(_VERSION_OF)
+K8S_NAMES = ("kube-apiserver", "kube-scheduler", "kubectl")
+"""Built at every Kubernetes version in ``K8S_VERSIONS``."""
+K8S_VERSIONS = (VERSIONS["K8S_VERSION"], *VERSIONS.get("K8S_EXTRA_VERSIONS", "").split())
+"""The default Kubernetes version first, then the others the test bed can run."""
 
 
 class BinaryMissing(FileNotFoundError):
@@ -56,8 +60,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LOCKSTEP_CACHE", Path.home() / ".cache" / "lockstep"))
 
 
-def bin_path(name: str) -> Path:
-    p = cache_dir() / "bin" / f"{name}-{version_of(name)}" / name
+def bin_path(name: str, version: str | None = None) -> Path:
+    """``name`` at its pinned version, or a Kubernetes binary at ``version`` (one of
+    ``K8S_VERSIONS``)."""
+    if version is None or version == version_of(name):
+        version = version_of(name)
+    elif name not in K8S_NAMES or version not in K8S_VERSIONS:
+        raise ValueError(f"{name} {version} is not built by the test bed (Kubernetes binaries "
+                         f"{K8S_NAMES} at {K8S_VERSIONS}; see testbed/versions.env)")
+    p = cache_dir() / "bin" / f"{name}-{version}" / name
     if not p.exists():
         raise BinaryMissing(f"{p} is missing: run `make bins` (builds it from the Go module proxy)")
     return p

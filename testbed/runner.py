@@ -4,6 +4,12 @@ Everything listens on free 127.0.0.1 ports and logs into one run directory, so t
 can run side by side and a failing test can print the tail of every log. Processes are
 started in their own process groups and stopped by PID; ``restart`` keeps ports, certificates
 and data, so tests can restart the API server or Lockstep under load.
+
+The Kubernetes version is selectable (``TestBed(k8s="v1.37.2")``, or ``LOCKSTEP_K8S_VERSION``
+for every bed): any version in ``testbed.bins.K8S_VERSIONS``, 1.34 by default. From 1.35 on,
+the API server serves the upstream gang API (``scheduling.k8s.io`` Workload/PodGroup, see
+``UPSTREAM_GANG_API``) while kube-scheduler runs with ``GenericWorkload`` off, so its native
+gang plugin stays out of the way and Lockstep does the gang scheduling.
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from typing import Any
 
 import yaml
 
-from .bins import REPO, bin_path
+from .bins import K8S_NAMES, K8S_VERSIONS, REPO, bin_path
 
-__all__ = ["ADMIN_TOKEN", "Proc", "StartupError", "TestBed", "free_port", "scheduler_config"]
+__all__ = ["ADMIN_TOKEN", "UPSTREAM_GANG_API", "Proc", "StartupError", "TestBed",
+           "default_k8s", "free_port", "scheduler_config"]
 
 log = logging.getLogger("testbed")
 
@@ -41,6 +48,25 @@ STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
 NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"
 VOLCANO_CRD = Path(__file__).with_name("crds") / "volcano-podgroup-crd.yaml"
+
+UPSTREAM_GANG_API: dict[int, tuple[str, str]] = {
+    35: ("GenericWorkload=true", "scheduling.k8s.io/v1alpha1=true"),
+    36: ("GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+         "scheduling.k8s.io/v1alpha2=true"),
+    37: ("GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+         "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"),
+}
+"""Kubernetes minor -> the API server's ``--feature-gates`` and ``--runtime-config`` that serve
+the upstream gang API (read from each release's pkg/features and pkg/controlplane): every
+version is off by default (alpha, and from 1.37 beta, group versions are disabled, and their
+storage needs ``GenericWorkload``, which also keeps ``spec.schedulingGroup`` on pods).
+``TopologyAwareWorkloadScheduling`` admits ``schedulingConstraints.topology``. Only 1.37 is
+built and run here; 1.35 and 1.36 are from the sources."""
+
+
+def default_k8s() -> str:
+    """``LOCKSTEP_K8S_VERSION`` if set, else the pinned default (1.34)."""
+    return os.environ.get("LOCKSTEP_K8S_VERSION") or K8S_VERSIONS[0]
 
 
 class StartupError(RuntimeError):
@@ -156,12 +182,17 @@ class TestBed:
     """Also install the NodeResourceTopology CRD (topology.node.k8s.io/v1alpha2)."""
     with_volcano: bool = False
     """Also install Volcano's PodGroup CRD (scheduling.volcano.sh/v1beta1)."""
+    k8s: str = field(default_factory=default_k8s)
+    """Kubernetes version of kube-apiserver, kube-scheduler and kubectl (``K8S_VERSIONS``)."""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
 
     __test__ = False  # not a pytest test class
 
     def __post_init__(self) -> None:
+        if self.k8s not in K8S_VERSIONS:
+            raise ValueError(f"Kubernetes {self.k8s} is not built for the test bed; "
+                             f"known: {', '.join(K8S_VERSIONS)} (testbed/versions.env)")
         if self.run_dir is None:
             self.run_dir = Path(tempfile.mkdtemp(prefix="lockstep-bed-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -307,7 +338,7 @@ class TestBed:
             lines.append(f'{tok},{user},{user},"{",".join(groups)}"')
         tokens.write_text("\n".join(lines) + "\n")
         self._spawn("kube-apiserver", [
-            str(bin_path("kube-apiserver")),
+            str(self.bin("kube-apiserver")),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", f"--secure-port={self.api_port}",
             f"--cert-dir={certs}", "--service-cluster-ip-range=10.0.0.0/24",
@@ -318,11 +349,25 @@ class TestBed:
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false", "--profiling=false",
-            "--event-ttl=1h", "--v=1",
+            "--event-ttl=1h", "--v=1", *self._upstream_gang_args(),
         ], ready_url=f"{self.api_url}/readyz", token=ADMIN_TOKEN, timeout=90.0,
            # Graceful termination waits for every open watch to end (clients of a test bed
            # rarely hang up first); etcd holds the data, so 3 s then SIGKILL is safe.
            stop_timeout=3.0)
+
+    @property
+    def k8s_minor(self) -> int:
+        return int(self.k8s.split(".")[1])
+
+    def _upstream_gang_args(self) -> list[str]:
+        gates, runtime = UPSTREAM_GANG_API.get(self.k8s_minor, ("", ""))
+        if not gates:
+            return []
+        return [f"--feature-gates={gates}", f"--runtime-config={runtime}"]
+
+    def bin(self, name: str) -> Path:
+        """``name`` at this bed's Kubernetes version when it is a Kubernetes binary."""
+        return bin_path(name, self.k8s if name in K8S_NAMES else None)
 
     def _write_kubeconfig(self, path: Path, token: str) -> None:
         doc = {
@@ -359,7 +404,7 @@ class TestBed:
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(bin_path("kubectl")), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            [str(self.bin("kubectl")), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
             input=input, text=True, capture_output=True, check=check,
         )
 
@@ -397,8 +442,12 @@ class TestBed:
         path = self.dir / f"{name}.config.yaml"
         path.write_text(yaml.safe_dump(doc))
         port = free_port()
+        # From 1.35 the stock scheduler's native gang plugin follows GenericWorkload (1.35 and
+        # 1.36 also had a GangScheduling gate needing it): off, so Lockstep alone does gangs.
+        gates = ["--feature-gates=GenericWorkload=false"] \
+            if binary == "kube-scheduler" and self.k8s_minor >= 35 else []
         return self._spawn(name, [
-            str(bin_path(binary)), f"--config={path}", "--bind-address=127.0.0.1",
+            str(self.bin(binary)), f"--config={path}", "--bind-address=127.0.0.1", *gates,
             f"--secure-port={port}",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--authentication-skip-lookup=true", "--v=2",

@@ -1,8 +1,9 @@
 """Fixtures for end-to-end tests on the real test bed.
 
 Each test gets its own control plane (etcd, kube-apiserver, kwok; ~4 s to start) so clusters
-and capacity never leak between tests. Binaries are built on first use (``make bins``): a
-missing binary is built, never a reason to skip.
+and capacity never leak between tests. ``cluster(..., k8s="v1.37.2")`` (or
+``LOCKSTEP_K8S_VERSION`` for all) picks the Kubernetes version; 1.34 by default. Binaries
+are built on first use (``make bins``): a missing binary is built, never a reason to skip.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from testbed.bins import REPO, BinaryMissing, ensure_bins
 from testbed.cluster import create_nodes, load_topology, nodes_from_topology
 from testbed.kube import Kube
 from testbed.recorder import BindingRecorder
-from testbed.runner import TestBed
+from testbed.runner import TestBed, default_k8s
 
 SCHEDULER_CONFIG = REPO / "scheduler-config" / "lockstep.yaml"
 
@@ -127,9 +128,9 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterF
     def make(topology: str, *, lockstep: bool = True, stock: bool = False,
              lockstep_args: tuple[str, ...] = ("--backoff=3",),
              extra_tokens: dict[str, tuple[str, list[str]]] | None = None,
-             volcano: bool = False) -> Cluster:
+             volcano: bool = False, k8s: str | None = None) -> Cluster:
         bed = TestBed(run_dir=tmp_path / f"bed{len(made)}", extra_tokens=extra_tokens or {},
-                      with_volcano=volcano)
+                      with_volcano=volcano, k8s=k8s or default_k8s())
         bed.start()
         kube = Kube(bed.api_url, bed.token)
         c = Cluster(bed, kube, BindingRecorder(kube), ns="e2e")
