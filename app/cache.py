@@ -5,6 +5,11 @@ deleted while we were not watching disappear too, which kopf's re-listing does n
 cache does), then watch from the list's resourceVersion with bookmarks. A 410 Gone or a broken
 stream that cannot resume means: list again. Readiness is reported only after the first full
 list of every resource.
+
+The upstream gang API (``scheduling.k8s.io`` PodGroups and 1.35 Workloads) is found by API
+discovery: whichever of its versions the server serves (``coscheduling.upstream``), or none
+(Kubernetes before 1.35, or the ``GenericWorkload`` gate off), which counts as synced and
+empty and is looked for again every 30 s. Its absence never fails Lockstep.
 """
 
 from __future__ import annotations
@@ -30,6 +35,15 @@ from coscheduling.numa import NumaZones, nrt_from_json
 from coscheduling.podgroup import PodGroupRecord, gang_key, volcano_podgroup_from_json
 from coscheduling.records import NodeName
 from coscheduling.resources import QuantityError
+from coscheduling.upstream import (
+    GROUP,
+    PODGROUP_VERSIONS,
+    WORKLOAD_VERSIONS,
+    UpstreamPodGroup,
+    UpstreamWorkload,
+    upstream_podgroup_from_json,
+    upstream_workload_from_json,
+)
 
 from .errors import APIError, APIUnreachable, Gone, NotFound
 from .kube import KubeClient
@@ -54,6 +68,10 @@ class Resource:
     """Monotonic time of the last list, event or bookmark."""
     relists: int = 0
     resource_version: str = ""
+    discover: tuple[str, str, tuple[str, ...]] | None = None
+    """(API group, plural, versions by preference): ``path`` is found by API discovery."""
+    version: str = ""
+    """The discovered version ("" when not served)."""
 
 
 @dataclass(slots=True)
@@ -72,6 +90,10 @@ class ClusterCache:
             Resource("podgroups", PODGROUPS, optional=True),
             Resource("volcano-podgroups", VOLCANO_PODGROUPS, optional=True),
             Resource("noderesourcetopologies", NRTS, optional=True),
+            Resource("upstream-podgroups", "", optional=True,
+                     discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),
+            Resource("upstream-workloads", "", optional=True,
+                     discover=(GROUP, "workloads", WORKLOAD_VERSIONS)),
         ):
             self.resources[r.name] = r
 
@@ -94,6 +116,10 @@ class ClusterCache:
                 return nrt_from_json(obj)
             if kind == "volcano-podgroups":
                 return volcano_podgroup_from_json(obj)
+            if kind == "upstream-podgroups":
+                return upstream_podgroup_from_json(obj, self.resources[kind].version)
+            if kind == "upstream-workloads":
+                return upstream_workload_from_json(obj, self.resources[kind].version)
             return podgroup_from_json(obj)
         except (RecordError, QuantityError, ValueError, TypeError) as e:
             # One malformed object must not stop the cache; it is simply not scheduled around.
@@ -111,6 +137,10 @@ class ClusterCache:
             self.core.replace_numa(records)
         elif kind == "volcano-podgroups":
             self.core.replace_volcano_podgroups(records)
+        elif kind == "upstream-podgroups":
+            self.core.replace_upstream_podgroups(records)
+        elif kind == "upstream-workloads":
+            self.core.replace_workloads(records)
         else:
             self.core.replace_podgroups(records)
 
@@ -127,6 +157,10 @@ class ClusterCache:
                 self.core.delete_pod(pod_key(ns, name), str(meta.get("uid") or ""))
             elif kind == "volcano-podgroups":
                 self.core.delete_volcano_podgroup(gang_key(ns, name))
+            elif kind == "upstream-podgroups":
+                self.core.delete_upstream_podgroup(gang_key(ns, name))
+            elif kind == "upstream-workloads":
+                self.core.delete_workload(gang_key(ns, name))
             else:
                 self.core.delete_podgroup(gang_key(ns, name))
             return
@@ -143,6 +177,10 @@ class ClusterCache:
             self.core.upsert_podgroup(rec)
         elif isinstance(rec, NumaZones):
             self.core.upsert_numa(rec)
+        elif isinstance(rec, UpstreamPodGroup):
+            self.core.upsert_upstream_podgroup(rec)
+        elif isinstance(rec, UpstreamWorkload):
+            self.core.upsert_workload(rec)
 
     # -------------------------------------------------------------- the loops
 
@@ -152,6 +190,8 @@ class ClusterCache:
         delay = 0.5
         while True:
             try:
+                if res.discover is not None:
+                    await self._discover(res)
                 await self._list(res)
                 delay = 0.5
                 await self._watch(res)
@@ -168,6 +208,34 @@ class ClusterCache:
                 log.warning("%s: %s; retrying in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+
+    async def _discover(self, res: Resource) -> None:
+        """Point ``res.path`` at the most preferred served version, or raise NotFound."""
+        assert res.discover is not None
+        group, plural, versions = res.discover
+        found = ""
+        try:
+            served = await self.kube.request("GET", f"/apis/{group}")
+            have = {str(v.get("version")) for v in served.get("versions") or ()
+                    if isinstance(v, dict)}
+            for v in (v for v in versions if v in have):
+                listing = await self.kube.request("GET", f"/apis/{group}/{v}")
+                if any(isinstance(r, dict) and r.get("name") == plural
+                       for r in listing.get("resources") or ()):
+                    found = v
+                    break
+        except NotFound:
+            found = ""
+        if found != res.version or res.last_sync == 0.0:
+            if found:
+                log.info("%s: serving %s/%s %s", res.name, group, found, plural)
+            else:
+                log.info("%s: %s %s not served at %s; looking again every 30s", res.name,
+                         group, plural, "/".join(versions))
+        res.version = found
+        if not found:
+            raise NotFound(404, "NotServed", f"{group} {plural} not served", path=f"/apis/{group}")
+        res.path = f"/apis/{group}/{found}/{plural}"
 
     async def _list(self, res: Resource) -> None:
         items, rv = await self.kube.list(res.path)

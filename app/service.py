@@ -39,7 +39,9 @@ from coscheduling import (
     Unparked,
     pod_key,
 )
-from coscheduling.podgroup import Source
+from coscheduling.podgroup import InvalidGang, Source
+from coscheduling.reasons import InvalidDeclaration
+from coscheduling.upstream import GROUP, GangProgress, condition_updates
 
 from .cache import ClusterCache
 from .errors import APIError, APIUnreachable
@@ -109,6 +111,8 @@ class Lockstep:
             "watch-pods": self.cache.run("pods"),
             "watch-podgroups": self.cache.run("podgroups"),
             "watch-volcano-podgroups": self.cache.run("volcano-podgroups"),
+            "watch-upstream-podgroups": self.cache.run("upstream-podgroups"),
+            "watch-upstream-workloads": self.cache.run("upstream-workloads"),
             "watch-noderesourcetopologies": self.cache.run("noderesourcetopologies"),
             "deadline-timer": self._timer(),
             "event-poster": self._post_events(),
@@ -404,6 +408,47 @@ class Lockstep:
             except (APIError, APIUnreachable) as e:
                 log.info("Volcano PodGroup %s status not written: %s", key, e)
 
+    async def _write_upstream_status(self) -> None:
+        """The scheduling condition on upstream (scheduling.k8s.io) PodGroups whose pods are
+        Lockstep's, in the native gang plugin's vocabulary (rules in coscheduling.upstream).
+        A strategic merge patch touches only that condition; the watch brings it back."""
+        groups = self.core.store.upstream
+        if not groups:
+            return
+        gangs: dict[GangKey, GangProgress] = {}
+        for view in self.core.gang_views(self.clock()):
+            if view.key not in groups:
+                continue
+            why = view.reason
+            if view.spec is None:  # an invalid declaration: say which field
+                bad = [m for p in self.core.members_of(view.key)
+                       if isinstance(m := self.core.membership(p.key), InvalidGang)]
+                why = InvalidDeclaration(bad[0]) if bad else why
+            gangs[view.key] = GangProgress(view.bound, view.spec.min_member if view.spec
+                                           else None, why)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for upd in condition_updates(groups, gangs, manager=FIELD_MANAGER):
+            status = "True" if upd.scheduled else "False"
+            message = (upd.detail or (render(upd.why) if upd.why else ""))[:1024]
+            cur = groups[upd.key].condition
+            if cur is not None and (cur.status, cur.reason, cur.message) == (
+                    status, upd.reason, message):
+                continue
+            cond = {"type": upd.type, "status": status, "reason": upd.reason,
+                    "message": message, "observedGeneration": upd.generation,
+                    "lastTransitionTime": cur.last_transition
+                    if cur is not None and cur.status == status and cur.last_transition
+                    else now}
+            ns, name = upd.key.split("/", 1)
+            path = f"/apis/{GROUP}/{upd.version}/namespaces/{ns}/podgroups/{name}/status"
+            try:
+                await self.kube.request(
+                    "PATCH", path, json={"status": {"conditions": [cond]}},
+                    params={"fieldManager": FIELD_MANAGER},
+                    content_type="application/strategic-merge-patch+json")
+            except (APIError, APIUnreachable) as e:
+                log.info("PodGroup %s (%s) status not written: %s", upd.key, GROUP, e)
+
     async def _podgroup_status_loop(self) -> None:
         """Write scheduler-plugins PodGroup status as the core decides it (phase, counts,
         and a GangPartiallyBound condition that is never hidden), and Volcano PodGroups'
@@ -411,6 +456,7 @@ class Lockstep:
         while True:
             await asyncio.sleep(1.0)
             await self._write_volcano_status()
+            await self._write_upstream_status()
             for view in self.core.gang_views(self.clock()):
                 if view.spec is None or view.spec.source is not Source.SCHEDULER_PLUGINS \
                         or view.spec.group:
@@ -441,6 +487,9 @@ class Lockstep:
 
 
 VOLCANO_PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{name}/status"
+FIELD_MANAGER = "lockstep"
+"""Lockstep's name in managedFields: a PodGroup condition another manager wrote (the native
+gang plugin) is not Lockstep's to change."""
 
 
 def _same(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:

@@ -86,6 +86,13 @@ from .resources import Resources, add, fits, shortfall
 from .status import PodGroupStatus, podgroup_status
 from .store import ClusterStore
 from .topology import DEFAULT_LEVELS, GPU, Level, Score, level_by_name
+from .upstream import (
+    UpstreamPodGroup,
+    UpstreamWorkload,
+    combine,
+    resolve_upstream,
+    workload_gang_key,
+)
 from .volcano import VolcanoStatus, volcano_statuses
 from .waiting import WaitingMap
 
@@ -256,6 +263,55 @@ class Coscheduler:
     def replace_volcano_podgroups(self, groups: Iterable[PodGroupRecord]) -> None:
         self._replace_groups(self.store.volcano, groups)
 
+    def upsert_upstream_podgroup(self, pg: UpstreamPodGroup) -> None:
+        """A scheduling.k8s.io PodGroup. Only a change of what it declares re-resolves its
+        pods: the condition Lockstep writes comes back as an event too."""
+        old = self.store.upstream.get(pg.key)
+        self.store.upstream[pg.key] = pg
+        if old is None or (old.policy, old.error) != (pg.policy, pg.error):
+            self._reresolve(pg.key)
+
+    def delete_upstream_podgroup(self, key: GangKey) -> None:
+        if self.store.upstream.pop(key, None) is not None:
+            self._reresolve(key)
+
+    def replace_upstream_podgroups(self, groups: Iterable[UpstreamPodGroup]) -> None:
+        fresh = {g.key: g for g in groups}
+        for key in [k for k in self.store.upstream if k not in fresh]:
+            self.delete_upstream_podgroup(key)
+        for g in fresh.values():
+            self.upsert_upstream_podgroup(g)
+
+    def upsert_workload(self, wl: UpstreamWorkload) -> None:
+        """A 1.35 Workload: its pods' gangs are ``workload/podGroup[/replicaKey]``."""
+        old = self.store.workloads.get(wl.key)
+        self.store.workloads[wl.key] = wl
+        if old is None or old.groups != wl.groups:
+            self._reresolve_workload(wl.key)
+
+    def delete_workload(self, key: GangKey) -> None:
+        if self.store.workloads.pop(key, None) is not None:
+            self._reresolve_workload(key)
+
+    def replace_workloads(self, items: Iterable[UpstreamWorkload]) -> None:
+        fresh = {w.key: w for w in items}
+        for key in [k for k in self.store.workloads if k not in fresh]:
+            self.delete_workload(key)
+        for w in fresh.values():
+            self.upsert_workload(w)
+
+    def _reresolve_workload(self, key: GangKey) -> None:
+        ns, name = key.split("/", 1)
+        gangs = set()
+        for pod in list(self.store.pods.values()):
+            ref = pod.workload_ref
+            if pod.namespace == ns and ref is not None and ref[0] == name:
+                self.upsert_pod(pod)
+                gangs.add(workload_gang_key(ns, ref))
+        for k in sorted(gangs):
+            if (g := self._gangs.get(k)) is not None:
+                self.outbox.requeue.update(g.wake())
+
     def _put_group(self, into: dict[GangKey, PodGroupRecord], pg: PodGroupRecord) -> None:
         into[pg.key] = pg
         self._reresolve(pg.key)
@@ -288,6 +344,7 @@ class Coscheduler:
             if pod.namespace == ns and (
                 pod.labels.get(SP_GROUP_LABEL) == name
                 or any(pod.annotations.get(k) == name for k in VOLCANO_GROUP)
+                or pod.scheduling_group == name
             ):
                 self.upsert_pod(pod)
 
@@ -384,7 +441,11 @@ class Coscheduler:
     def _resolve(self, pod: PodRecord) -> Membership:
         if pod.scheduler_name not in self.settings.scheduler_names:
             return None
-        return resolve(pod, self.store.podgroups, self.settings.defaults, self.store.volcano)
+        m = resolve(pod, self.store.podgroups, self.settings.defaults, self.store.volcano)
+        if pod.scheduling_group is None and pod.workload_ref is None:
+            return m
+        return combine(m, resolve_upstream(pod, self.store.upstream, self.store.workloads,
+                                           self.settings.defaults, self.settings.levels))
 
     def membership(self, pod: PodKey) -> Membership:
         return self._membership.get(pod)
@@ -640,6 +701,10 @@ class Coscheduler:
         return FilterDecision(list(filterfalse(failed.__contains__, everything)), failed)
 
     def _levels_for(self, g: Gang) -> tuple[Level | None, GangReason | None]:
+        if g.spec is not None and g.spec.topology is not None:  # upstream, checked on resolve
+            lv = level_by_name(self.settings.levels, g.spec.topology)
+            if lv is not None:
+                return lv, None
         for k in sorted(g.members):
             p = self.store.pods.get(k)
             if p is None:

@@ -111,6 +111,8 @@ class Source(Enum):
     VOLCANO = "volcano"
     KOORDINATOR = "koordinator"
     KUEUE = "kueue"
+    UPSTREAM = "scheduling.k8s.io"
+    """Kubernetes' own Workload / PodGroup API (``coscheduling/upstream.py``)."""
 
 
 class MatchPolicy(Enum):
@@ -159,6 +161,9 @@ class GangSpec:
     """A gang group's gangs, sorted; empty for an ordinary gang."""
     parts: tuple[tuple[GangKey, int], ...] = ()
     """Set by the core on a gang group's composed spec: each gang's own minMember."""
+    topology: str | None = None
+    """A required topology level by name (an upstream PodGroup's ``schedulingConstraints``);
+    the ``lockstep.dev/topology-required`` annotation is read by the core itself."""
 
     @property
     def namespace(self) -> str:

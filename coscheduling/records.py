@@ -98,6 +98,11 @@ class PodRecord:
     unschedulable: bool = False
     """kube-scheduler marked it ``PodScheduled=False, reason=Unschedulable``: it waits in the
     unschedulable queue, where only a cluster event (or a nudge) wakes it."""
+    scheduling_group: str | None = None
+    """``spec.schedulingGroup.podGroupName`` (Kubernetes >= 1.36): its upstream PodGroup."""
+    workload_ref: tuple[str, str, str] | None = None
+    """``spec.workloadRef`` (Kubernetes 1.35 only): Workload name, pod group in it, and
+    ``podGroupReplicaKey`` ("" when unset)."""
 
     @property
     def key(self) -> PodKey:
@@ -198,4 +203,20 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         priority=int(spec.get("priority") or 0),
         gated=bool(spec.get("schedulingGates")),
         unschedulable=_unschedulable(status),
+        scheduling_group=_scheduling_group(spec),
+        workload_ref=_workload_ref(spec),
     )
+
+
+def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return str(name) if name else None
+
+
+def _workload_ref(spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    ref = spec.get("workloadRef")
+    if not isinstance(ref, Mapping) or not ref.get("name"):
+        return None
+    return (str(ref["name"]), str(ref.get("podGroup") or ""),
+            str(ref.get("podGroupReplicaKey") or ""))

@@ -21,6 +21,7 @@ from .podgroup import GangKey, PodGroupRecord
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, sub
 from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout
+from .upstream import UpstreamPodGroup, UpstreamWorkload
 
 __all__ = ["ClusterStore", "PodChange"]
 
@@ -43,6 +44,10 @@ class ClusterStore:
     podgroups: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
     volcano: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
     """Volcano PodGroups (scheduling.volcano.sh/v1beta1), a separate API of the same name."""
+    upstream: dict[GangKey, UpstreamPodGroup] = field(default_factory=dict)
+    """Kubernetes' own PodGroups (scheduling.k8s.io, whichever version the server serves)."""
+    workloads: dict[GangKey, UpstreamWorkload] = field(default_factory=dict)
+    """Kubernetes 1.35 Workloads (scheduling.k8s.io/v1alpha1), which 1.35 pods point at."""
     numa: dict[NodeName, NumaZones] = field(default_factory=dict)
     used: dict[NodeName, Resources] = field(default_factory=dict)
     """Requests of bound, unfinished pods per node: what kube-scheduler counts as used."""

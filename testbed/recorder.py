@@ -30,6 +30,9 @@ SIZE_KEYS = ("lockstep.dev/min-member", "kueue.x-k8s.io/pod-group-total-count",
              "scheduling.volcano.sh/group-min-member",
              "gang.scheduling.koordinator.sh/min-available")
 """Every convention's gang name and size keys, so the invariant is checked for all of them."""
+UPSTREAM_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
+"""Kubernetes' own gang API: a pod's ``spec.schedulingGroup.podGroupName`` names a
+``scheduling.k8s.io`` PodGroup whose ``spec.schedulingPolicy.gang.minCount`` is the size."""
 GROUPS_KEY = "gang.scheduling.koordinator.sh/groups"
 """Koordinator's gang groups: every gang listed binds together or none does."""
 
@@ -100,7 +103,8 @@ class BindingRecorder:
                         rec.deleted_at = now  # its DELETED event was not seen (relist)
                     self.retired.append(rec)
                 gang = next((v for k in GANG_KEYS for v in (ann.get(k), labels.get(k)) if v),
-                            None)
+                            None) or ((obj.get("spec") or {}).get("schedulingGroup")
+                                      or {}).get("podGroupName")
                 mm = next((ann[k] for k in SIZE_KEYS if ann.get(k)), None)
                 rec = PodRecord(key[0], key[1], str(meta.get("uid")), gang,
                                 int(mm) if mm and mm.isdigit() else None, now,
@@ -209,7 +213,8 @@ class BindingRecorder:
 
     def _min_member(self, ns: str, gang: str, members: list[PodRecord]) -> int:
         """min-member: PodGroup given to ``min_member_of``, the annotation, the PodGroup
-        object of that name, or else every member seen."""
+        object of that name (scheduler-plugins, else upstream ``scheduling.k8s.io``), or
+        else every member seen."""
         known = self.min_member_of.get(f"{ns}/{gang}") or max(
             (m.min_member or 0 for m in members), default=0)
         if known:
@@ -220,6 +225,16 @@ class BindingRecorder:
             mm = int((pg.get("spec") or {}).get("minMember") or 0)
         except Exception:  # no PodGroup CRD or object, or the API server is gone
             mm = 0
+        for version in UPSTREAM_VERSIONS if not mm else ():
+            try:
+                pg = self.kube.get(f"/apis/scheduling.k8s.io/{version}/namespaces/{ns}/"
+                                   f"podgroups/{gang}")
+            except Exception:  # not served at this version, no such object
+                continue
+            policy = (pg.get("spec") or {}).get("schedulingPolicy") or {}
+            # A basic policy is no gang: each pod stands alone.
+            mm = int((policy.get("gang") or {}).get("minCount") or 0) or 1
+            break
         if mm:
             self.min_member_of[f"{ns}/{gang}"] = mm
         return mm or len(members)

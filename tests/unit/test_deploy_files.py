@@ -60,4 +60,7 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("scheduling.volcano.sh", "podgroups/status", "patch"),
         ("topology.node.k8s.io", "noderesourcetopologies", "list"),
         ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
+        ("scheduling.k8s.io", "podgroups", "list"), ("scheduling.k8s.io", "podgroups", "watch"),
+        ("scheduling.k8s.io", "workloads", "list"), ("scheduling.k8s.io", "workloads", "watch"),
+        ("scheduling.k8s.io", "podgroups/status", "patch"),
     }
