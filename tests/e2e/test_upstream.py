@@ -26,6 +26,7 @@ API = "/apis/scheduling.k8s.io/v1beta1"
 TOKEN = "lockstep-upstream-token"
 USER = "lockstep-upstream"
 CONDITION = "PodGroupInitiallyScheduled"
+RACK = "lockstep.dev/rack"
 
 
 def workload(name: str, min_count: int) -> dict[str, Any]:
@@ -37,15 +38,20 @@ def workload(name: str, min_count: int) -> dict[str, Any]:
                          "schedulingPolicy": {"gang": {"minCount": min_count}}}]}}
 
 
-def podgroup(name: str, min_count: int, version: str = "v1beta1") -> dict[str, Any]:
-    return {"apiVersion": f"scheduling.k8s.io/{version}", "kind": "PodGroup",
-            "metadata": {"name": name},
-            "spec": {"workloadRef": {"workloadName": name, "templateName": "workers"},
-                     "schedulingPolicy": {"gang": {"minCount": min_count}}}}
+def podgroup(name: str, min_count: int, version: str = "v1beta1",
+             topology: str | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": f"scheduling.k8s.io/{version}", "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"workloadRef": {"workloadName": name, "templateName": "workers"},
+                 "schedulingPolicy": {"gang": {"minCount": min_count}}}}
+    if topology is not None:
+        obj["spec"]["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    return obj
 
 
-def member(name: str, group: str) -> dict[str, Any]:
-    obj = pod(name).gpu(1).build()
+def member(name: str, group: str, gpus: int = 1) -> dict[str, Any]:
+    obj = pod(name).gpu(gpus).build()
     obj["spec"]["schedulingGroup"] = {"podGroupName": group}
     return obj
 
@@ -62,9 +68,9 @@ def condition(c: Cluster, group: str) -> dict[str, Any]:
                  if x.get("type") == CONDITION), {})
 
 
-def upstream_bed(cluster: ClusterFactory) -> Cluster:
+def upstream_bed(cluster: ClusterFactory, topology: str = "tiny-3x2") -> Cluster:
     """A 1.37 bed with Lockstep running under exactly the `lockstep` ClusterRole."""
-    c = cluster("tiny-3x2", k8s=K8S, lockstep=False,
+    c = cluster(topology, k8s=K8S, lockstep=False,
                 extra_tokens={TOKEN: (USER, ["system:authenticated"])})
     bed = c.bed
     bed.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "namespace.yaml"),
@@ -153,6 +159,23 @@ def test_a_condition_the_native_plugin_wrote_is_left_alone(cluster: ClusterFacto
     c.wait_bound(["native-0", "native-1"], 30)
     settle(3)  # the status loop runs every second
     assert condition(c, "native")["message"] == "written by the native plugin"
+
+
+def test_a_topology_constraint_keeps_the_gang_in_one_rack(cluster: ClusterFactory) -> None:
+    """``schedulingConstraints.topology[].key`` on the label Lockstep reads racks from: a gang
+    no rack can hold waits (and says so) rather than spread; one that fits lands in one."""
+    c = upstream_bed(cluster, "racks-2x4-h100")  # 2 racks x 4 nodes x 8 GPUs
+    c.kube.create(f"{API}/namespaces/{c.ns}/podgroups", podgroup("wide", 5, topology=RACK))
+    c.create(*(member(f"wide-{i}", "wide", gpus=8) for i in range(5)))  # 40 > 32 per rack
+    c.kube.wait("wide Unschedulable", lambda: condition(c, "wide").get("reason")
+                == "Unschedulable", 30)
+    assert "rack" in condition(c, "wide")["message"], condition(c, "wide")
+    c.kube.create(f"{API}/namespaces/{c.ns}/podgroups", podgroup("fits", 4, topology=RACK))
+    c.create(*(member(f"fits-{i}", "fits", gpus=8) for i in range(4)))
+    bound = c.wait_bound([f"fits-{i}" for i in range(4)], 30)
+    assert len({n.split("-n")[0] for n in bound.values()}) == 1, bound
+    assert not any(n.startswith("wide-") for n in c.bound())
+    c.recorder.assert_gang_invariants(c.ns)
 
 
 def test_lockstep_starts_fine_where_the_api_is_not_served(cluster: ClusterFactory) -> None:
