@@ -47,6 +47,7 @@ from coscheduling import (
     podgroup_from_json,
 )
 from coscheduling.invariants import check_invariants, cluster_facts
+from coscheduling.upstream import upstream_podgroup_from_json
 from tests.builders import node, pod, podgroup
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
@@ -61,6 +62,9 @@ KG = "kg"
 KG_GROUPS = '["default/k1", "default/k2"]'
 PG = "pg"
 """A scheduler-plugins gang whose PodGroup the model creates, changes and deletes."""
+UP = "up"
+"""A gang of Kubernetes' own API: pods name it in ``spec.schedulingGroup``, and its
+``scheduling.k8s.io/v1beta1`` PodGroup (gang.minCount, or a basic policy) comes and goes."""
 NODES = [f"n{i}" for i in range(5)]
 RACKS = ["r0", "r1"]
 SETTINGS = Settings(defaults=GangDefaults(timeout_seconds=20, max_timeout_seconds=60),
@@ -90,6 +94,7 @@ class GangModel(RuleBasedStateMachine):
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[PodKey, dict[str, Any]] = {}
         self.podgroup: dict[str, Any] | None = None
+        self.upstream: dict[str, Any] | None = None
         self.graveyard: list[dict[str, Any]] = []
         """Pods deleted from the API server: kube-scheduler may still ask about them."""
         self.parked: dict[PodKey, tuple[str, float]] = {}
@@ -130,7 +135,8 @@ class GangModel(RuleBasedStateMachine):
         ann = meta.get("annotations") or {}
         return str(ann.get("lockstep.dev/pod-group")
                    or ann.get("gang.scheduling.koordinator.sh/name")
-                   or (meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group") or "")
+                   or (meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group")
+                   or (obj["spec"].get("schedulingGroup") or {}).get("podGroupName") or "")
 
     def _partial(self, gang: str, binding: frozenset[PodKey] = frozenset()) -> str | None:
         """Why ``gang`` is partially bound (counting ``binding`` as bound), or None: some
@@ -149,6 +155,10 @@ class GangModel(RuleBasedStateMachine):
             return f"{bound} bound, short in {short}" if short else None
         if gang == PG:
             mm = int(self.podgroup["spec"]["minMember"]) if self.podgroup else None
+        elif gang == UP:
+            gang_policy = ((self.upstream or {}).get("spec", {}).get("schedulingPolicy")
+                           or {}).get("gang")
+            mm = int(gang_policy["minCount"]) if gang_policy else None
         else:
             mm = GANGS[gang][0] if gang in GANGS else KOORD[gang][0] if gang in KOORD else None
         n = sum(bound.values())
@@ -227,7 +237,7 @@ class GangModel(RuleBasedStateMachine):
         for k in range(GANGS[gang][0] + int(extra)):
             self.create_member(gang, k)
 
-    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko"]), fate=st.integers(0, 9),
+    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko", UP]), fate=st.integers(0, 9),
           data=st.data())
     def schedule_gang(self, gang: str, fate: int, data: st.DataObject) -> None:
         """kube-scheduler cycles through a gang's pending members, one after another."""
@@ -262,6 +272,43 @@ class GangModel(RuleBasedStateMachine):
         else:
             b.annotate("gang.scheduling.koordinator.sh/groups", KG_GROUPS)
         self._put_pod(b.build())
+
+    @rule(k=st.integers(0, 3))
+    def create_upstream_member(self, k: int) -> None:
+        key = pod_key("default", f"{UP}-{k}")
+        if key not in self.pods:
+            obj = pod(f"{UP}-{k}").gpu(1).build()
+            obj["spec"]["schedulingGroup"] = {"podGroupName": UP}
+            self._put_pod(obj)
+
+    @rule(extra=st.booleans())
+    def create_whole_upstream_gang(self, extra: bool) -> None:
+        if self.upstream is None:
+            self.change_upstream_podgroup(2, basic=False, delete=False)
+        for k in range(2 + int(extra)):
+            self.create_upstream_member(k)
+
+    @rule(group=st.booleans())
+    def create_whole_koord_gangs(self, group: bool) -> None:
+        for gang in ("k1", "k2") if group else ("ko",):
+            for k in range(KOORD[gang][0]):
+                self.create_koord_member(gang, k)
+
+    @rule(count=st.integers(1, 3), basic=st.booleans(), delete=st.booleans())
+    def change_upstream_podgroup(self, count: int, basic: bool, delete: bool) -> None:
+        if any(self._gang(p) == UP and p["spec"].get("nodeName") for p in self.pods.values()):
+            self.disrupted.add(UP)  # resized, made basic or deleted under a running gang
+        if delete and self.upstream is not None:
+            self.upstream = None
+            self.core.delete_upstream_podgroup(gang_key("default", UP))
+        else:
+            policy = {"basic": {}} if basic else {"gang": {"minCount": count}}
+            self.upstream = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                             "metadata": {"name": UP, "namespace": "default", "generation": 1},
+                             "spec": {"schedulingPolicy": policy}}
+            self.core.upsert_upstream_podgroup(
+                upstream_podgroup_from_json(self.upstream, "v1beta1"))
+        self._answered()
 
     @rule(k=st.integers(0, 3))
     def create_pg_member(self, k: int) -> None:
@@ -422,6 +469,9 @@ class GangModel(RuleBasedStateMachine):
         fresh.replace_nodes([node_from_json(n) for n in self.nodes.values()])
         if self.podgroup is not None:
             fresh.replace_podgroups([podgroup_from_json(self.podgroup)])
+        if self.upstream is not None:
+            fresh.replace_upstream_podgroups(
+                [upstream_podgroup_from_json(self.upstream, "v1beta1")])
         fresh.replace_pods([pod_from_json(p) for p in self.pods.values()])
         live, rebuilt = cluster_facts(self.core), cluster_facts(fresh)
         rebuilt["scores"] = {n: s for n, s in rebuilt["scores"].items() if n in live["scores"]}
