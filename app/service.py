@@ -39,7 +39,7 @@ from coscheduling import (
     Unparked,
     pod_key,
 )
-from coscheduling.podgroup import InvalidGang, Source
+from coscheduling.podgroup import InvalidGang
 from coscheduling.reasons import InvalidDeclaration
 from coscheduling.upstream import GROUP, GangProgress, condition_updates
 
@@ -457,14 +457,7 @@ class Lockstep:
             await asyncio.sleep(1.0)
             await self._write_volcano_status()
             await self._write_upstream_status()
-            for view in self.core.gang_views(self.clock()):
-                if view.spec is None or view.spec.source is not Source.SCHEDULER_PLUGINS \
-                        or view.spec.group:
-                    # A Koordinator gang group has no PodGroup of its own to write to.
-                    continue
-                st = self.core.podgroup_status(view.key)
-                if st is None:
-                    continue
+            for key, st in self.core.podgroup_statuses().items():
                 status: dict[str, Any] = {
                     "phase": st.phase, "scheduled": st.scheduled, "running": st.running,
                     "succeeded": st.succeeded, "failed": st.failed}
@@ -474,16 +467,16 @@ class Lockstep:
                         "reason": "BindingFailed", "message": render(st.partial)[:1024],
                         "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     }]
-                if self._podgroup_status.get(view.key, {}).get("phase") == st.phase and \
-                        _same(self._podgroup_status.get(view.key), status):
+                if self._podgroup_status.get(key, {}).get("phase") == st.phase and \
+                        _same(self._podgroup_status.get(key), status):
                     continue
-                ns, name = view.key.split("/", 1)
+                ns, name = key.split("/", 1)
                 path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}/status"
                 try:
                     await self.kube.merge_patch(path, {"status": status})
-                    self._podgroup_status[view.key] = status
+                    self._podgroup_status[key] = status
                 except (APIError, APIUnreachable) as e:
-                    log.info("PodGroup %s status not written: %s", view.key, e)
+                    log.info("PodGroup %s status not written: %s", key, e)
 
 
 VOLCANO_PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{name}/status"

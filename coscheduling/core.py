@@ -60,6 +60,7 @@ from .podgroup import (
     MissingPodGroup,
     Mode,
     PodGroupRecord,
+    Source,
     resolve,
 )
 from .reasons import (
@@ -996,6 +997,31 @@ class Coscheduler:
         return podgroup_status(g.spec, self.members_of(key),
                                holding=bool(g.plan) or self.waiting.count(key) > 0,
                                partial=g.partial)
+
+    def podgroup_statuses(self) -> dict[GangKey, PodGroupStatus]:
+        """Every scheduler-plugins PodGroup's status; a Koordinator gang group declared the
+        CRD way reports on each member PodGroup with that gang's own members and minimum."""
+        out: dict[GangKey, PodGroupStatus] = {}
+        for key, g in self._gangs.items():
+            spec = g.spec
+            if spec is None or spec.source is not Source.SCHEDULER_PLUGINS:
+                continue
+            if not spec.group:
+                st = self.podgroup_status(key)
+                if st is not None:
+                    out[key] = st
+                continue
+            holding = bool(g.plan) or self.waiting.count(key) > 0
+            members = self.members_of(key)
+            mins = dict(spec.parts)
+            for part in spec.group:
+                if part not in self.store.podgroups:
+                    continue
+                own = [p for p in members if self._part_of(p.key) == part]
+                out[part] = podgroup_status(
+                    replace(spec, key=part, min_member=mins.get(part, 1), parts=(), group=()),
+                    own, holding=holding, partial=g.partial)
+        return out
 
     def volcano_statuses(self) -> dict[GangKey, VolcanoStatus]:
         """The phase each Volcano PodGroup should show (Lockstep plays Volcano's enqueue)."""

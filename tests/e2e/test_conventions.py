@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.workloads import pod
+from testbed.workloads import pod, podgroup
 
 from .conftest import Cluster, ClusterFactory, settle
 
@@ -169,3 +169,27 @@ def test_a_koordinator_gang_group_binds_only_when_every_gang_can(
     c.recorder.assert_gang_invariants(c.ns)
     problems = c.recorder.gang_problems(c.ns)
     assert problems == [], problems
+
+
+def test_a_koordinator_gang_group_declared_on_podgroups_binds_whole_and_reports_each(
+    cluster: ClusterFactory,
+) -> None:
+    """Koordinator's CRD way: the groups annotation sits on scheduler-plugins PodGroups. The
+    group binds as one, and each PodGroup's status counts its own members."""
+    c = cluster("tiny-3x2")
+    path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{c.ns}/podgroups"
+    groups = f'["{c.ns}/workers", "{c.ns}/launcher"]'
+    for name, mm in (("workers", 3), ("launcher", 1)):
+        obj = podgroup(name, mm, c.ns)
+        obj["metadata"]["annotations"] = {KOORD + "groups": groups}
+        c.kube.create(path, obj)
+    c.recorder.min_member_of.update({f"{c.ns}/workers": 3, f"{c.ns}/launcher": 1})
+    c.create(*(pod(f"workers-{i}").sp_group("workers").gpu(1).build() for i in range(3)))
+    c.wait_event("workers-0", "FailedScheduling", "launcher")
+    assert c.bound() == {}
+    c.create(pod("launcher-0").sp_group("launcher").gpu(1).build())
+    c.wait_bound([*(f"workers-{i}" for i in range(3)), "launcher-0"], 30)
+    for name, n in (("workers", 3), ("launcher", 1)):
+        c.kube.wait(f"{name} Running", lambda name=name, n=n: (
+            c.kube.get(f"{path}/{name}").get("status") or {}).get("running") == n, 30)
+    c.recorder.assert_gang_invariants(c.ns)

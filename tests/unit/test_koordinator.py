@@ -277,3 +277,31 @@ def test_non_strict_retries_without_a_backoff(mode: str, backs_off: bool) -> Non
     passed = core.filter(p, [NodeName("n0")], 11.5).passed
     assert (passed == []) is backs_off
     check_invariants(core)
+
+
+def test_a_gang_group_declared_the_crd_way_reports_on_each_podgroup() -> None:
+    """Koordinator's CRD way: two scheduler-plugins PodGroups carry the groups annotation.
+    Each PodGroup's status counts its own members against its own minMember."""
+    core = cluster(node("n0").gpus(4).build())
+    groups = '["default/workers", "default/launcher"]'
+    for name, mm in (("workers", 2), ("launcher", 1)):
+        obj = podgroup(name, mm)
+        obj["metadata"]["annotations"] = {K + "groups": groups}
+        core.upsert_podgroup(podgroup_from_json(obj))
+    members = [("w0", "workers"), ("w1", "workers"), ("l0", "launcher")]
+    objs = [pod(n).label("scheduling.x-k8s.io/pod-group", g).gpu(1).build() for n, g in members]
+    add(core, *objs)
+    st = core.podgroup_statuses()
+    assert set(st) == {gang_key("default", "workers"), gang_key("default", "launcher")}
+    assert all(s.phase == "Pending" for s in st.values())
+    for n, _ in members:
+        assert filt(core, n) == ["n0"]
+        core.bind(pod_key("default", n), NodeName("n0"), 0.0)
+    for o in objs:  # the watch sees them bound and running
+        o["spec"]["nodeName"] = "n0"
+        o["status"] = {"phase": "Running"}
+    add(core, *objs)
+    st = core.podgroup_statuses()
+    assert (st[gang_key("default", "workers")].running,
+            st[gang_key("default", "launcher")].running) == (2, 1)
+    assert all(s.phase == "Running" for s in st.values())
