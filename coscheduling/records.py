@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
+from .gating import GANG_GATE
 from .resources import Resources, pod_requests, resource_list
 
 __all__ = [
@@ -93,8 +94,15 @@ class PodRecord:
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
     gated: bool = False
-    """``spec.schedulingGates`` is not empty (Kueue's ``kueue.x-k8s.io/admission``, say):
-    kube-scheduler will not place it yet, so it cannot count toward a gang's quorum."""
+    """``spec.schedulingGates`` holds a gate other than Lockstep's (Kueue's
+    ``kueue.x-k8s.io/admission``, say): somebody else holds the pod back, so it cannot count
+    toward a gang's quorum."""
+    held: bool = False
+    """``spec.schedulingGates`` holds Lockstep's own gate (``coscheduling.gating``): a member
+    that counts, waiting outside kube-scheduler's queue for its gang's admission."""
+    affinity_depth: int = 0
+    """How much of ``spec.affinity.nodeAffinity.requiredDuringScheduling...`` exists (0 none,
+    1 ``affinity``, 2 ``nodeAffinity``, 3 the required terms): where a pin must be added."""
     unschedulable: bool = False
     """kube-scheduler marked it ``PodScheduled=False, reason=Unschedulable``: it waits in the
     unschedulable queue, where only a cluster event (or a nudge) wakes it."""
@@ -185,6 +193,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         if isinstance(t, Mapping)
     )
     node = spec.get("nodeName")
+    gates = [g.get("name") for g in spec.get("schedulingGates") or () if isinstance(g, Mapping)]
     return PodRecord(
         namespace=str(meta.get("namespace") or "default"),
         name=meta["name"],
@@ -201,11 +210,24 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         required_affinity=tuple(affinity.get("nodeSelectorTerms") or ()),
         tolerations=tolerations,
         priority=int(spec.get("priority") or 0),
-        gated=bool(spec.get("schedulingGates")),
+        gated=any(g != GANG_GATE for g in gates),
+        held=GANG_GATE in gates,
+        affinity_depth=_affinity_depth(spec),
         unschedulable=_unschedulable(status),
         scheduling_group=_scheduling_group(spec),
         workload_ref=_workload_ref(spec),
     )
+
+
+def _affinity_depth(spec: Mapping[str, Any]) -> int:
+    aff = spec.get("affinity")
+    if not isinstance(aff, Mapping):
+        return 0
+    na = aff.get("nodeAffinity")
+    if not isinstance(na, Mapping):
+        return 1
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    return 3 if isinstance(req, Mapping) and req.get("nodeSelectorTerms") else 2
 
 
 def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
