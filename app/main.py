@@ -1,4 +1,4 @@
-"""HTTP routes: the three extender verbs, health, metrics and debug.
+"""HTTP routes: the three extender verbs, health, metrics, debug and the admission webhook.
 
 Each route decodes, calls the service once and encodes. Bad input is answered with a 4xx
 that names the offending field; nothing a client sends can produce a 500 or change state
@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from coscheduling import RecordError, pod_from_json, pod_key
 from coscheduling.resources import QuantityError
 
+from .admission import admission_router
 from .explain import explain_pod, gang_json, node_json
 from .render import render
 from .service import Lockstep, UnknownObject
@@ -203,6 +204,10 @@ def create_app(
     # No 307 to the slash-less path: every answer is a 2xx or a 4xx naming what was wrong.
     app = FastAPI(title="Lockstep", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
     m = service.metrics
+
+    # The admission webhook (app/admission.py) also answers here, for clients that reach
+    # the extender's port; the API server calls it on --webhook-port, over TLS.
+    app.include_router(admission_router(service.core.settings.scheduler_names, m.webhook))
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest) -> Response:

@@ -91,4 +91,10 @@ class Metrics:
             "lockstep_gang_timeouts_total", "Gangs that reached their deadline short of quorum.",
             registry=self.registry,
         )
+        self.webhook = Counter(
+            "lockstep_webhook_admissions_total",
+            "Pod admission requests the mutating webhook answered, by decision (gated: "
+            "Lockstep's gate added; malformed: answered 400).",
+            ["decision"], registry=self.registry,
+        )
         self.registry.register(_StateCollector(core, sync_age))

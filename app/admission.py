@@ -1,0 +1,248 @@
+"""The mutating admission webhook that puts Lockstep's gate on gang pods (issue 12).
+
+``POST /mutate/pods`` takes an ``admission.k8s.io/v1`` AdmissionReview. A Pod being created
+whose ``spec.schedulerName`` is one of Lockstep's, that declares a gang by any convention
+Lockstep reads (:func:`coscheduling.gating.declares_gang`) and that is not bound already
+(``spec.nodeName``: the API server rejects a pod with both a node and a gate) gets
+``lockstep.dev/gang`` added to ``spec.schedulingGates`` by a JSONPatch, as Kueue's pod webhook
+adds ``kueue.x-k8s.io/admission``. The member then waits outside kube-scheduler's queue until
+Lockstep admits its gang and lifts the gate (``coscheduling.gating``).
+
+Everything else is allowed unchanged: the webhook never denies a pod. A body that is no
+AdmissionReview is answered 400 naming the field, like every other route; with the
+``failurePolicy: Ignore`` of ``deploy/webhook/`` the API server then creates the pod ungated,
+which Lockstep schedules through its extender verbs as before.
+
+The answer depends on the request and the scheduler names alone, never on Lockstep's cache,
+so the webhook answers from the moment it listens. It is served on the extender's port and,
+with ``lockstep serve --webhook-port``, on a port of its own with TLS (``create_webhook_app``).
+"""
+
+from __future__ import annotations
+
+import base64
+from enum import Enum
+from typing import Any, Literal, TypeVar
+
+import orjson
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from coscheduling.gating import GANG_GATE, declares_gang
+
+from .service import Lockstep
+
+__all__ = [
+    "API_VERSION",
+    "MAX_BODY",
+    "AdmissionReview",
+    "Decision",
+    "Malformed",
+    "PodPart",
+    "admission_router",
+    "create_webhook_app",
+    "decide",
+    "review_response",
+]
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_BODY = 8 * 1024 * 1024
+"""The API server sends at most its own 3 MiB request limit plus the review's envelope."""
+
+
+class Decision(Enum):
+    """What the webhook did with one review (the ``decision`` label of the metric)."""
+
+    GATED = "gated"
+    ALREADY_GATED = "already-gated"
+    NODE_NAME_SET = "node-name-set"
+    NO_GANG = "no-gang"
+    OTHER_SCHEDULER = "other-scheduler"
+    NOT_POD_CREATE = "not-pod-create"
+    MALFORMED = "malformed"
+
+
+class Malformed(Exception):
+    def __init__(self, status: int, message: str, fields: list[str]) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fields = fields
+
+
+# ---------------------------------------------------------------------------- the wire
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class GroupVersionKind(_Wire):
+    group: str = ""
+    version: str = ""
+    kind: str = Field(min_length=1)
+
+
+class AdmissionRequest(_Wire):
+    """The parts of ``AdmissionRequest`` the webhook reads."""
+
+    uid: str = Field(min_length=1)
+    kind: GroupVersionKind
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    sub_resource: str = Field("", alias="subResource")
+    obj: dict[str, Any] | None = Field(None, alias="object")
+
+
+class AdmissionReview(_Wire):
+    api_version: Literal["admission.k8s.io/v1"] = Field(alias="apiVersion")
+    kind: Literal["AdmissionReview"]
+    request: AdmissionRequest
+
+
+class PodMetadata(_Wire):
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class SchedulingGate(_Wire):
+    name: str = Field(min_length=1)
+
+
+class PodSpecPart(_Wire):
+    scheduler_name: str = Field("", alias="schedulerName")
+    node_name: str | None = Field(None, alias="nodeName")
+    scheduling_gates: list[SchedulingGate] | None = Field(None, alias="schedulingGates")
+    scheduling_group: dict[str, Any] | None = Field(None, alias="schedulingGroup")
+    workload_ref: dict[str, Any] | None = Field(None, alias="workloadRef")
+
+
+class PodPart(_Wire):
+    """The parts of a Pod the webhook reads, so each is checked before it is used."""
+
+    metadata: PodMetadata = Field(default_factory=PodMetadata)
+    spec: PodSpecPart
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validate(model: type[M], data: bytes | dict[str, Any], prefix: str = "") -> M:
+    try:
+        if isinstance(data, bytes):
+            return model.model_validate_json(data)
+        return model.model_validate(data)
+    except ValidationError as e:
+        fields, parts = [], []
+        for err in e.errors()[:5]:
+            loc = ".".join(str(x) for x in (prefix, *err["loc"]) if x != "") or "body"
+            fields.append(loc)
+            parts.append(f"malformed JSON: {err['msg']}" if err["type"] == "json_invalid"
+                         else f"{loc}: {err['msg']}")
+        raise Malformed(400, "; ".join(parts), fields) from None
+
+
+# ---------------------------------------------------------------------------- the decision
+
+
+def decide(review: AdmissionReview, scheduler_names: frozenset[str]
+           ) -> tuple[Decision, list[dict[str, Any]]]:
+    """What to do with ``review``: the decision and the JSONPatch (empty: no change)."""
+    req = review.request
+    if req.operation != "CREATE" or req.sub_resource or req.kind.group != "" \
+            or req.kind.kind != "Pod":
+        return Decision.NOT_POD_CREATE, []
+    if req.obj is None:
+        raise Malformed(400, "request.object: missing (a CREATE carries the Pod)",
+                        ["request.object"])
+    pod = _validate(PodPart, req.obj, "request.object")
+    spec = pod.spec
+    if (spec.scheduler_name or "default-scheduler") not in scheduler_names:
+        return Decision.OTHER_SCHEDULER, []
+    if not declares_gang(req.obj):
+        return Decision.NO_GANG, []
+    if spec.node_name:
+        return Decision.NODE_NAME_SET, []
+    gates = spec.scheduling_gates or []
+    if any(g.name == GANG_GATE for g in gates):
+        return Decision.ALREADY_GATED, []
+    if gates:
+        return Decision.GATED, [{"op": "add", "path": "/spec/schedulingGates/-",
+                                 "value": {"name": GANG_GATE}}]
+    return Decision.GATED, [{"op": "add", "path": "/spec/schedulingGates",
+                             "value": [{"name": GANG_GATE}]}]
+
+
+def review_response(uid: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The AdmissionReview answering request ``uid``: allowed, with ``patch`` if any."""
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode("ascii")
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+# ---------------------------------------------------------------------------- HTTP
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+async def _body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY:
+        raise Malformed(413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte "
+                        "limit", ["body"])
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise Malformed(413, f"request body exceeds the {MAX_BODY}-byte limit", ["body"])
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body:
+        raise Malformed(400, "empty request body: expected an AdmissionReview", ["body"])
+    return body
+
+
+def admission_router(scheduler_names: frozenset[str], decisions: Counter) -> APIRouter:
+    """``POST /mutate/pods``; ``decisions`` counts answers by :class:`Decision`."""
+    router = APIRouter()
+
+    @router.post("/mutate/pods")
+    async def mutate_pods(request: Request) -> Response:
+        try:
+            review = _validate(AdmissionReview, await _body(request))
+            decision, patch = decide(review, scheduler_names)
+        except Malformed as e:
+            decisions.labels(Decision.MALFORMED.value).inc()
+            return _json({"error": e.message, "fields": e.fields}, e.status)
+        decisions.labels(decision.value).inc()
+        return _json(review_response(review.request.uid, patch))
+
+    return router
+
+
+def create_webhook_app(service: Lockstep) -> FastAPI:
+    """The app of the webhook's own (TLS) port: the admission route and ``/healthz`` only,
+    so the extender verbs and debug endpoints stay on the extender's loopback port."""
+    app = FastAPI(title="Lockstep webhook", version="0.1.0", redirect_slashes=False,
+                  openapi_url=None, docs_url=None, redoc_url=None)
+    app.include_router(admission_router(service.core.settings.scheduler_names,
+                                        service.metrics.webhook))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        field = {404: "path", 405: "method"}.get(exc.status_code, "request")
+        return _json({"error": str(exc.detail), "fields": [field]}, exc.status_code)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        if service.failed is not None:
+            return PlainTextResponse(f"failed: {service.failed!r}", 500)
+        return PlainTextResponse("ok")
+
+    return app
