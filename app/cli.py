@@ -1,5 +1,9 @@
 """The ``lockstep`` command: ``serve``, ``status``, ``explain``, ``label-node``.
 
+``serve`` runs the extender (and debug API) on ``--host``/``--port``; with ``--webhook-port``
+it also serves the mutating admission webhook over HTTPS on a second server in the same
+process and event loop (``app/admission.py``), so the extender can stay on plain loopback HTTP.
+
 Every ``serve`` flag also reads an environment variable (``LOCKSTEP_<FLAG>``), so a
 Deployment can configure it either way; flags win.
 """
@@ -8,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -21,6 +27,11 @@ __all__ = ["main"]
 
 def _env(name: str, default: Any) -> Any:
     return os.environ.get("LOCKSTEP_" + name.upper().replace("-", "_"), default)
+
+
+def _int_env(name: str) -> int | None:
+    value = _env(name, None)
+    return int(value) if value else None
 
 
 def _serve_parser(sub: Any) -> None:
@@ -44,9 +55,37 @@ def _serve_parser(sub: Any) -> None:
         help="bearer token that opens /debug/* to non-loopback clients")
     add("--tls-cert", default=_env("tls-cert", None), help="serve HTTPS with this certificate")
     add("--tls-key", default=_env("tls-key", None), help="private key for --tls-cert")
+    add("--webhook-port", type=int, default=_int_env("webhook-port"),
+        help="also serve the mutating admission webhook (POST /mutate/pods) on this port, "
+             "over HTTPS with --webhook-cert and --webhook-key (default: off)")
+    add("--webhook-host", default=_env("webhook-host", "0.0.0.0"),
+        help="listen address of the webhook port (default 0.0.0.0: the API server calls "
+             "it through a Service)")
+    add("--webhook-cert", default=_env("webhook-cert", None),
+        help="serving certificate of the webhook port")
+    add("--webhook-key", default=_env("webhook-key", None),
+        help="private key for --webhook-cert")
     add("--token", default=_env("token", None),
         help="API bearer token overriding the kubeconfig's (for least-privilege testing)")
     add("--log-level", default=_env("log-level", "info"))
+
+
+def _webhook_problem(args: argparse.Namespace) -> str | None:
+    """Why the webhook flags cannot work, or None (also None when the webhook is off)."""
+    given = (args.webhook_port, args.webhook_cert, args.webhook_key)
+    if all(v is None for v in given):
+        return None
+    if any(v is None for v in given):
+        return ("--webhook-port, --webhook-cert and --webhook-key go together (admission "
+                "webhooks are served over HTTPS)")
+    if not 0 < args.webhook_port < 65536:
+        return f"--webhook-port {args.webhook_port} is not a port"
+    try:  # a bad certificate stops Lockstep here, before anything listens
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            args.webhook_cert, args.webhook_key)
+    except (OSError, ssl.SSLError) as e:
+        return f"--webhook-cert/--webhook-key: {e}"
+    return None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -67,6 +106,9 @@ def _serve(args: argparse.Namespace) -> int:
     if bool(args.tls_cert) != bool(args.tls_key):
         print("lockstep: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
+    if (problem := _webhook_problem(args)) is not None:
+        print(f"lockstep: {problem}", file=sys.stderr)
+        return 2
     names = args.scheduler_name or _env("scheduler-name", "lockstep").split(",")
     settings = Settings(
         scheduler_names=frozenset(n.strip() for n in names if n.strip()),
@@ -84,17 +126,43 @@ def _serve(args: argparse.Namespace) -> int:
             timeout_keep_alive=75,
         )
         server = _make_server_class()(config, service)
+        webhook_failed = False
 
         async def watchdog() -> None:
             await service.stopped.wait()
             server.should_exit = True
 
+        async def serve_webhook(webhook: Any) -> None:
+            nonlocal webhook_failed
+            try:
+                await webhook.serve()
+            except SystemExit:  # uvicorn could not start it (the port is taken)
+                pass
+            finally:
+                if not server.should_exit:  # it stopped on its own: stop everything
+                    logging.getLogger("lockstep").error("the webhook server stopped")
+                    webhook_failed = True
+                    server.should_exit = True
+
         guard = asyncio.create_task(watchdog(), name="watchdog")
+        webhook_task = None
+        if args.webhook_port is not None:
+            from .admission import create_webhook_app
+
+            webhook = _make_webhook_server_class()(uvicorn.Config(
+                create_webhook_app(service), host=args.webhook_host, port=args.webhook_port,
+                log_level=args.log_level.lower(), ssl_certfile=args.webhook_cert,
+                ssl_keyfile=args.webhook_key, access_log=False, lifespan="off",
+            ))
+            webhook_task = asyncio.create_task(serve_webhook(webhook), name="webhook")
         try:
             await server.serve()
         finally:
             guard.cancel()
-        return 1 if service.failed is not None else 0
+            if webhook_task is not None:
+                webhook.should_exit = True
+                await webhook_task
+        return 1 if service.failed is not None or webhook_failed else 0
 
     # uvloop when installed (uvicorn[standard] brings it): the event loop runs every verb,
     # binding and watch, and kube-scheduler's scheduling thread waits on it (issue 12).
@@ -135,6 +203,20 @@ def _make_server_class() -> Any:
             super().handle_exit(sig, frame)
 
     return Server
+
+
+def _make_webhook_server_class() -> Any:
+    import uvicorn
+
+    class WebhookServer(uvicorn.Server):
+        """A second server in the same loop: signals are the extender server's to handle
+        (it answers parked binds first); this one stops when that one has."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return WebhookServer
 
 
 def _get(url: str, path: str, token: str | None) -> Any:

@@ -70,6 +70,13 @@ def test_probe_fails_when_not_ready(served: list[str]) -> None:
 @pytest.mark.parametrize("argv", [
     pytest.param(["serve", "--max-timeout", "0"], id="zero-timeout"),
     pytest.param(["serve", "--tls-cert", "c.pem"], id="cert-without-key"),
+    pytest.param(["serve", "--webhook-port", "9443"], id="webhook-without-tls"),
+    pytest.param(["serve", "--webhook-cert", "c.pem", "--webhook-key", "k.pem"],
+                 id="webhook-tls-without-port"),
+    pytest.param(["serve", "--webhook-port", "70000", "--webhook-cert", "c.pem",
+                  "--webhook-key", "k.pem"], id="webhook-port-out-of-range"),
+    pytest.param(["serve", "--webhook-port", "9443", "--webhook-cert", "/nonexistent/c.pem",
+                  "--webhook-key", "/nonexistent/k.pem"], id="webhook-cert-missing"),
 ])
 def test_serve_rejects_bad_settings(argv: list[str]) -> None:
     assert cli.main(argv) == 2
@@ -82,3 +89,15 @@ def test_serve_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     cli._serve_parser(parser.add_subparsers())
     args = parser.parse_args(["serve"])
     assert args.port == 9999 and args.max_timeout == 100.0
+
+
+def test_webhook_settings_read_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKSTEP_WEBHOOK_PORT", "9443")
+    monkeypatch.setenv("LOCKSTEP_WEBHOOK_CERT", "/certs/tls.crt")
+    monkeypatch.setenv("LOCKSTEP_WEBHOOK_KEY", "/certs/tls.key")
+    parser = cli.argparse.ArgumentParser()
+    cli._serve_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve"])
+    assert (args.webhook_port, args.webhook_host, args.webhook_cert, args.webhook_key) == (
+        9443, "0.0.0.0", "/certs/tls.crt", "/certs/tls.key")
+    assert parser.parse_args(["serve", "--webhook-port", "8443"]).webhook_port == 8443
