@@ -38,6 +38,7 @@ from .service import Lockstep
 __all__ = [
     "API_VERSION",
     "MAX_BODY",
+    "WEBHOOK_PATH",
     "AdmissionReview",
     "Decision",
     "Malformed",
@@ -49,6 +50,8 @@ __all__ = [
 ]
 
 API_VERSION = "admission.k8s.io/v1"
+WEBHOOK_PATH = "/mutate/pods"
+"""Where the API server sends pod reviews (``clientConfig`` in ``deploy/webhook/``)."""
 MAX_BODY = 8 * 1024 * 1024
 """The API server sends at most its own 3 MiB request limit plus the review's envelope."""
 
@@ -212,7 +215,7 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter) -> API
     """``POST /mutate/pods``; ``decisions`` counts answers by :class:`Decision`."""
     router = APIRouter()
 
-    @router.post("/mutate/pods")
+    @router.post(WEBHOOK_PATH)
     async def mutate_pods(request: Request) -> Response:
         try:
             review = _validate(AdmissionReview, await _body(request))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from testbed.bins import REPO, VERSIONS
@@ -64,3 +65,70 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("scheduling.k8s.io", "workloads", "list"), ("scheduling.k8s.io", "workloads", "watch"),
         ("scheduling.k8s.io", "podgroups/status", "patch"),
     }
+
+
+def webhook_docs() -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d for d in docs(DEPLOY / "webhook" / "webhook.yaml")}
+
+
+def test_webhook_never_blocks_pod_creation_and_sees_only_lockstep_pods() -> None:
+    (hook,) = webhook_docs()["MutatingWebhookConfiguration"]["webhooks"]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["sideEffects"] == "None"
+    assert hook["timeoutSeconds"] == 2
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""],
+                              "apiVersions": ["v1"], "resources": ["pods"],
+                              "scope": "Namespaced"}]
+    assert [c["expression"] for c in hook["matchConditions"]] == [
+        "object.spec.schedulerName == 'lockstep'"]
+    (excluded,) = hook["namespaceSelector"]["matchExpressions"]
+    assert excluded["key"] == "kubernetes.io/metadata.name"
+    assert excluded["operator"] == "NotIn"
+    assert set(excluded["values"]) == {"kube-system", "lockstep-system"}
+
+
+def test_webhook_service_certificate_and_sidecar_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.admission import WEBHOOK_PATH
+
+    objs = webhook_docs()
+    mwc, svc, cert = (objs[k] for k in ("MutatingWebhookConfiguration", "Service",
+                                         "Certificate"))
+    service = mwc["webhooks"][0]["clientConfig"]["service"]
+    assert service["path"] == WEBHOOK_PATH
+    assert (service["name"], service["namespace"]) == (svc["metadata"]["name"],
+                                                       svc["metadata"]["namespace"])
+    assert service["port"] == svc["spec"]["ports"][0]["port"]
+    # cert-manager injects the Certificate's CA; the certificate names the Service.
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{cert['metadata']['namespace']}/{cert['metadata']['name']}")
+    assert f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc" in (
+        cert["spec"]["dnsNames"])
+    # The sidecar serves it on the Service's target port with the Certificate's Secret.
+    (patch,) = docs(DEPLOY / "webhook" / "deployment-patch.yaml")
+    pod = patch["spec"]["template"]["spec"]
+    (lockstep,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in lockstep["env"]}
+    (port,) = lockstep["ports"]
+    assert port["name"] == svc["spec"]["ports"][0]["targetPort"]
+    assert str(port["containerPort"]) == env["LOCKSTEP_WEBHOOK_PORT"]
+    (mount,) = lockstep["volumeMounts"]
+    assert env["LOCKSTEP_WEBHOOK_CERT"] == mount["mountPath"] + "/tls.crt"
+    assert env["LOCKSTEP_WEBHOOK_KEY"] == mount["mountPath"] + "/tls.key"
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"]
+    assert volume["secret"]["secretName"] == cert["spec"]["secretName"]
+    # `lockstep serve` reads those variables as its webhook flags.
+    from app import cli
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parser = cli.argparse.ArgumentParser()
+    cli._serve_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve"])
+    assert (str(args.webhook_port), args.webhook_cert, args.webhook_key) == (
+        env["LOCKSTEP_WEBHOOK_PORT"], env["LOCKSTEP_WEBHOOK_CERT"], env["LOCKSTEP_WEBHOOK_KEY"])
+    # deploy/ names the base's labels and namespace in the same way.
+    (deploy,) = docs(DEPLOY / "deployment.yaml")
+    assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+    assert patch["metadata"]["name"] == deploy["metadata"]["name"]
