@@ -13,7 +13,7 @@ v1.8.1 needs there, read from its source (``cmd/training-operator.v1/main.go``,
   configuration is left without webhooks, so the API server never calls the operator;
 - serving certificates on disk: controller-runtime's webhook server reads
   ``$TMPDIR/k8s-webhook-server/serving-certs/tls.{crt,key}`` (a per-bed TMPDIR here, with a
-  self-signed pair from ``openssl``, which the test bed already needs), while the rotator
+  pair from ``testbed.certs``: ``openssl``, which the test bed already needs), while the rotator
   waits for the hard-coded ``/tmp/k8s-webhook-server/serving-certs/tls.crt`` to exist
   (it only ``stat``s it; written once if absent, never overwritten);
 - free ports for its metrics, health-probe and webhook servers (defaults :8080, :8081,
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .bins import REPO, BinaryMissing, bin_path, version_of
+from .certs import make_certs
 from .kube import Conflict, Kube, NotFound
 from .runner import Proc, TestBed, free_port
 
@@ -115,16 +116,10 @@ def _prerequisites(bed: TestBed) -> None:
 
 
 def _serving_certs(tmpdir: Path) -> None:
-    certs = tmpdir / "k8s-webhook-server" / "serving-certs"
-    certs.mkdir(parents=True, exist_ok=True)
-    crt, key = certs / "tls.crt", certs / "tls.key"
-    if not crt.exists():
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-             "-keyout", str(key), "-out", str(crt),
-             "-subj", f"/CN=training-operator.{NAMESPACE}.svc",
-             "-addext", f"subjectAltName=DNS:training-operator.{NAMESPACE}.svc,IP:127.0.0.1"],
-            check=True, capture_output=True)
+    # tls.crt and tls.key, the names controller-runtime reads (kept if already there).
+    crt = make_certs(tmpdir / "k8s-webhook-server" / "serving-certs",
+                     cn=f"training-operator.{NAMESPACE}.svc",
+                     dns=(f"training-operator.{NAMESPACE}.svc",)).cert
     if not ROTATOR_CERT.exists():  # only stat()ed by the rotator; shared by every bed
         ROTATOR_CERT.parent.mkdir(parents=True, exist_ok=True)
         tmp = ROTATOR_CERT.with_name(f".tls.crt.{os.getpid()}")

@@ -10,10 +10,16 @@ for every bed): any version in ``testbed.bins.K8S_VERSIONS``, 1.34 by default. F
 the API server serves the upstream gang API (``scheduling.k8s.io`` Workload/PodGroup, see
 ``UPSTREAM_GANG_API``) while kube-scheduler runs with ``GenericWorkload`` off, so its native
 gang plugin stays out of the way and Lockstep does the gang scheduling.
+
+``start_lockstep(webhook=True)`` also serves Lockstep's gang-gate admission webhook over TLS
+(a CA and a serving certificate for 127.0.0.1 from ``testbed.certs``) and registers
+``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration with the webhook's URL and the
+CA as ``caBundle`` (``webhook_configuration``), waiting until the API server calls it.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import logging
@@ -36,10 +42,14 @@ from typing import Any
 
 import yaml
 
-from .bins import K8S_NAMES, K8S_VERSIONS, REPO, bin_path
+from coscheduling.gating import GANG_GATE
 
-__all__ = ["ADMIN_TOKEN", "UPSTREAM_GANG_API", "Proc", "StartupError", "TestBed",
-           "default_k8s", "free_port", "scheduler_config"]
+from .bins import K8S_NAMES, K8S_VERSIONS, REPO, bin_path
+from .certs import make_certs
+from .kube import Kube
+
+__all__ = ["ADMIN_TOKEN", "UPSTREAM_GANG_API", "WEBHOOK_CONFIG", "Proc", "StartupError",
+           "TestBed", "default_k8s", "free_port", "scheduler_config", "webhook_configuration"]
 
 log = logging.getLogger("testbed")
 
@@ -48,6 +58,7 @@ STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
 NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"
 VOLCANO_CRD = Path(__file__).with_name("crds") / "volcano-podgroup-crd.yaml"
+WEBHOOK_CONFIG = REPO / "deploy" / "webhook" / "webhook.yaml"
 
 UPSTREAM_GANG_API: dict[int, tuple[str, str]] = {
     35: ("GenericWorkload=true", "scheduling.k8s.io/v1alpha1=true"),
@@ -153,6 +164,24 @@ def scheduler_config(
     return out
 
 
+def webhook_configuration(doc: Mapping[str, Any], url: str, ca_bundle: bytes,
+                          name: str = "lockstep") -> dict[str, Any]:
+    """``deploy/webhook``'s MutatingWebhookConfiguration for a Lockstep out of the cluster.
+
+    ``doc`` is the file's MutatingWebhookConfiguration as loaded; only what is site-specific
+    changes: ``metadata.name``, the cert-manager annotation (dropped: ``ca_bundle`` is given),
+    and each webhook's ``clientConfig``: ``url`` (scheme and host:port) plus the in-cluster
+    Service's path, instead of the Service. Rules, match conditions, namespace selector,
+    failure policy and timeout are the deployed ones."""
+    out = copy.deepcopy(dict(doc))
+    out["metadata"] = {"name": name}
+    for hook in out.get("webhooks") or ():
+        path = str((hook.get("clientConfig") or {}).get("service", {}).get("path") or "/")
+        hook["clientConfig"] = {"url": url.rstrip("/") + path,
+                                "caBundle": base64.b64encode(ca_bundle).decode("ascii")}
+    return out
+
+
 def _get(url: str, token: str | None = None, timeout: float = 2.0) -> int:
     req = urllib.request.Request(url)
     if token:
@@ -186,6 +215,8 @@ class TestBed:
     """Kubernetes version of kube-apiserver, kube-scheduler and kubectl (``K8S_VERSIONS``)."""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
+    webhooks: dict[str, str] = field(default_factory=dict)
+    """Lockstep instance name -> the base URL of its webhook server (``webhook=True``)."""
 
     __test__ = False  # not a pytest test class
 
@@ -462,21 +493,59 @@ class TestBed:
         port: int | None = None,
         tls: tuple[Path, Path] | None = None,
         env: Mapping[str, str] | None = None,
+        webhook: bool = False,
     ) -> str:
         """Run Lockstep (``python -m app serve``) and wait for /readyz; returns its URL.
 
         ``tls`` is (certificate, key): the verbs are then served over HTTPS. ``env`` adds to
-        the inherited environment.
+        the inherited environment. ``webhook``: also serve the gang-gate admission webhook
+        (``--webhook-port``, TLS with a CA of the bed's own) and register it with the API
+        server (``register_webhook``); its URL is ``webhooks[name]``.
         """
         port = port or free_port()
         tls_args = (f"--tls-cert={tls[0]}", f"--tls-key={tls[1]}") if tls else ()
         url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+        webhook_args: tuple[str, ...] = ()
+        if webhook:
+            certs = make_certs(self.dir / f"{name}-webhook-certs")
+            webhook_port = free_port()
+            webhook_args = ("--webhook-host=127.0.0.1", f"--webhook-port={webhook_port}",
+                            f"--webhook-cert={certs.cert}", f"--webhook-key={certs.key}")
         self._spawn(name, [
             sys.executable, "-m", "app", "serve", f"--kubeconfig={kubeconfig or self.kubeconfig}",
-            "--host=127.0.0.1", f"--port={port}", *tls_args, *extra_args,
+            "--host=127.0.0.1", f"--port={port}", *tls_args, *webhook_args, *extra_args,
         ], ready_url=f"{url}/readyz", timeout=60.0,
            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+        if webhook:
+            self.webhooks[name] = f"https://127.0.0.1:{webhook_port}"
+            self.register_webhook(self.webhooks[name], certs.ca.read_bytes(), name=name)
         return url
+
+    def register_webhook(self, url: str, ca_bundle: bytes, *, name: str = "lockstep",
+                         wait: bool = True, timeout: float = 30.0) -> dict[str, Any]:
+        """Apply ``deploy/webhook``'s MutatingWebhookConfiguration (``webhook_configuration``)
+        pointing at ``url``, under ``name``; returns what was applied.
+
+        ``wait``: until the API server calls it, which a server-side dry-run create of a gang
+        pod in ``default`` shows (the configuration reaches the admission chain through an
+        informer, a moment after it is stored)."""
+        docs = [d for d in yaml.safe_load_all(WEBHOOK_CONFIG.read_text()) if d]
+        mwc = next(d for d in docs if d.get("kind") == "MutatingWebhookConfiguration")
+        doc = webhook_configuration(mwc, url, ca_bundle, name)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+        if wait:
+            probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": "lockstep-webhook-probe",
+                "annotations": {"lockstep.dev/pod-group": "probe"}},
+                "spec": {"schedulerName": "lockstep", "containers": [
+                    {"name": "c", "image": "registry.invalid/probe:latest"}]}}
+            with Kube(self.api_url, self.token) as kube:
+                kube.wait(f"the API server calling the webhook at {url}", lambda: any(
+                    g.get("name") == GANG_GATE for g in kube.request(
+                        "POST", "/api/v1/namespaces/default/pods", probe,
+                        params={"dryRun": "All"})["spec"].get("schedulingGates") or ()),
+                    timeout, interval=0.1)
+        return doc
 
     # ------------------------------------------------------------------ debugging
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from testbed import bins
-from testbed.runner import scheduler_config
+from testbed.runner import WEBHOOK_CONFIG, scheduler_config, webhook_configuration
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,3 +47,16 @@ def test_missing_binary_says_run_make_bins(monkeypatch: pytest.MonkeyPatch,
         bins.bin_path("kube-apiserver")
     with pytest.raises(ValueError, match="unknown binary 'kubelet'"):
         bins.bin_path("kubelet")
+
+
+def test_webhook_configuration_keeps_everything_but_where_to_call() -> None:
+    src = next(d for d in yaml.safe_load_all(WEBHOOK_CONFIG.read_text())
+               if d and d["kind"] == "MutatingWebhookConfiguration")
+    out = webhook_configuration(src, "https://127.0.0.1:4443/", b"PEM", name="lockstep-2")
+    assert out["metadata"] == {"name": "lockstep-2"}  # no cert-manager annotation
+    (hook,) = out["webhooks"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:4443/mutate/pods",
+                                    "caBundle": "UEVN"}
+    assert {k: v for k, v in hook.items() if k != "clientConfig"} == {
+        k: v for k, v in src["webhooks"][0].items() if k != "clientConfig"}
+    assert "service" in src["webhooks"][0]["clientConfig"]  # input untouched
