@@ -1,0 +1,213 @@
+"""Lockstep's gang-gate admission webhook on the real test bed (issue 12).
+
+Lockstep runs with ``--webhook-port`` (TLS, a CA of the bed's own) and the API server calls it
+through ``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration, changed only in where
+to call (``testbed.runner.webhook_configuration``): its rules, CEL match condition, namespace
+selector, ``failurePolicy: Ignore`` and ``timeoutSeconds: 2`` are the deployed ones.
+
+Pods are created as users and controllers write them, without the gate: what the API server
+answers a create with is what it stored, so the webhook's patch is checked there.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from coscheduling.gating import GANG_GATE
+from testbed.bins import REPO
+from testbed.certs import make_certs
+from testbed.workloads import gang, pod
+
+from .conftest import SCHEDULER_CONFIG, Cluster, ClusterFactory, settle
+
+HOOK = "gang-gate.lockstep.dev"
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+
+def with_webhook(cluster: ClusterFactory) -> Cluster:
+    c = cluster("tiny-3x2", lockstep=False)
+    c.lockstep_url = c.bed.start_lockstep(extra_args=("--backoff=3",), webhook=True)
+    c.bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
+                          extender_url=c.lockstep_url)
+    return c
+
+
+def create(c: Cluster, obj: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
+    """Create ``obj`` and return the pod as the API server stored it (after admission)."""
+    obj["metadata"]["namespace"] = ns or c.ns
+    return c.kube.create_pod(obj)
+
+
+def gates(obj: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in obj["spec"].get("schedulingGates") or ()]
+
+
+def decisions(c: Cluster) -> dict[str, float]:
+    """``lockstep_webhook_admissions_total`` by decision."""
+    assert c.lockstep_url
+    text = httpx.get(c.lockstep_url + "/metrics", timeout=10).text
+    return {m[1]: float(m[2]) for m in re.finditer(
+        r'^lockstep_webhook_admissions_total\{decision="([^"]+)"\} (\S+)$', text, re.M)}
+
+
+def fail_open(c: Cluster) -> float:
+    """The API server's count of calls to the webhook that failed and were ignored."""
+    text = c.kube.request("GET", "/metrics")
+    for line in str(text).splitlines():
+        if line.startswith("apiserver_admission_webhook_fail_open_count{") and \
+                f'name="{HOOK}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_gang_pods_get_the_gate_plain_pods_and_other_schedulers_do_not(
+    cluster: ClusterFactory,
+) -> None:
+    c = with_webhook(cluster)
+    before = decisions(c)
+    koord = "gang.scheduling.koordinator.sh/"
+    # Every convention, each gang short of members so that it stays gated.
+    gang_pods = {
+        "lockstep": pod("lockstep-0").gang("lockstep", 4).gpu(1).build(),
+        "scheduler-plugins": pod("sp-0").sp_group("sp").gpu(1).build(),  # no PodGroup yet
+        "volcano": pod("volcano-0").annotate("scheduling.k8s.io/group-name", "vc")
+        .annotate("scheduling.volcano.sh/group-min-member", "4").gpu(1).build(),
+        "koordinator": pod("koord-0").annotate(koord + "name", "koord")
+        .annotate(koord + "min-available", "4").gpu(1).build(),
+    }
+    light = pod("light-0").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "4")
+    light_obj = light.gpu(1).build()
+    light_obj["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io/name"] = "light"
+    gang_pods["koordinator-light"] = light_obj
+    for name, obj in gang_pods.items():
+        created = create(c, obj)
+        assert gates(created) == [GANG_GATE], name
+
+    # Kueue's own gate stays; Lockstep's comes after it.
+    kueue = pod("kueue-0").annotate("kueue.x-k8s.io/pod-group-total-count", "4").gpu(1).build()
+    kueue["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = "kq"
+    kueue["spec"]["schedulingGates"] = [{"name": KUEUE_GATE}]
+    assert gates(create(c, kueue)) == [KUEUE_GATE, GANG_GATE]
+    # Already gated by its template: unchanged.
+    held = pod("held-0").gang("held", 4).gpu(1).build()
+    held["spec"]["schedulingGates"] = [{"name": GANG_GATE}]
+    assert gates(create(c, held)) == [GANG_GATE]
+    # Bound by its creator: a gate would make the API server reject the pod.
+    pinned = pod("pinned-0").gang("pinned", 1).gpu(1).build()
+    pinned["spec"]["nodeName"] = "gpu-r0-n2"
+    assert gates(create(c, pinned)) == []
+
+    # No gang, another scheduler, or kube-system: no gate.
+    plain = create(c, pod("plain").gpu(1).build())
+    assert gates(plain) == []
+    other = create(c, pod("other-0").gang("other", 1).scheduler("default-scheduler").build())
+    assert gates(other) == []
+    system = create(c, pod("system-0").gang("system", 1).build(), ns="kube-system")
+    assert gates(system) == []
+
+    # The plain pod is scheduled as ever; the gated members stay out of kube-scheduler's queue.
+    c.wait_bound(["plain"], 30)
+    settle(2)
+    for name in [o["metadata"]["name"] for o in gang_pods.values()] + ["kueue-0", "held-0"]:
+        live = c.kube.pod(c.ns, name)
+        assert GANG_GATE in gates(live), name
+        assert not live["spec"].get("nodeName"), name
+        assert any(cond.get("reason") == "SchedulingGated"
+                   for cond in live["status"].get("conditions") or ()), name
+    # What Lockstep was asked: the CEL match condition and the namespace selector kept the
+    # other scheduler's pod and kube-system's away from it.
+    after = decisions(c)
+    delta = {k: d for k in after if (d := after[k] - before.get(k, 0.0))}
+    assert delta == {"gated": len(gang_pods) + 1, "already-gated": 1, "node-name-set": 1,
+                     "no-gang": 1}, delta
+    assert fail_open(c) == 0
+
+
+def test_unanswered_webhook_times_out_and_pods_are_created_ungated_and_scheduled(
+    cluster: ClusterFactory, tmp_path: Path,
+) -> None:
+    """A webhook that accepts connections and never answers: the API server gives up after
+    ``timeoutSeconds`` (2 s) and, ``failurePolicy: Ignore``, creates the pod without the gate;
+    Lockstep, its extender up, schedules the gang as it always has."""
+    c = cluster("tiny-3x2")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # connections queue in the backlog; nothing ever accepts them
+    try:
+        url = f"https://127.0.0.1:{silent.getsockname()[1]}"
+        c.bed.register_webhook(url, make_certs(tmp_path / "certs").ca.read_bytes(), wait=False)
+        probe = pod("probe").gang("probe", 4).build()
+        probe["metadata"]["namespace"] = c.ns
+        c.kube.wait("the API server calling the webhook and failing open", lambda: (
+            c.kube.request("POST", f"/api/v1/namespaces/{c.ns}/pods", probe,
+                           params={"dryRun": "All"}) and fail_open(c) > 0), 30, interval=0.5)
+        for obj in gang("g", 4):
+            t0 = time.monotonic()
+            created = create(c, obj)
+            took = time.monotonic() - t0
+            assert gates(created) == [], obj["metadata"]["name"]
+            assert 1.5 < took < 6, took  # the 2 s timeout, not the API server's 30 s default
+        c.wait_bound(c.names("g", 4), 30)
+        c.recorder.assert_gang_invariants(c.ns)
+    finally:
+        silent.close()
+    assert fail_open(c) >= 5
+
+
+def test_lockstep_down_pods_are_created_ungated_and_scheduled_when_it_is_back(
+    cluster: ClusterFactory,
+) -> None:
+    c = with_webhook(cluster)
+    c.bed.stop_process("lockstep")  # webhook and extender down: connection refused
+    for obj in gang("g", 4):
+        t0 = time.monotonic()
+        assert gates(create(c, obj)) == [], obj["metadata"]["name"]
+        assert time.monotonic() - t0 < 2
+    assert fail_open(c) >= 4
+    plain = create(c, pod("plain").gpu(1).build())
+    assert gates(plain) == []
+    c.bed.restart("lockstep")
+    c.wait_bound([*c.names("g", 4), "plain"], 60)
+    c.recorder.assert_gang_invariants(c.ns)
+    # Back up, the webhook gates new gang pods again.
+    assert gates(create(c, pod("late-0").gang("late", 4).gpu(1).build())) == [GANG_GATE]
+
+
+def test_deploy_with_the_webhook_component_passes_server_side_dry_run(
+    cluster: ClusterFactory, tmp_path: Path,
+) -> None:
+    """deploy/ with its `components: [webhook]` line uncommented, as the README says, builds,
+    and the API server accepts all of it (the CEL match condition compiles); cert-manager's
+    kinds are left out, the test bed has no cert-manager."""
+    c = cluster("tiny-3x2", lockstep=False)
+    deploy = tmp_path / "deploy"
+    shutil.copytree(REPO / "deploy", deploy)
+    kustomization = deploy / "kustomization.yaml"
+    off = "# components:\n#   - webhook\n"
+    assert off in kustomization.read_text()
+    kustomization.write_text(kustomization.read_text().replace(
+        off, "components:\n  - webhook\n"))
+    objs = [d for d in yaml.safe_load_all(c.bed.kubectl("kustomize", str(deploy)).stdout) if d]
+    kinds = {d["kind"] for d in objs}
+    assert {"MutatingWebhookConfiguration", "Service", "Certificate", "Issuer",
+            "Deployment"} <= kinds, kinds
+    (sidecar,) = [ctr for d in objs if d["kind"] == "Deployment"
+                  for ctr in d["spec"]["template"]["spec"]["containers"]
+                  if ctr["name"] == "lockstep"]
+    assert {e["name"] for e in sidecar["env"]} >= {"LOCKSTEP_WEBHOOK_PORT",
+                                                   "LOCKSTEP_WEBHOOK_CERT"}
+    rest = [d for d in objs if not d["apiVersion"].startswith("cert-manager.io/")]
+    c.bed.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "namespace.yaml"))
+    out = c.bed.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-",
+                        input=yaml.safe_dump_all(rest)).stdout
+    for want in ("mutatingwebhookconfiguration.admissionregistration.k8s.io/lockstep",
+                 "service/lockstep-webhook", "deployment.apps/lockstep-scheduler"):
+        assert want in out, out
