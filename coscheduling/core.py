@@ -37,6 +37,7 @@ from .decisions import (
     Bound,
     Expired,
     FilterDecision,
+    Lift,
     Notice,
     NoticeKind,
     Park,
@@ -44,6 +45,7 @@ from .decisions import (
     Unparked,
 )
 from .gang import Gang, GangPhase
+from .gating import pinned_node
 from .ledger import Ledger
 from .numa import NumaZones
 from .outbox import Outbox
@@ -114,6 +116,8 @@ __all__ = [
 
 TOPOLOGY_REQUIRED = "lockstep.dev/topology-required"
 TOPOLOGY_PREFERRED = "lockstep.dev/topology-preferred"
+HELD_RETRY_SECONDS = 0.5
+"""How often held gangs that did not fit are planned again while capacity keeps changing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +156,12 @@ class Coscheduler:
         self._gangs: dict[GangKey, Gang] = {}
         self._membership: dict[PodKey, Membership] = {}
         self.outbox = Outbox()
+        self._held_touched: set[GangKey] = set()
+        """Gangs with held members whose admission may have become possible."""
+        self._held_blocked: set[GangKey] = set()
+        """Held gangs that did not fit: planned again when capacity changed."""
+        self._held_epoch = -1
+        self._held_swept = float("-inf")
         self.partial_gangs = 0
         """Gangs left partly bound by a permanently failed binding (a counter for metrics)."""
 
@@ -367,6 +377,11 @@ class Coscheduler:
             if g is None:
                 g = self._gangs[new_gang] = Gang(new_gang, self.ledger)
             g.members.add(pod.key)
+            pin = pinned_node(pod.required_affinity)
+            if pin is not None and g.plan.get(pod.key) not in (None, pin):
+                # Its gate came off with a pin decided on an older plan: the slot must
+                # follow the pin (re-placed on it below, or the gang gives all back).
+                g.drop_slot(pod.key)
             if pod.node_name is not None or not _live(pod):
                 # Bound: the slot became usage. Finished or deleting: it never will be.
                 self._unpark(g, pod.key, f"pod {pod.key} is "
@@ -384,6 +399,8 @@ class Coscheduler:
         ):
             self._notice(NoticeKind.INVALID, membership.key, (pod.key,),
                          InvalidDeclaration(membership))
+        if pod.held:
+            self.outbox.lift.add(pod.key)
         self.outbox.arrived(pod)
 
     def delete_pod(self, key: PodKey, uid: str = "") -> None:
@@ -523,6 +540,10 @@ class Coscheduler:
         """Bring the gang's phase back in line with its members after any change."""
         spec = g.spec
         live = self._live(g)
+        held = [p.key for p in live if p.held]
+        if held:
+            self._held_touched.add(g.key)
+            self.outbox.lift.update(held)
         if spec is None:
             if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
                 self._fall_back(g, MembersLost(g.key, len(live), 0, ("no valid declaration",)))
@@ -612,6 +633,85 @@ class Coscheduler:
             g.told[pod] = reason
         g.reason = reason
         return reason
+
+    # ------------------------------------------------------------------ held gangs
+
+    def admit_held(self, now: float) -> None:
+        """Admit gangs whose members wait behind Lockstep's gate (``coscheduling.gating``).
+
+        kube-scheduler never cycles a held member, so no filter call will ask for it:
+        admission happens here, after each batch of cluster events, over every node
+        Lockstep knows. A gang that does not fit is planned again when capacity has changed,
+        at most every ``HELD_RETRY_SECONDS`` (planning a big gang on a big cluster costs
+        milliseconds; every binding changes capacity)."""
+        todo, self._held_touched = self._held_touched, set()
+        if self._held_blocked and self.store.epoch != self._held_epoch \
+                and now - self._held_swept >= HELD_RETRY_SECONDS:
+            todo |= self._held_blocked
+            self._held_epoch, self._held_swept = self.store.epoch, now
+        for key in sorted(todo, key=self._queue_order):
+            g = self._gangs.get(key)
+            self._held_blocked.discard(key)
+            if g is None or g.spec is None:
+                continue
+            if g.phase is GangPhase.BACKING_OFF:
+                if g.backoff_until is not None and now < g.backoff_until:
+                    continue  # expire() hands it back when the backoff ends
+                g.backoff_over()
+            if g.phase is not GangPhase.WAITING:
+                continue
+            live = self._live(g)
+            held = [p.key for p in live if p.held]
+            if not held:
+                continue  # members kube-scheduler cycles are admitted by their filter call
+            spec = g.spec
+            if not self.meets_quorum(spec, self._countable(spec, live)):
+                g.reason = WaitingForMembers(g.key, len(live), spec.min_member)
+                continue
+            outcome = self._try_admit(g, spec, live, now)
+            if not isinstance(outcome, dict):
+                self._held_blocked.add(key)
+                self._turn_away(held[0], g, outcome)
+                self._held_epoch, self._held_swept = self.store.epoch, now
+
+    def _queue_order(self, key: GangKey) -> tuple[int, str, str]:
+        """kube-scheduler's queue order for a gang: priority, then the oldest member."""
+        g = self._gangs.get(key)
+        pods = [p for k in (g.members if g is not None else ())
+                if (p := self.store.pods.get(k)) is not None]
+        return (-max((p.priority for p in pods), default=0),
+                min((p.created for p in pods), default=""), key)
+
+    def lift_target(self, key: PodKey) -> Lift | None:
+        """Whether Lockstep's gate should come off ``key`` now, and the node to pin it to.
+
+        A planned member is pinned to its slot. A held pod that is no gang member, or whose
+        declaration is invalid, is let go unpinned (filter then says what is wrong), as is an
+        extra beyond an admitted gang's plan. Members of a gang not admitted yet, or waiting
+        for its PodGroup, stay held."""
+        pod = self.store.pods.get(key)
+        if pod is None or not pod.held or pod.node_name is not None or pod.deleting \
+                or pod.scheduler_name not in self.settings.scheduler_names:
+            return None
+        m = self._membership.get(key)
+        if m is None or isinstance(m, InvalidGang):
+            return Lift(key, pod.uid, None)
+        if isinstance(m, MissingPodGroup):
+            return None
+        g = self._gangs.get(m.key)
+        if g is None:
+            return None
+        node = g.plan.get(key)
+        if node is not None:
+            return Lift(key, pod.uid, node)
+        if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
+            return Lift(key, pod.uid, None)
+        return None
+
+    def drain_lift(self) -> list[Lift]:
+        """Held pods whose gate comes off now (decided now, from the current plan)."""
+        keys, self.outbox.lift = self.outbox.lift, set()
+        return [lift for k in sorted(keys) if (lift := self.lift_target(k)) is not None]
 
     # ------------------------------------------------------------------ filter
 
@@ -725,44 +825,58 @@ class Coscheduler:
 
     def _admit(self, g: Gang, spec: GangSpec, pod: PodRecord, candidates: Sequence[NodeName],
                live: list[PodRecord], now: float) -> FilterDecision:
+        outcome = self._try_admit(g, spec, live, now, pod, candidates)
+        if not isinstance(outcome, dict):
+            return FilterDecision([], unresolvable=self._turn_away(pod.key, g, outcome))
+        return FilterDecision([outcome[pod.key]])
+
+    def _try_admit(self, g: Gang, spec: GangSpec, live: list[PodRecord], now: float,
+                   pod: PodRecord | None = None, candidates: Sequence[NodeName] = ()
+                   ) -> dict[PodKey, NodeName] | GangReason:
+        """Plan the whole gang and reserve the plan, or say why not.
+
+        ``pod`` is the member whose filter call asks (limited to kube-scheduler's
+        ``candidates``); without one, the gang's members are held behind Lockstep's gate and
+        every node Lockstep knows is a candidate."""
         required, bad = self._levels_for(g)
         if bad is not None:
-            return FilterDecision([], unresolvable=self._turn_away(pod.key, g, bad))
+            return bad
         if spec.min_resources:
             total: Resources = {}
             for n in self.store.nodes:
                 total = add(total, {k: max(0, v) for k, v in self.free_unreserved(n).items()})
             if not fits(spec.min_resources, total):
-                return FilterDecision([], unresolvable=self._turn_away(
-                    pod.key, g, NotEnoughMinResources(g.key, spec.min_resources, total)))
+                return NotEnoughMinResources(g.key, spec.min_resources, total)
         # Bindings still in flight from before a fall-back keep their slots: fixed.
         fixed = {k: n for k, n in g.plan.items() if k in g.binding}
         have = list(fixed)
         if spec.match_policy is not MatchPolicy.ONLY_WAITING:
             have += [p.key for p in live if p.node_name is not None]
-        members = [Member(pod, frozenset(candidates))]
+        members = [Member(pod, frozenset(candidates))] if pod is not None else []
         members += [Member(p) for p in live
-                    if p.key != pod.key and p.node_name is None and p.key not in fixed]
+                    if (pod is None or p.key != pod.key) and p.node_name is None
+                    and p.key not in fixed]
         view = self._view()
         result = plan_gang(members, view, self.settings.levels, required=required, fixed=fixed)
         if isinstance(result, NoFit):
-            # All of them do not fit: a quorum might (the current pod always among them).
+            # All of them do not fit: a quorum might (the asking pod always among them).
             chosen = self._pick(spec, have, [m.key for m in members])
-            if chosen and chosen[0] == pod.key and len(chosen) < len(members):
+            if chosen and (pod is None or chosen[0] == pod.key) and len(chosen) < len(members):
                 keep = set(chosen)
                 result = plan_gang([m for m in members if m.key in keep], view,
                                    self.settings.levels, required=required, fixed=fixed)
         if isinstance(result, NoFit):
-            return FilterDecision([], unresolvable=self._turn_away(
-                pod.key, g, DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key))))
+            return DoesNotFit(g.key, result, self.ledger.reserving_gangs(g.key))
         requests = {k: self.store.pods[k].requests for k in result.assignments}
         g.admit(result.assignments, requests, result.level, now, spec.timeout_seconds)
+        first = pod.key if pod is not None else (members[0].key if members else live[0].key)
         # One Event per admission, on the member whose filter call admitted the gang.
-        self._notice(NoticeKind.ADMITTED, g.key, (pod.key,), detail=_plan_text(result))
+        self._notice(NoticeKind.ADMITTED, g.key, (first,), detail=_plan_text(result))
         # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
-        # API event will wake them: ask the app to nudge them.
-        self.outbox.requeue.update(k for k in g.wake() if k != pod.key)
-        return FilterDecision([result.assignments[pod.key]])
+        # API event will wake them: ask the app to nudge them. Held members lose the gate.
+        self.outbox.requeue.update(k for k in g.wake() if k != first or pod is None)
+        self.outbox.lift.update(p.key for p in live if p.held)
+        return result.assignments
 
     def _extend(self, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
                 ) -> FilterDecision:
@@ -816,7 +930,7 @@ class Coscheduler:
             return Reject(PodNotInCache(key, uid, pod.uid if pod is not None else None))
         m = self._membership.get(key)
         if m is None:
-            return BindNow(key, node)
+            return self._bind_unplanned(pod, node) or BindNow(key, node)
         if isinstance(m, InvalidGang):
             return Reject(InvalidDeclaration(m))
         if isinstance(m, MissingPodGroup):
@@ -832,6 +946,8 @@ class Coscheduler:
             if decision.passed != [node]:
                 return Reject(decision.unresolvable or WrongNode(g.key, None, node))
         if g.phase is GangPhase.RELEASED:
+            if planned is None and (no := self._bind_unplanned(pod, node)) is not None:
+                return no
             g.binding.add(key)
             return BindNow(key, node)
         if g.phase is not GangPhase.ADMITTED:
@@ -869,6 +985,18 @@ class Coscheduler:
         self._notice(NoticeKind.RELEASED, g.key, (key,),
                      detail=f"{len(binds) + self._bound_count(g)}/{spec.min_member}")
         return BindGroup(g.key, binds)
+
+    def _bind_unplanned(self, pod: PodRecord, node: NodeName) -> Reject | None:
+        """A pod no plan holds may not bind into capacity reserved since its filter call.
+
+        Between kube-scheduler's filter and bind calls Lockstep may admit a gang (another
+        member's filter, or a held gang) onto the node the pod was then free to use; binding
+        it anyway would over-commit the node and strand the gang's pinned members."""
+        if not self.ledger.reserved_on(node) or fits(pod.requests, self.free_unreserved(node)):
+            return None
+        free = self.free_unreserved(node)
+        return Reject(ReservedForGangs(node, tuple(sorted(self.ledger.gangs_on(node))),
+                                       shortfall(pod.requests, free)))
 
     def _check_quorum(self, g: Gang) -> dict[PodKey, GangReason]:
         """Before the first binding: every parked member and its node still exist, with the
@@ -930,6 +1058,8 @@ class Coscheduler:
     def next_deadline(self) -> float | None:
         times = [t for g in self._gangs.values()
                  for t in (g.deadline, g.backoff_until) if t is not None]
+        if self._held_blocked and self.store.epoch != self._held_epoch:
+            times.append(self._held_swept + HELD_RETRY_SECONDS)
         return min(times, default=None)
 
     def expire(self, now: float) -> list[Expired]:
@@ -940,6 +1070,7 @@ class Coscheduler:
                     and now >= g.backoff_until:
                 g.backoff_over()
                 self.outbox.requeue.update(g.wake())
+                self._held_touched.add(g.key)
             if g.phase is not GangPhase.ADMITTED or g.deadline is None or now < g.deadline:
                 continue
             spec = g.spec

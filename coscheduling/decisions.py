@@ -83,7 +83,7 @@ class BindGroup:
 
 @dataclass(frozen=True, slots=True)
 class Reject:
-    reason: GangReason
+    reason: GangReason | NodeReason
 
 
 BindDecision = BindNow | Park | BindGroup | Reject
@@ -122,3 +122,14 @@ class BindFailed:
 
 
 BindOutcome = Bound | BindFailed
+
+
+@dataclass(frozen=True, slots=True)
+class Lift:
+    """Take Lockstep's gate off ``pod`` (only if it still has ``uid``), pinning it to
+    ``node``; ``node`` is None for a pod that no plan holds (it then goes through filter
+    like any other)."""
+
+    pod: PodKey
+    uid: str
+    node: NodeName | None

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["GANG_GATE", "declares_gang", "pin_term", "pinned_node"]
+__all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node"]
 
 GANG_GATE = "lockstep.dev/gang"
 
@@ -36,6 +36,23 @@ def pinned_node(terms: tuple[Mapping[str, Any], ...]) -> str | None:
             return None
         nodes.add(str(names[0][0]))
     return nodes.pop() if len(nodes) == 1 else None
+
+
+def lift_patch(uid: str, terms: tuple[Mapping[str, Any], ...], node: str | None
+               ) -> dict[str, Any]:
+    """The strategic-merge patch that takes Lockstep's gate off a pod and pins it.
+
+    The API server lets a gated pod's required node affinity be narrowed, never widened:
+    each existing term gets the pin added to its ``matchFields`` (the terms stay ORed, all
+    now on ``node``). The UID makes the patch fail on a pod recreated under the same name.
+    Other gates (Kueue's, say) are left in place."""
+    spec: dict[str, Any] = {"schedulingGates": [{"$patch": "delete", "name": GANG_GATE}]}
+    if node is not None:
+        pinned = [{**t, "matchFields": [*(t.get("matchFields") or ()), pin_term(node)]}
+                  for t in terms] or [{"matchFields": [pin_term(node)]}]
+        spec["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pinned}}}
+    return {"metadata": {"uid": uid}, "spec": spec}
 
 
 # ---------------------------------------------------------------------------- the webhook's test

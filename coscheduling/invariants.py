@@ -8,7 +8,9 @@
    bindings), each slot is a live, unbound member of that gang on a node that exists, and an
    ADMITTED gang's slots plus bound members cover ``minMember`` (a whole plan, never part);
 4. every parked call belongs to an ADMITTED gang and sits on its planned node;
-5. the derived caches equal a fresh computation (plain-pod scores, topology domains).
+5. the derived caches equal a fresh computation (plain-pod scores, topology domains);
+6. a member pinned to a node (Lockstep lifted its gate) is only ever planned on that node,
+   and no held member (its gate still on) is parked.
 
 :func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from .core import Coscheduler, GangPhase
+from .gating import pinned_node
 from .ledger import LedgerDrift, check_ledger
 from .resources import sub
 from .topology import domain_of
@@ -60,6 +63,9 @@ def check_invariants(core: Coscheduler) -> None:
                 raise InvariantBroken(f"gang {key} holds a slot for {pod}, already bound")
             if node not in store.nodes:
                 raise InvariantBroken(f"gang {key} holds {pod} on missing node {node}")
+            pin = pinned_node(p.required_affinity)
+            if pin is not None and pin != node:
+                raise InvariantBroken(f"gang {key} plans {pod} on {node}, pinned to {pin}")
         if g.phase is GangPhase.ADMITTED:
             if g.spec is None:
                 raise InvariantBroken(f"gang {key} admitted without a declaration")
@@ -75,6 +81,9 @@ def check_invariants(core: Coscheduler) -> None:
         for pod, node in core.waiting.parked(gang).items():
             if owner is None or owner.phase is not GangPhase.ADMITTED:
                 raise InvariantBroken(f"{pod} parked for gang {gang}, which is not admitted")
+            held = store.pods.get(pod)
+            if held is not None and held.held:
+                raise InvariantBroken(f"{pod} is parked with Lockstep's gate still on")
             if owner.plan.get(pod) != node:
                 raise InvariantBroken(
                     f"{pod} parked on {node}, plan holds {owner.plan.get(pod)}")

@@ -24,6 +24,8 @@ class Outbox:
     notices: list[Notice] = field(default_factory=list)
     requeue: set[PodKey] = field(default_factory=set)
     unparked: list[Unparked] = field(default_factory=list)
+    lift: set[PodKey] = field(default_factory=set)
+    """Held pods whose gate may have to come off (the core decides at drain time)."""
     awaited: set[PodKey] = field(default_factory=set)
     """Gang pods a verb asked about before the watch delivered them: nudged on arrival."""
 

@@ -100,9 +100,6 @@ class PodRecord:
     held: bool = False
     """``spec.schedulingGates`` holds Lockstep's own gate (``coscheduling.gating``): a member
     that counts, waiting outside kube-scheduler's queue for its gang's admission."""
-    affinity_depth: int = 0
-    """How much of ``spec.affinity.nodeAffinity.requiredDuringScheduling...`` exists (0 none,
-    1 ``affinity``, 2 ``nodeAffinity``, 3 the required terms): where a pin must be added."""
     unschedulable: bool = False
     """kube-scheduler marked it ``PodScheduled=False, reason=Unschedulable``: it waits in the
     unschedulable queue, where only a cluster event (or a nudge) wakes it."""
@@ -212,22 +209,10 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         priority=int(spec.get("priority") or 0),
         gated=any(g != GANG_GATE for g in gates),
         held=GANG_GATE in gates,
-        affinity_depth=_affinity_depth(spec),
         unschedulable=_unschedulable(status),
         scheduling_group=_scheduling_group(spec),
         workload_ref=_workload_ref(spec),
     )
-
-
-def _affinity_depth(spec: Mapping[str, Any]) -> int:
-    aff = spec.get("affinity")
-    if not isinstance(aff, Mapping):
-        return 0
-    na = aff.get("nodeAffinity")
-    if not isinstance(na, Mapping):
-        return 1
-    req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
-    return 3 if isinstance(req, Mapping) and req.get("nodeSelectorTerms") else 2
 
 
 def _scheduling_group(spec: Mapping[str, Any]) -> str | None:

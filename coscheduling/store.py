@@ -55,6 +55,8 @@ class ClusterStore:
     """GPU counts of the pods holding GPUs on each node (for NVLink island packing)."""
     scores: dict[int, dict[NodeName, int]] = field(default_factory=dict)
     """Plain-pod scores by GPU count, then node; a node's entries drop when it changes."""
+    epoch: int = 0
+    """Bumped whenever a node's free capacity or reservations may have changed."""
     _domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = field(default_factory=dict)
     _layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = field(default_factory=dict)
 
@@ -150,6 +152,7 @@ class ClusterStore:
 
     def touch(self, node: NodeName) -> None:
         """Something that a node's scores depend on changed (usage, reservations, labels)."""
+        self.epoch += 1
         for per_node in self.scores.values():
             per_node.pop(node, None)
 

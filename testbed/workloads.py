@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Self
 
+from coscheduling.gating import GANG_GATE
+
 __all__ = ["RUNTIME_ANNOTATION", "PodBuilder", "gang", "pod", "podgroup"]
 
 RUNTIME_ANNOTATION = "lockstep.dev/simulated-runtime-seconds"
@@ -77,6 +79,11 @@ class PodBuilder:
 
     def node_selector(self, selector: dict[str, str]) -> Self:
         self._obj["spec"]["nodeSelector"] = dict(selector)
+        return self
+
+    def held(self) -> Self:
+        """Created behind Lockstep's scheduling gate, as its webhook would do."""
+        self._obj["spec"].setdefault("schedulingGates", []).append({"name": GANG_GATE})
         return self
 
     def unplaceable(self) -> Self:

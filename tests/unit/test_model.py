@@ -36,6 +36,7 @@ from coscheduling import (
     Bound,
     Coscheduler,
     GangDefaults,
+    Lift,
     NodeName,
     Park,
     PodKey,
@@ -46,6 +47,7 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
+from coscheduling.gating import GANG_GATE, pinned_node
 from coscheduling.invariants import check_invariants, cluster_facts
 from coscheduling.upstream import upstream_podgroup_from_json
 from tests.builders import node, pod, podgroup
@@ -60,6 +62,10 @@ group KG (each keeps its own minimum; match-policy once-satisfied, Koordinator's
 ko is NonStrict with match-policy only-waiting."""
 KG = "kg"
 KG_GROUPS = '["default/k1", "default/k2"]'
+HELD = {"h": (3, 1)}
+"""A gang created behind Lockstep's scheduling gate (as its webhook does): kube-scheduler never
+cycles a held member, Lockstep admits the gang itself and lifts each gate with a pin to the
+planned node, which the model's API server applies late, stale or never."""
 PG = "pg"
 """A scheduler-plugins gang whose PodGroup the model creates, changes and deletes."""
 UP = "up"
@@ -86,6 +92,14 @@ def gpu(obj: dict[str, Any]) -> int:
                for c in containers)
 
 
+class _First:
+    """A stand-in for ``st.data()`` that always draws the first queued lift."""
+
+    @staticmethod
+    def draw(_strategy: Any) -> int:
+        return 0
+
+
 class GangModel(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
@@ -99,6 +113,8 @@ class GangModel(RuleBasedStateMachine):
         """Pods deleted from the API server: kube-scheduler may still ask about them."""
         self.parked: dict[PodKey, tuple[str, float]] = {}
         self.disrupted: set[str] = set()
+        self.lifts: list[Lift] = []
+        """Gate lifts the app has drained and not yet sent (kube-scheduler cannot see them)."""
         """Gangs the cluster itself left short (a bound member deleted/failed, a bind failed)."""
         for name in NODES[:3]:
             self._put_node(name, 4, RACKS[0])
@@ -160,7 +176,8 @@ class GangModel(RuleBasedStateMachine):
                            or {}).get("gang")
             mm = int(gang_policy["minCount"]) if gang_policy else None
         else:
-            mm = GANGS[gang][0] if gang in GANGS else KOORD[gang][0] if gang in KOORD else None
+            mm = {**GANGS, **KOORD, **HELD}[gang][0] \
+                if gang in {**GANGS, **KOORD, **HELD} else None
         n = sum(bound.values())
         return f"{n}/{mm}" if mm is not None and n < mm else None
 
@@ -176,12 +193,24 @@ class GangModel(RuleBasedStateMachine):
         return int(self.nodes[name]["status"]["allocatable"].get("nvidia.com/gpu", 0)) - used
 
     def _answered(self) -> None:
+        self.core.admit_held(self.now)
         for u in self.core.drain_unparked():
             saw(f"Unparked:{type(u.reason).__name__}")
             for k in u.pods:
                 self.parked.pop(k, None)
         self.core.drain_notices()
         self.core.drain_requeue()
+        self.lifts.extend(self.core.drain_lift())
+
+    def _feasible(self, obj: dict[str, Any]) -> list[NodeName]:
+        """kube-scheduler's own filters: free GPUs, and a pin narrows the cycle to its node."""
+        pin = pinned_node(pod_from_json(obj).required_affinity)
+        return [NodeName(n) for n in sorted(self.nodes)
+                if self._raw_free(n) >= gpu(obj) and pin in (None, n)]
+
+    @staticmethod
+    def _held(obj: dict[str, Any]) -> bool:
+        return any(g.get("name") == GANG_GATE for g in obj["spec"].get("schedulingGates") or ())
 
     def _api_bind(self, key: PodKey, node_name: NodeName, fate: int) -> BindOutcome:
         """0..7 succeed, 8 fails for now, 9 fails for good (a 403, say)."""
@@ -237,17 +266,19 @@ class GangModel(RuleBasedStateMachine):
         for k in range(GANGS[gang][0] + int(extra)):
             self.create_member(gang, k)
 
-    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko", UP]), fate=st.integers(0, 9),
+    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko", UP, *HELD]),
+          fate=st.integers(0, 9),
           data=st.data())
     def schedule_gang(self, gang: str, fate: int, data: st.DataObject) -> None:
         """kube-scheduler cycles through a gang's pending members, one after another."""
         for key in sorted(self.pods):
             obj = self.pods.get(key)
             if obj is None or self._gang(obj) != gang or obj["spec"].get("nodeName") \
-                    or key in self.parked or obj["status"]["phase"] != "Pending":
+                    or key in self.parked or obj["status"]["phase"] != "Pending" \
+                    or self._held(obj):
                 continue
             rec = pod_from_json(obj)
-            cand = [NodeName(n) for n in sorted(self.nodes) if self._raw_free(n) >= gpu(obj)]
+            cand = self._feasible(obj)
             decision = self.core.filter(rec, cand, self.now)
             saw(f"filter:{type(decision.unresolvable).__name__}" if decision.unresolvable
                 else "filter:passed")
@@ -255,6 +286,70 @@ class GangModel(RuleBasedStateMachine):
             if decision.passed:
                 self._bind(rec.key, data.draw(st.sampled_from(decision.passed)), rec.uid,
                            fate if data.draw(st.booleans()) else 0)
+
+    @rule(k=st.integers(0, 4), held=st.sampled_from([True, True, True, False]))
+    def create_held_member(self, k: int, held: bool) -> None:
+        """Mostly behind the gate; now and then one without it (the webhook was down)."""
+        key = pod_key("default", f"h-{k}")
+        if key in self.pods:
+            return
+        mm, gpus = HELD["h"]
+        b = pod(f"h-{k}").gang("h", min_member=mm, timeout=20).gpu(gpus)
+        self._put_pod((b.held() if held else b).build())
+
+    @rule(extra=st.booleans())
+    def create_whole_held_gang(self, extra: bool) -> None:
+        for k in range(HELD["h"][0] + int(extra)):
+            self.create_held_member(k, True)
+
+    @precondition(lambda self: self.lifts)
+    @rule(data=st.data(), stale=st.sampled_from([False, False, False, True]),
+          lost=st.sampled_from([False] * 9 + [True]))
+    def api_applies_lift(self, data: st.DataObject, stale: bool, lost: bool) -> None:
+        """The app's PATCH lands: the gate goes, the pin is added to every required term.
+
+        The app asks the core for the target when it sends; ``stale`` sends what was drained
+        earlier (the plan may have moved since), ``lost`` never lands (the app retries on
+        the next event)."""
+        lift = self.lifts.pop(data.draw(st.integers(0, len(self.lifts) - 1)))
+        if not stale:
+            fresh = self.core.lift_target(lift.pod)
+            if fresh is None:
+                return
+            lift = fresh
+        obj = self.pods.get(lift.pod)
+        if lost or obj is None or obj["metadata"]["uid"] != lift.uid or not self._held(obj):
+            return  # the UID precondition or the gate's absence makes the PATCH a no-op
+        spec = {**obj["spec"], "schedulingGates": [
+            g for g in obj["spec"]["schedulingGates"] if g.get("name") != GANG_GATE]}
+        if lift.node is not None:
+            pin = {"key": "metadata.name", "operator": "In", "values": [lift.node]}
+            req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                   .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+            terms = [{**t, "matchFields": [*(t.get("matchFields") or []), pin]}
+                     for t in req.get("nodeSelectorTerms") or []] or [{"matchFields": [pin]}]
+            spec["affinity"] = {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+        saw("lift:" + ("pinned" if lift.node else "unpinned") + (":stale" if stale else ""))
+        self._put_pod({**obj, "spec": spec})
+        self._answered()
+
+    @precondition(lambda self: self.lifts)
+    @rule(data=st.data(), cycle=st.booleans())
+    def api_applies_every_lift(self, data: st.DataObject, cycle: bool) -> None:
+        """The usual case: every queued PATCH lands, in order, and (``cycle``) kube-scheduler
+        then cycles the pods that lost their gate at once."""
+        gangs = set()
+        while self.lifts:
+            lift = self.lifts.pop(0)
+            fresh = self.core.lift_target(lift.pod)
+            if fresh is not None:
+                self.lifts.insert(0, fresh)
+                self.api_applies_lift(_First(), False, False)
+                if lift.pod in self.pods:
+                    gangs.add(self._gang(self.pods[lift.pod]))
+        for gang in sorted(gangs - {""}) if cycle else ():
+            self.schedule_gang(gang, 0, data)
 
     @rule(gang=st.sampled_from(sorted(KOORD)), k=st.integers(0, 3))
     def create_koord_member(self, gang: str, k: int) -> None:
@@ -335,6 +430,8 @@ class GangModel(RuleBasedStateMachine):
                 b.annotate(k, v)
             for k, v in fresh.labels.items():
                 b.label(k, v)
+            if self._part(obj) in HELD:
+                b.held()
             self._put_pod(b.gpu(gpu(obj)).build())
         self._answered()
 
@@ -381,12 +478,12 @@ class GangModel(RuleBasedStateMachine):
         else:
             waiting = sorted(k for k, p in self.pods.items()
                              if not p["spec"].get("nodeName") and k not in self.parked
-                             and p["status"]["phase"] == "Pending")
+                             and p["status"]["phase"] == "Pending" and not self._held(p))
             if not waiting:
                 return
             obj = self.pods[data.draw(st.sampled_from(waiting))]
         rec = pod_from_json(obj)
-        feasible = [n for n in sorted(self.nodes) if self._raw_free(n) >= gpu(obj)]
+        feasible = self._feasible(obj)
         cand = [NodeName(n) for n in data.draw(st.lists(st.sampled_from(feasible), unique=True))
                 ] if feasible else []
         decision = self.core.filter(rec, cand, self.now)

@@ -1,0 +1,134 @@
+"""Gangs behind Lockstep's scheduling gate: admitted by Lockstep itself, lifted with a pin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coscheduling import (
+    BindGroup,
+    Coscheduler,
+    GangPhase,
+    NodeName,
+    Park,
+    Settings,
+    gang_key,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
+from coscheduling.gating import GANG_GATE, lift_patch, pinned_node
+from coscheduling.reasons import DoesNotFit, WaitingForMembers
+from tests.builders import node, pod
+
+
+def cluster(*gpus: int) -> Coscheduler:
+    core = Coscheduler(Settings(backoff_seconds=10))
+    for i, n in enumerate(gpus):
+        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+    return core
+
+
+def held(name: str, gang: str, size: int, gpus: int = 1) -> dict[str, Any]:
+    return pod(name).gang(gang, size, timeout=30).gpu(gpus).held().build()
+
+
+def lifted(obj: dict[str, Any], node_name: str | None) -> dict[str, Any]:
+    """What the API server makes of ``lift_patch`` (gate gone, pin on every term)."""
+    patch = lift_patch(obj["metadata"]["uid"], pod_from_json(obj).required_affinity, node_name)
+    spec = {**obj["spec"], "schedulingGates": [
+        g for g in obj["spec"].get("schedulingGates", []) if g["name"] != GANG_GATE]}
+    if "affinity" in patch["spec"]:
+        spec["affinity"] = patch["spec"]["affinity"]
+    return {**obj, "spec": spec}
+
+
+def test_a_held_gang_is_admitted_without_any_filter_call_and_lifted_pinned() -> None:
+    core = cluster(4, 4)
+    objs = [held(f"w{i}", "g", 3) for i in range(3)]
+    for o in objs[:2]:
+        core.upsert_pod(pod_from_json(o))
+    core.admit_held(0.0)
+    assert core.drain_lift() == []  # two of three: nothing to lift
+    g = core.gangs()[gang_key("default", "g")]
+    assert isinstance(g.reason, WaitingForMembers)
+    core.upsert_pod(pod_from_json(objs[2]))
+    core.admit_held(0.0)
+    assert g.phase is GangPhase.ADMITTED
+    lifts = core.drain_lift()
+    assert {lf.pod for lf in lifts} == {pod_key("default", f"w{i}") for i in range(3)}
+    assert {lf.node for lf in lifts} == {g.plan[lf.pod] for lf in lifts}
+    assert len({lf.node for lf in lifts}) == 1  # packed on one node
+    # The gate comes off with the pin; kube-scheduler's cycle sees only the pinned node.
+    for o, lf in zip(objs, sorted(lifts, key=lambda x: x.pod), strict=True):
+        rec = pod_from_json(lifted(o, lf.node))
+        assert not rec.held and pinned_node(rec.required_affinity) == lf.node
+        core.upsert_pod(rec)
+    decisions = []
+    for i in range(3):
+        rec = core.pod(pod_key("default", f"w{i}"))
+        assert rec is not None
+        pin = NodeName(pinned_node(rec.required_affinity) or "")
+        assert core.filter(rec, [pin], 1.0).passed == [pin]
+        decisions.append(core.bind(rec.key, pin, 1.0, rec.uid))
+    assert [type(d) for d in decisions] == [Park, Park, BindGroup]
+
+
+def test_a_held_gang_that_does_not_fit_waits_holding_nothing_then_goes_when_room_frees() -> None:
+    core = cluster(4)
+    for i in range(3):
+        core.upsert_pod(pod_from_json(held(f"a{i}", "a", 3)))
+    core.admit_held(0.0)
+    for i in range(3):  # b needs 3 more GPUs than are left
+        core.upsert_pod(pod_from_json(held(f"b{i}", "b", 3)))
+    core.admit_held(0.0)
+    b = core.gangs()[gang_key("default", "b")]
+    assert b.phase is GangPhase.WAITING and isinstance(b.reason, DoesNotFit)
+    assert not b.plan and core.drain_lift() != []  # only a's members are lifted
+    assert core.drain_lift() == []
+    for i in range(3):
+        core.delete_pod(pod_key("default", f"a{i}"))
+    core.admit_held(0.1)  # capacity changed, but the retry waits HELD_RETRY_SECONDS
+    assert b.phase is GangPhase.WAITING
+    core.admit_held(1.0)
+    assert b.phase is GangPhase.ADMITTED
+    assert {lf.pod for lf in core.drain_lift()} == {pod_key("default", f"b{i}") for i in range(3)}
+
+
+def test_a_held_pod_that_is_no_gang_member_is_lifted_unpinned() -> None:
+    core = cluster(4)
+    core.upsert_pod(pod_from_json(pod("solo").gpu(1).held().build()))
+    bad = pod("bad").gang("x", 2).annotate("lockstep.dev/min-member", "zero").held().build()
+    core.upsert_pod(pod_from_json(bad))
+    core.admit_held(0.0)
+    assert {(lf.pod, lf.node) for lf in core.drain_lift()} == {
+        (pod_key("default", "solo"), None), (pod_key("default", "bad"), None)}
+
+
+def test_a_pin_from_an_older_plan_moves_the_slot_onto_the_pin() -> None:
+    core = cluster(4, 4)
+    objs = [held(f"w{i}", "g", 2) for i in range(2)]
+    for o in objs:
+        core.upsert_pod(pod_from_json(o))
+    core.admit_held(0.0)
+    g = core.gangs()[gang_key("default", "g")]
+    planned = g.plan[pod_key("default", "w0")]
+    other = NodeName("n1" if planned == "n0" else "n0")
+    # A stale lift pinned w0 to the other node: its slot follows the pin.
+    core.upsert_pod(pod_from_json(lifted(objs[0], other)))
+    assert g.phase is GangPhase.ADMITTED
+    assert g.plan[pod_key("default", "w0")] == other
+
+
+def test_lift_patch_narrows_existing_terms_and_keeps_other_gates() -> None:
+    terms = ({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+             {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]})
+    patch = lift_patch("u1", terms, "n7")
+    got = patch["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    pin = {"key": "metadata.name", "operator": "In", "values": ["n7"]}
+    assert got == [{**terms[0], "matchFields": [pin]},
+                   {"matchFields": [*terms[1]["matchFields"], pin]}]
+    assert patch["metadata"] == {"uid": "u1"}
+    assert patch["spec"]["schedulingGates"] == [{"$patch": "delete", "name": GANG_GATE}]
+    assert "affinity" not in lift_patch("u1", terms, None)["spec"]
+    assert pinned_node(tuple(got)) == "n7"
