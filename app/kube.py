@@ -248,6 +248,11 @@ class KubeClient:
             "PATCH", path, json=patch, content_type="application/merge-patch+json"
         )
 
+    async def strategic_patch(self, path: str, patch: Mapping[str, Any]) -> Any:
+        return await self.request(
+            "PATCH", path, json=patch, content_type="application/strategic-merge-patch+json"
+        )
+
     async def post_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=event)
 

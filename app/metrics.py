@@ -75,6 +75,12 @@ class Metrics:
             "From a gang's first filter call to the moment its quorum was released to bind.",
             buckets=_LATENCY_BUCKETS, registry=self.registry,
         )
+        self.lifts = Counter(
+            "lockstep_gate_lifts_total",
+            "Lockstep's scheduling gate taken off pods, by outcome (pinned: to the planned "
+            "node; unpinned: no plan holds the pod; failed: the API refused for good).",
+            ["outcome"], registry=self.registry,
+        )
         self.bind_errors = Counter(
             "lockstep_bind_errors_total", "Bind calls answered with an error, by cause.",
             ["cause"], registry=self.registry,

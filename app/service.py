@@ -39,12 +39,13 @@ from coscheduling import (
     Unparked,
     pod_key,
 )
+from coscheduling.gating import lift_patch
 from coscheduling.podgroup import InvalidGang
 from coscheduling.reasons import InvalidDeclaration
 from coscheduling.upstream import GROUP, GangProgress, condition_updates
 
 from .cache import ClusterCache
-from .errors import APIError, APIUnreachable
+from .errors import APIError, APIUnreachable, Conflict, NotFound
 from .kube import KubeClient
 from .metrics import Metrics
 from .render import render, render_notice
@@ -54,6 +55,9 @@ __all__ = ["Lockstep", "UnknownObject"]
 log = logging.getLogger("lockstep")
 
 REQUEUE_ANNOTATION = "lockstep.dev/requeue"
+LIFTERS = 8
+"""Gate lifts in flight at once: a gang's members are released together."""
+LIFT_RETRIES = 5
 _WARNING = {NoticeKind.TIMED_OUT, NoticeKind.INVALID, NoticeKind.TIMEOUT_CAPPED,
             NoticeKind.PARTIALLY_BOUND}
 
@@ -73,6 +77,9 @@ class _Outbox:
         default_factory=lambda: asyncio.Queue(maxsize=20000)
     )
     requeue: asyncio.Queue[PodKey] = field(default_factory=lambda: asyncio.Queue(maxsize=20000))
+    lift: asyncio.Queue[tuple[PodKey, int]] = field(
+        default_factory=lambda: asyncio.Queue(maxsize=20000))
+    """Held pods to take Lockstep's gate off, with the attempt number."""
     dropped: int = 0
 
 
@@ -95,6 +102,10 @@ class Lockstep:
         self._first_seen: dict[GangKey, float] = {}
         self._posted: dict[tuple[PodKey, str, str], float] = {}
         self._podgroup_status: dict[GangKey, dict[str, Any]] = {}
+        self._lift_queued: set[PodKey] = set()
+        self._lift_sent: dict[PodKey, tuple[str, NodeName | None]] = {}
+        """The lift last written per pod: events on a pod still cached as held must not
+        write it again before the watch shows the gate gone."""
         self._out = _Outbox()
         self._kick = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -117,6 +128,7 @@ class Lockstep:
             "deadline-timer": self._timer(),
             "event-poster": self._post_events(),
             "requeue-nudger": self._nudge(),
+            **{f"gate-lifter-{i}": self._lift() for i in range(LIFTERS)},
             "podgroup-status": self._podgroup_status_loop(),
             "api-probe": self._probe_api(),
         }
@@ -306,7 +318,9 @@ class Lockstep:
     # ------------------------------------------------------------------ side effects
 
     def _flush(self) -> None:
-        """Act on what the core queued: parked calls to answer, Events, requeue nudges."""
+        """Act on what the core queued: parked calls to answer, Events, requeue nudges,
+        gates to lift (after admitting the held gangs these events made ready)."""
+        self.core.admit_held(self.clock())
         for unparked in self.core.drain_unparked():
             self._answer(unparked)
         for notice in self.core.drain_notices():
@@ -314,6 +328,11 @@ class Lockstep:
                 self._offer(self._out.events, (pod, notice))
         for pod in self.core.drain_requeue():
             self._offer(self._out.requeue, pod)
+        for lift in self.core.drain_lift():
+            if lift.pod not in self._lift_queued \
+                    and self._lift_sent.get(lift.pod) != (lift.uid, lift.node):
+                self._lift_queued.add(lift.pod)
+                self._offer(self._out.lift, (lift.pod, 0))
         self._kick.set()
 
     def _answer(self, unparked: Unparked) -> None:
@@ -386,6 +405,50 @@ class Lockstep:
                 await self.kube.merge_patch(path, patch)
             except (APIError, APIUnreachable) as e:
                 log.info("requeue of %s failed: %s", key, e)
+
+    async def _lift(self) -> None:
+        """Take Lockstep's gate off a pod, pinning it to its planned node in the same write.
+
+        The target is asked of the core when the PATCH is sent, not when it was queued, so a
+        plan that moved meanwhile is honoured. A pod recreated under the same name fails the
+        UID precondition and a deleted one 404s: both are dropped, since the watch brings
+        the new pod back through the core. Transient failures are retried; a refusal (422:
+        say, a validating webhook) leaves the pod held and is logged."""
+        while True:
+            key, attempt = await self._out.lift.get()
+            self._lift_queued.discard(key)
+            lift = self.core.lift_target(key)
+            pod = self.core.pod(key)
+            if lift is None or pod is None or self._lift_sent.get(key) == (lift.uid, lift.node):
+                continue
+            if len(self._lift_sent) > 50000:
+                self._lift_sent.clear()
+            self._lift_sent[key] = (lift.uid, lift.node)  # before the await: one write each
+            path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+            try:
+                await self.kube.strategic_patch(
+                    path, lift_patch(lift.uid, pod.required_affinity, lift.node))
+                self.metrics.lifts.labels("pinned" if lift.node else "unpinned").inc()
+                continue
+            except (NotFound, Conflict):
+                continue
+            except APIUnreachable as e:
+                self._lift_later(key, attempt, e)
+            except APIError as e:
+                if e.status == 429 or e.status >= 500:
+                    self._lift_later(key, attempt, e)
+                else:
+                    self.metrics.lifts.labels("failed").inc()
+                    log.warning("gate of %s not lifted: %s", key, e)
+            self._lift_sent.pop(key, None)
+
+    def _lift_later(self, key: PodKey, attempt: int, err: Exception) -> None:
+        if attempt + 1 >= LIFT_RETRIES:
+            self.metrics.lifts.labels("failed").inc()
+            log.warning("gate of %s not lifted after %d tries: %s", key, attempt + 1, err)
+            return
+        asyncio.get_running_loop().call_later(
+            0.2 * 2 ** attempt, self._offer, self._out.lift, (key, attempt + 1))
 
     async def _write_volcano_status(self) -> None:
         for key, st in self.core.volcano_statuses().items():
