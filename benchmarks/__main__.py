@@ -49,7 +49,8 @@ def main() -> None:
                     help="gangs created one by one while the scheduler runs (default 20; 10 "
                          "quick)")
     tp.add_argument("--schedulers", default=",".join(throughput.SCHEDULERS),
-                    help="comma-separated subset of stock,lockstep,sp (default: all three)")
+                    help="comma-separated subset of stock,lockstep,sp (default: all three), "
+                         "plus lockstep-ungated (gang pods without Lockstep's gate)")
     tp.add_argument("--timeout", type=float, default=None,
                     help="seconds each scheduler gets for the batch (default 300; 120 quick)")
     tp.add_argument("--stall", type=float, default=45.0,
