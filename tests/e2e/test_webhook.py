@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import yaml
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gating import GANG_GATE, pinned_node
 from testbed.bins import REPO
 from testbed.certs import make_certs
 from testbed.workloads import gang, pod
@@ -128,6 +128,39 @@ def test_gang_pods_get_the_gate_plain_pods_and_other_schedulers_do_not(
     delta = {k: d for k in after if (d := after[k] - before.get(k, 0.0))}
     assert delta == {"gated": len(gang_pods) + 1, "already-gated": 1, "node-name-set": 1,
                      "no-gang": 1}, delta
+    assert fail_open(c) == 0
+
+
+def test_seed_case_with_the_webhook(cluster: ClusterFactory) -> None:
+    """Two 4-pod x 1-GPU gangs on 6 GPUs, created ungated and gated by the webhook: one binds
+    in full, the other binds nothing, and it binds in full once the first is deleted."""
+    c = with_webhook(cluster)
+    a, b = gang("a", 4), gang("b", 4)
+    for x, y in zip(a, b, strict=True):  # interleaved: the classic deadlock
+        for obj in (x, y):
+            assert gates(create(c, obj)) == [GANG_GATE], obj["metadata"]["name"]
+    c.kube.wait("one gang bound", lambda: any(
+        all(f"{g}-{i}" in c.bound() for i in range(4)) for g in "ab"), 60)
+    settle(3)
+    bound = c.bound()
+    done = [g for g in "ab" if all(f"{g}-{i}" in bound for i in range(4))]
+    assert len(done) == 1, bound
+    first, other = done[0], "b" if done == ["a"] else "a"
+    assert not any(n.startswith(f"{other}-") for n in bound), bound
+    c.recorder.assert_gang_invariants(c.ns)
+    for i in range(4):
+        # The gate came off the members that bound, pinning each to the node it bound on;
+        # the waiting gang's members are still held, out of kube-scheduler's queue.
+        live = c.kube.pod(c.ns, f"{first}-{i}")
+        assert GANG_GATE not in gates(live)
+        terms = (((live["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+        assert pinned_node(tuple(terms or ())) == bound[f"{first}-{i}"], live["spec"]
+        assert GANG_GATE in gates(c.kube.pod(c.ns, f"{other}-{i}"))
+    c.delete(*(f"{first}-{i}" for i in range(4)))  # the first job finishes
+    c.wait_bound([f"{other}-{i}" for i in range(4)], 30)
+    c.recorder.assert_gang_invariants(c.ns)
+    assert c.metric("lockstep_gang_timeouts_total") == 0
     assert fail_open(c) == 0
 
 
