@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -250,14 +251,18 @@ class Lockstep:
         keys = list(binds)
         outcomes = await asyncio.gather(*(self._bind_one(k, binds[k]) for k in keys))
         self._settle(outcomes)
-        ok = sum(1 for o in outcomes if isinstance(o, Bound))
+        placed = Counter(binds[o.pod] for o in outcomes if isinstance(o, Bound))
+        if placed:
+            # One Event for the group, on the member whose call released it: per member it
+            # was 8 writes per 8-pod gang competing with the bindings (issue 12), and each
+            # member gets kube-scheduler's own Scheduled Event anyway.
+            where = ", ".join(f"{n} x{c}" for n, c in sorted(placed.items()))
+            detail = f"{placed.total()} of {len(keys)} member(s) bound together ({where})"
+            self._offer(self._out.events,
+                        (own, Notice(NoticeKind.BOUND, gang, (own,), detail=detail)))
         mine = ""
         for k, outcome in zip(keys, outcomes, strict=True):
             err = _error_text(outcome)
-            if not err:
-                detail = f"bound to {binds[k]} together with {ok - 1} other member(s)"
-                self._offer(self._out.events,
-                            (k, Notice(NoticeKind.BOUND, gang, (k,), detail=detail)))
             if k == own:
                 mine = err
                 continue

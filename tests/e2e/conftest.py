@@ -82,8 +82,9 @@ class Cluster:
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         return self.kube.events(self.ns, name)
 
-    def wait_event(self, name: str, reason: str, contains: str = "",
+    def wait_event(self, name: str | None, reason: str, contains: str = "",
                    timeout: float = 30.0) -> dict[str, Any]:
+        """An Event on pod ``name`` (``None``: on any object in the namespace)."""
         def find() -> dict[str, Any] | None:
             for e in self.events(name):
                 if e.get("reason") == reason and contains in e.get("message", ""):

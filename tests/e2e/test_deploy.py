@@ -104,7 +104,7 @@ def test_lockstep_runs_under_exactly_its_cluster_role(cluster: ClusterFactory) -
     c.wait_event("pg-0", "GangWaiting", "2/3 members exist")            # events: create
     c.create(members[2])
     c.wait_bound(c.names("pg", 3), 30)                                 # pods/binding: create
-    c.wait_event("pg-0", "GangBound")
+    c.wait_event(None, "GangBound", "3 of 3 member(s) bound together")
     path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{c.ns}/podgroups/pg"
     c.kube.wait("PodGroup status", lambda: c.kube.get(path).get("status", {}).get(
         "phase") == "Running", 30)                                     # podgroups/status: patch

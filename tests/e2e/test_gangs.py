@@ -26,7 +26,10 @@ def test_four_pod_gang_binds_all_and_none_before_the_fourth_exists(
     c.recorder.assert_gang_invariants(c.ns)
     # Topology: 8 GPUs fit on one node, so the gang is packed onto one.
     assert len(set(bound.values())) == 1
-    c.wait_event("train-3", "GangBound", "together with 3 other member(s)")
+    # One GangBound Event for the whole gang, on the member whose bind call released it.
+    ev = c.wait_event(None, "GangBound", f"4 of 4 member(s) bound together ({bound['train-0']} x4)")
+    assert ev["involvedObject"]["name"] in bound
+    assert sum(e.get("reason") == "GangBound" for e in c.events()) == 1
 
 
 def test_two_gangs_on_six_gpus_no_deadlock_and_no_timeout(cluster: ClusterFactory) -> None:
