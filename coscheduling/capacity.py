@@ -41,9 +41,13 @@ class Capacity:
 
     def free_gpus(self, node: NodeName, own: PodKey | None = None) -> int:
         """Free GPUs on ``node`` outside every reservation but ``own``'s."""
-        n = self._store.nodes[node]
-        free = n.allocatable.get(GPU, 0) - self._store.used.get(node, {}).get(GPU, 0)
-        free -= self._ledger.reserved_on(node).get(GPU, 0)
+        cache = self._store.free_gpu
+        free = cache.get(node)
+        if free is None:
+            n = self._store.nodes[node]
+            free = n.allocatable.get(GPU, 0) - self._store.used.get(node, {}).get(GPU, 0)
+            free -= self._ledger.reserved_on(node).get(GPU, 0)
+            cache[node] = free
         mine = self._ledger.get(own) if own is not None else None
         if mine is not None and mine.node == node:
             free += mine.requests.get(GPU, 0)

@@ -8,7 +8,8 @@
    bindings), each slot is a live, unbound member of that gang on a node that exists, and an
    ADMITTED gang's slots plus bound members cover ``minMember`` (a whole plan, never part);
 4. every parked call belongs to an ADMITTED gang and sits on its planned node;
-5. the derived caches equal a fresh computation (plain-pod scores, topology domains);
+5. the derived caches equal a fresh computation (plain-pod scores, free GPUs, topology
+   domains);
 6. a member pinned to a node (Lockstep lifted its gate) is only ever planned on that node,
    and no held member (its gate still on) is parked.
 
@@ -91,6 +92,14 @@ def check_invariants(core: Coscheduler) -> None:
         for n, cached in per_node.items():
             if n in store.nodes and core.explain_score(n, gpus).total != cached:
                 raise InvariantBroken(f"stale cached score for {n} ({gpus} GPU)")
+    for n, cached_gpus in store.free_gpu.items():
+        if n in store.nodes:
+            fresh_gpus = store.nodes[n].allocatable.get("nvidia.com/gpu", 0) - store.used.get(
+                n, {}).get("nvidia.com/gpu", 0) - core.ledger.reserved_on(n).get(
+                "nvidia.com/gpu", 0)
+            if cached_gpus != fresh_gpus:
+                raise InvariantBroken(f"stale cached free GPUs for {n}: {cached_gpus} "
+                                      f"!= {fresh_gpus}")
     for index in range(len(core.settings.levels)):
         fresh: dict[tuple[str, ...], list[str]] = {}
         for n in sorted(store.nodes):

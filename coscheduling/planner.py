@@ -234,21 +234,26 @@ def plan_gang(
             # Parked members already sit on their nodes: only their domain can hold the rest.
             doms = {ctx.domain(index, n) for n in fixed_nodes}
             domains = {d: ns for d, ns in domains.items() if d in doms}
+        free_gpus = ctx.view.free_gpus  # cached per node by the store, not per call
         sized = []
         for d, ns in domains.items():
-            free_gpu = sum(map(ctx.free_gpus, ns))
-            if free_gpu >= total_gpu and ctx.holds(ns, others):
+            free_gpu = sum(map(free_gpus, ns))
+            if free_gpu >= total_gpu:
                 sized.append((free_gpu, d, ns))
         # Tightest domains first: once one fits, only domains as tight can still beat it.
+        # The other resources are summed only for domains tried, never for all of them.
         best: tuple[tuple[int, int, tuple[str, ...]], dict[PodKey, NodeName]] | None = None
         ties = 0
-        for free_gpu, d, ns in sorted(sized, key=lambda t: (t[0], t[1])):
+        sized.sort()  # by free GPUs, then domain name (unique: node lists never compared)
+        for free_gpu, d, ns in sized:
             if best is not None:
                 if free_gpu - total_gpu > best[0][0]:
                     break
                 ties += 1
                 if ties > TIES_TRIED:
                     break
+            if not ctx.holds(ns, others):
+                continue
             placed = _place(ctx, ns)
             if placed is None:
                 continue

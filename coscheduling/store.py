@@ -55,6 +55,9 @@ class ClusterStore:
     """GPU counts of the pods holding GPUs on each node (for NVLink island packing)."""
     scores: dict[int, dict[NodeName, int]] = field(default_factory=dict)
     """Plain-pod scores by GPU count, then node; a node's entries drop when it changes."""
+    free_gpu: dict[NodeName, int] = field(default_factory=dict)
+    """Free GPUs per node outside every reservation (``Capacity.free_gpus``); an entry drops
+    when the node is touched. Planning a gang reads every node's."""
     epoch: int = 0
     """Bumped whenever a node's free capacity or reservations may have changed."""
     _domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = field(default_factory=dict)
@@ -153,6 +156,7 @@ class ClusterStore:
     def touch(self, node: NodeName) -> None:
         """Something that a node's scores depend on changed (usage, reservations, labels)."""
         self.epoch += 1
+        self.free_gpu.pop(node, None)
         for per_node in self.scores.values():
             per_node.pop(node, None)
 
