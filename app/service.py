@@ -325,7 +325,8 @@ class Lockstep:
     def _flush(self) -> None:
         """Act on what the core queued: parked calls to answer, Events, requeue nudges,
         gates to lift (after admitting the held gangs these events made ready)."""
-        self.core.admit_held(self.clock())
+        if self.cache.synced:  # with half a cache every held gang would look unplaceable
+            self.core.admit_held(self.clock())
         for unparked in self.core.drain_unparked():
             self._answer(unparked)
         for notice in self.core.drain_notices():
