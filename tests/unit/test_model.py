@@ -5,8 +5,10 @@ PodGroups) and plays kube-scheduler against ``Coscheduler``: node add / delete /
 relist, pod create / delete / recreate with a new UID / fail, PodGroup create / change /
 delete, filter with random candidate subsets (including pods the cache has not seen and pods
 already deleted), bind with successful, transiently and permanently failing API calls,
-kube-scheduler dropping parked calls, time advancing past deadlines and backoffs, and full
-relists. After every step it asserts:
+kube-scheduler dropping parked calls, time advancing past deadlines and backoffs, full
+relists, and gangs created behind Lockstep's scheduling gate (admitted by the core itself,
+their gates lifted with a pin by PATCHes that land late, stale or never; kube-scheduler only
+cycles ungated pods, a pinned one on its pin). After every step it asserts:
 
 * ``check_invariants`` (reservations equal plans, no node over-committed, admitted gangs
   hold whole plans, parked calls on planned nodes, derived caches fresh);
