@@ -1,0 +1,328 @@
+"""A minimal HTTP/1.1 keep-alive client for Lockstep's own API writes (issue 12).
+
+Profiling a loaded Lockstep showed ~47% of its event loop's busy time inside httpx, httpcore
+and h11 (pure Python) for a handful of small requests per gang: bindings, gate-lifting
+PATCHes and events. This client does only what those requests need, in as little Python
+per request as it can:
+
+* the request goes out as one ``bytes`` write: a request line, a header block assembled
+  once per client (Host, Accept, User-Agent, Authorization), Content-Type/Content-Length
+  and the body;
+* the response is parsed by ``httptools`` (llhttp, in C) from an ``asyncio.Protocol``, no
+  streams, no per-request tasks; Content-Length, chunked, body-less (204/304) and
+  close-delimited answers are handled;
+* a connection carries one request at a time; idle keep-alive connections wait in a small
+  LIFO pool (the most recently used one is the least likely to have been closed by the
+  server), and a connection is closed instead of pooled when the answer says so
+  (``Connection: close``, HTTP/1.0) or the pool is full.
+
+Failures raise ``TransportError`` (its cause chained), which ``KubeClient`` maps onto
+``APIUnreachable`` as it maps httpx's. One failure is not surfaced: a request written on a
+*reused* connection that the server closed (or reset) before any byte of an answer is sent
+again, once, on a fresh connection. That is a server dropping a connection it saw as idle
+(an idle timeout racing our write), which means it did not read the request; the one
+writer that could in theory see a request act twice is a binding, whose second attempt
+answers 409 and is recognised as our own by ``KubeClient.bind_retrying``. Every other
+failure (refused, reset or closed mid-answer, a parser error, the timeout) is raised.
+
+Streaming (watches) is not handled here: watches stay on httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Mapping
+from typing import cast
+from urllib.parse import quote, urlencode, urlsplit
+
+import httptools
+
+__all__ = ["FastHTTP", "TransportError"]
+
+_Result = tuple[int, bytes]
+
+_SAFE_PATH = "/:@!$&'()*+,;=%?"
+"""Left as they are by ``quote``: a path Lockstep builds is already valid; only what could
+not go on the request line as is (spaces, non-ASCII) gets percent-encoded."""
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+"""Methods whose requests carry ``Content-Length: 0`` when they have no body (as httpx)."""
+
+
+class TransportError(Exception):
+    """The request got no (complete) answer: not connected, dropped, timed out, garbled."""
+
+
+class _NoResponse(ConnectionError):
+    """The connection ended before any byte of the answer arrived."""
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection, carrying one request at a time.
+
+    The parser calls the ``on_*`` methods from inside ``data_received``; they must not
+    raise (httptools would turn that into a parser error)."""
+
+    def __init__(self, pool: FastHTTP, loop: asyncio.AbstractEventLoop) -> None:
+        self._pool = pool
+        self._parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        """True once the connection cannot carry another request (EOF, lost, aborted)."""
+        self.keep_alive = False
+        self.lost: asyncio.Future[None] = loop.create_future()
+        self._loop = loop
+        self._waiter: asyncio.Future[_Result] | None = None
+        self._body: list[bytes] = []
+        self._received = False
+        self._headers_done = False
+        self._framed = False
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self.abort()  # an answer nobody asked for: this connection is out of step
+            return
+        self._received = True
+        try:
+            self._parser.feed_data(data)
+        except Exception as e:  # HttpParserError, HttpParserUpgrade
+            self._fail(TransportError(f"malformed HTTP response: {e!r}"))
+            self.abort()
+
+    def eof_received(self) -> bool:
+        self._ended(None)
+        return False  # let the transport close itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended(exc)
+        self._pool._forget(self)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self._waiter is None:  # more bytes after the answer: never reuse this connection
+            self.closed = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) in (14, 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+            self._framed = True
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
+            self._reset()
+            return
+        self.keep_alive = self._parser.should_keep_alive()
+        self._succeed(status)
+
+    # the pool's side
+
+    async def exchange(self, data: bytes) -> _Result:
+        """Write one request, wait for its whole answer: (status, body)."""
+        if self.closed or self.transport is None or self.transport.is_closing():
+            raise _NoResponse("connection closed while idle")
+        waiter: asyncio.Future[_Result] = self._loop.create_future()
+        self._waiter = waiter
+        self._reset()
+        self.keep_alive = False
+        self.transport.write(data)
+        return await waiter
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # internals
+
+    def _reset(self) -> None:
+        self._body = []
+        self._received = False
+        self._headers_done = False
+        self._framed = False
+
+    def _succeed(self, status: int) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            body = self._body
+            waiter.set_result((status, body[0] if len(body) == 1 else b"".join(body)))
+
+    def _fail(self, exc: BaseException) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def _ended(self, exc: Exception | None) -> None:
+        """The server closed (``exc`` None) or the connection broke."""
+        self.closed = True
+        self.keep_alive = False
+        if self._waiter is None or self._waiter.done():
+            return
+        if not self._received:
+            self._fail(_NoResponse("connection closed before any response")
+                       if exc is None else _NoResponse(f"connection lost: {exc!r}"))
+        elif exc is None and self._headers_done and not self._framed:
+            self._succeed(self._parser.get_status_code())  # body delimited by the close
+        else:
+            self._fail(ConnectionError(f"connection lost mid-response: {exc!r}"))
+
+
+class FastHTTP:
+    """Non-streaming requests to one server (``http://`` or ``https://``), keep-alive pooled.
+
+    ``headers`` go on every request (Host is added); ``ssl_context`` is used for https.
+    ``timeout`` bounds a whole request (waiting for a connection slot, connecting, sending,
+    the answer), ``connect_timeout`` the connect and TLS handshake within it."""
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        headers: Mapping[str, str],
+        ssl_context: ssl.SSLContext | None = None,
+        timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        max_idle: int = 16,
+        max_connections: int = 100,
+    ) -> None:
+        url = urlsplit(server)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"not an http(s) server URL: {server!r}")
+        tls = url.scheme == "https"
+        self._host = url.hostname
+        self._port = url.port or (443 if tls else 80)
+        self._ssl: ssl.SSLContext | None = (
+            (ssl_context or ssl.create_default_context()) if tls else None)
+        self._server_hostname = url.hostname if tls else None
+        self._prefix = url.path.rstrip("/")
+        lines = [f"Host: {url.netloc.rpartition('@')[2]}"]
+        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() != "host"]
+        if any("\r" in line or "\n" in line for line in lines):
+            raise ValueError("a header holds a line break")
+        self._static = "".join(line + "\r\n" for line in lines).encode("latin-1")
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._max_idle = max_idle
+        self._idle: list[_Connection] = []
+        self._slots = asyncio.Semaphore(max_connections)
+        self._open: set[_Connection] = set()
+        self._closed = False
+        self.connections_opened = 0
+        """Connections made so far (tests and diagnostics: keep-alive at work or not)."""
+
+    @property
+    def idle(self) -> int:
+        """Connections waiting in the pool."""
+        return len(self._idle)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> _Result:
+        """(status, body) of ``method path?params``; raises ``TransportError``."""
+        if method == "HEAD":  # the parser would wait for the body a HEAD answer announces
+            raise ValueError("HEAD is not supported")
+        target = self._prefix + quote(path, safe=_SAFE_PATH)
+        if params:
+            target += ("&" if "?" in target else "?") + urlencode(params, quote_via=quote)
+        head = f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + self._static
+        if body is not None:
+            data = b"%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+                head, content_type.encode("latin-1"), len(body), body)
+        elif method in _BODY_METHODS:
+            data = head + b"Content-Length: 0\r\n\r\n"
+        else:
+            data = head + b"\r\n"
+        if self._closed:
+            raise TransportError("client closed")
+        try:
+            async with asyncio.timeout(self._timeout), self._slots:
+                return await self._send(data)
+        except TimeoutError as e:
+            raise TransportError(f"no answer within {self._timeout:g}s") from e
+        except OSError as e:  # refused, reset, TLS (ssl.SSLError), _NoResponse
+            raise TransportError(str(e) or repr(e)) from e
+
+    async def aclose(self) -> None:
+        """Close every connection; answers still on their way are dropped."""
+        self._closed = True
+        conns = list(self._open)
+        for c in conns:
+            c.close()
+        self._idle.clear()
+        if conns:  # let TLS connections say goodbye before the loop may go away
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asyncio.gather(*(c.lost for c in conns))
+
+    async def _send(self, data: bytes) -> _Result:
+        conn = self._idle.pop() if self._idle else None
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect()
+        try:
+            try:
+                result = await conn.exchange(data)
+            except _NoResponse:
+                if not reused:
+                    raise
+                conn.abort()
+                if self._closed:
+                    raise
+                conn = await self._connect()  # the server closed it while idle: once more
+                result = await conn.exchange(data)
+        except BaseException:
+            conn.abort()  # cancelled or failed mid-request: never reuse it
+            raise
+        if conn.keep_alive and not conn.closed and not self._closed and (
+                len(self._idle) < self._max_idle):
+            self._idle.append(conn)
+        else:
+            conn.close()
+        return result
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, loop), self._host, self._port, ssl=self._ssl,
+                    server_hostname=self._server_hostname)
+        except TimeoutError as e:
+            raise TransportError(
+                f"no connection to {self._host}:{self._port} within "
+                f"{self._connect_timeout:g}s") from e
+        self.connections_opened += 1
+        self._open.add(conn)
+        return conn
+
+    def _forget(self, conn: _Connection) -> None:
+        self._open.discard(conn)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
