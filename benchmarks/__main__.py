@@ -1,8 +1,9 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
-``python -m benchmarks [verbs] [placement] [throughput] [--quick]``; results go to
+``python -m benchmarks [verbs] [placement] [throughput] [memory] [--quick]``; results go to
 bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
-``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``).
+``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
+(``--mem-nodes``, ``--mem-pods``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import placement, throughput, verbs
+from . import memory, placement, throughput, verbs
 
-BENCHMARKS = ("verbs", "placement", "throughput")
+BENCHMARKS = ("verbs", "placement", "throughput", "memory")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -61,6 +62,16 @@ def main() -> None:
     tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
                     help="experiment: override a top-level KubeSchedulerConfiguration key of "
                          "the Lockstep run (e.g. percentageOfNodesToScore=0); repeatable")
+    mem = ap.add_argument_group("memory (issue 12: Lockstep RSS <= 300 MB at 5,000 nodes and "
+                                "50,000 pods cached)")
+    mem.add_argument("--mem-nodes", type=int, default=None,
+                     help="KWOK nodes x 8 GPUs (default 5000; 1000 with --quick)")
+    mem.add_argument("--mem-pods", type=int, default=None,
+                     help="pods in all: ~10%% bound, 100 gangs x 8 behind Lockstep's gate, the "
+                          "rest pending for a scheduler that does not run (default 50000; "
+                          "5000 with --quick)")
+    mem.add_argument("--mem-settle", type=float, default=5.0,
+                     help="seconds between all cached and the RSS reading (default 5)")
     args = ap.parse_args()
     # (argparse's choices= rejects a list default with nargs="*", so check here)
     unknown = [w for w in args.which if w not in BENCHMARKS]
@@ -84,6 +95,8 @@ def main() -> None:
         print(table(result["rows"], placement.TABLE_COLUMNS))
     if "throughput" in args.which:
         _throughput(args, out, meta)
+    if "memory" in args.which:
+        _memory(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -133,6 +146,24 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
           "before the scheduler starts; one run, compare ratios)")
     print(throughput.format_table(result["rows"]))
     print(throughput.format_ratios(result["ratios"]))
+
+
+def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    from testbed.bins import ensure_bins
+
+    ensure_bins()
+    nodes = args.mem_nodes or (1000 if args.quick else 5000)
+    pods = args.mem_pods or (5000 if args.quick else 50000)
+    print(f"\nMemory: {nodes} nodes x {throughput.NODE_GPUS} GPUs, {pods} pods, all created "
+          "before Lockstep starts", flush=True)
+    measured = _commit()  # at the start: the product code Lockstep runs is read now
+    result = memory.run(nodes, pods, settle=args.mem_settle,
+                        log=lambda s: print(s, flush=True))
+    (out / "memory.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                 **result}, indent=2))
+    print(f"\nLockstep memory ({nodes} nodes, {pods} pods cached; goal, issue 12: RSS <= "
+          f"{memory.GOAL_MB:g} MB at 5,000 nodes and 50,000 pods)")
+    print(memory.format_result(result))
 
 
 if __name__ == "__main__":
