@@ -616,6 +616,10 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             row["lockstep_ready_s"] = round(time.monotonic() - t0, 2)
         ls_pid = bed.procs["lockstep"].pid if ls_url else None
         ls_cpu0 = _cpu_seconds(ls_pid)
+        # The rest of the machine's CPU per run: every scheduler's writes cost the API server,
+        # etcd and KWOK too, on the same two cores.
+        infra = {k: bed.procs[k].pid for k in ("kube-apiserver", "etcd", "kwok") if k in bed.procs}
+        infra0 = {k: _cpu_seconds(pid) for k, pid in infra.items()}
         if opts.profile and ls_url:  # now at work: no longer "idle" (kept for the report)
             idle = [_latency_ms(f"{ls_url}/healthz") for _ in range(20)]
             row["lockstep_healthz_idle_ms"] = {"p50": _r(percentile(idle, 50)),
@@ -654,6 +658,10 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 spy.kill()
         ls_cpu1 = _cpu_seconds(ls_pid)
+        for k, pid in infra.items():
+            c0, c1 = infra0[k], _cpu_seconds(pid)
+            row[f"{k.replace('-', '_')}_cpu_s"] = round(c1 - c0, 2) \
+                if c0 is not None and c1 is not None else None
         sched_text = _get_text(sched_metrics)
         after = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
         ls_text = _get_text(f"{ls_url}/metrics") if ls_url else ""
