@@ -66,6 +66,7 @@ __all__ = [
 
 GOAL_MB = 300.0
 """Issue 12: Lockstep's RSS with 5,000 nodes and 50,000 pods cached."""
+GOAL_NODES, GOAL_PODS = 5000, 50000
 BOUND_SHARE = 0.10
 """About this share of all pods are bound (running on KWOK nodes)."""
 TEAMS = ("team-a", "team-b", "team-c", "team-d", "team-e")
@@ -367,7 +368,10 @@ def run(nodes: int, pods: int, *, gangs: int = 100, gang_size: int = 8, settle: 
         row["goal_met"] = row["rss_mb"] is not None and row["rss_mb"] <= GOAL_MB
         row["peak_within_goal"] = (row["peak_rss_mb"] is not None
                                    and row["peak_rss_mb"] <= GOAL_MB)
-        row["goal"] = "met" if row["goal_met"] else "MISSED"
+        # The goal is stated at 5,000 nodes and 50,000 pods; a smaller run only hints at it.
+        at_scale = nodes >= GOAL_NODES and wl.pods >= GOAL_PODS
+        row["goal"] = ("met" if row["goal_met"] else "MISSED") + ("" if at_scale
+                                                                  else " (smaller run)")
         row["context_rss_mb"] = {name: _rss_mb(bed.procs[name].pid)["rss_mb"]
                                  for name in ("kube-apiserver", "etcd", "kwok")}
         kube.close()
