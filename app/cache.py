@@ -128,7 +128,11 @@ class ClusterCache:
             return None
 
     def _replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
-        records = [r for r in (self._parse(kind, o) for o in items) if r is not None]
+        self._apply_all(kind, [r for r in (self._parse(kind, o) for o in items)
+                               if r is not None])
+
+    def _apply_all(self, kind: str, records: list[Any]) -> None:
+        """Make the core's set of ``kind`` exactly ``records`` (after a list)."""
         if kind == "nodes":
             self.core.replace_nodes(records)
         elif kind == "pods":
@@ -238,8 +242,9 @@ class ClusterCache:
         res.path = f"/apis/{group}/{found}/{plural}"
 
     async def _list(self, res: Resource) -> None:
-        items, rv = await self.kube.list(res.path)
-        self._replace(res.name, items)
+        records, rv = await self.kube.list_parsed(res.path,
+                                                  lambda o: self._parse(res.name, o))
+        self._apply_all(res.name, records)
         res.resource_version = rv
         res.synced = True
         res.last_sync = time.monotonic()
