@@ -56,6 +56,9 @@ class Capacity:
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
         return self._store.domains(index)
 
+    def domains_by_free_gpus(self, index: int) -> Sequence[tuple[int, tuple[str, ...]]]:
+        return self._store.domains_by_free_gpus(index, self.free_gpus)
+
     def explain_score(self, node: NodeName, gpus: int, own: PodKey | None = None) -> Score:
         n = self._store.nodes[node]
         numa = self._store.numa.get(node)

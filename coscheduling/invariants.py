@@ -23,6 +23,7 @@ from typing import Any
 from .core import Coscheduler, GangPhase
 from .gating import pinned_node
 from .ledger import LedgerDrift, check_ledger
+from .records import NodeName
 from .resources import sub
 from .topology import domain_of
 
@@ -92,22 +93,27 @@ def check_invariants(core: Coscheduler) -> None:
         for n, cached in per_node.items():
             if n in store.nodes and core.explain_score(n, gpus).total != cached:
                 raise InvariantBroken(f"stale cached score for {n} ({gpus} GPU)")
+    def fresh_free_gpus(n: NodeName) -> int:
+        return store.nodes[n].allocatable.get("nvidia.com/gpu", 0) - store.used.get(
+            n, {}).get("nvidia.com/gpu", 0) - core.ledger.reserved_on(n).get("nvidia.com/gpu", 0)
+
     for n, cached_gpus in store.free_gpu.items():
         if n in store.nodes:
-            fresh_gpus = store.nodes[n].allocatable.get("nvidia.com/gpu", 0) - store.used.get(
-                n, {}).get("nvidia.com/gpu", 0) - core.ledger.reserved_on(n).get(
-                "nvidia.com/gpu", 0)
+            fresh_gpus = fresh_free_gpus(n)
             if cached_gpus != fresh_gpus:
                 raise InvariantBroken(f"stale cached free GPUs for {n}: {cached_gpus} "
                                       f"!= {fresh_gpus}")
     for index in range(len(core.settings.levels)):
-        fresh: dict[tuple[str, ...], list[str]] = {}
+        fresh: dict[tuple[str, ...], list[NodeName]] = {}
         for n in sorted(store.nodes):
             d = domain_of(core.settings.levels, index, store.nodes[n])
             if d is not None:
                 fresh.setdefault(d, []).append(n)
         if {d: list(ns) for d, ns in store.domains(index).items()} != fresh:
             raise InvariantBroken(f"stale topology domains at level {index}")
+        fresh_ranked = sorted((sum(map(fresh_free_gpus, ns)), d) for d, ns in fresh.items())
+        if list(core.capacity.domains_by_free_gpus(index)) != fresh_ranked:
+            raise InvariantBroken(f"stale free GPUs per domain at level {index}")
 
 
 def cluster_facts(core: Coscheduler) -> dict[str, Any]:

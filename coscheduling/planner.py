@@ -10,6 +10,7 @@ it fills most tightly.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -53,6 +54,11 @@ class CapacityView(Protocol):
 
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
         """Nodes grouped by their domain at ``levels[index]`` (nodes lacking it left out)."""
+        ...
+
+    def domains_by_free_gpus(self, index: int) -> Sequence[tuple[int, tuple[str, ...]]]:
+        """``(free GPUs, domain)`` for each domain of ``domains(index)``, ascending, where a
+        domain's free GPUs are ``free_gpus`` summed over its nodes."""
         ...
 
 
@@ -107,7 +113,6 @@ class _Context:
                  levels: Sequence[Level]) -> None:
         self.view = view
         self.levels = levels
-        self.names = sorted(view.nodes)
         self.todo = todo
         self.keys = [m.key for m in todo]
         self._free: dict[NodeName, Resources] = {}
@@ -128,6 +133,11 @@ class _Context:
         if v is None:
             v = memo[n] = eligible(m.pod, self.view.nodes[n])
         return v
+
+    @property
+    def names(self) -> list[NodeName]:
+        """Every node, sorted: only a spread placement or an explanation reads them all."""
+        return sorted(self.view.nodes)
 
     def eligible_set(self, i: int) -> frozenset[NodeName]:
         return frozenset(n for n in self.names if self.ok(i, n))
@@ -234,20 +244,20 @@ def plan_gang(
             # Parked members already sit on their nodes: only their domain can hold the rest.
             doms = {ctx.domain(index, n) for n in fixed_nodes}
             domains = {d: ns for d, ns in domains.items() if d in doms}
-        free_gpus = ctx.view.free_gpus  # cached per node by the store, not per call
-        sized = []
-        for d, ns in domains.items():
-            free_gpu = sum(map(free_gpus, ns))
-            if free_gpu >= total_gpu:
-                sized.append((free_gpu, d, ns))
         # Tightest domains first: once one fits, only domains as tight can still beat it.
-        # The other resources are summed only for domains tried, never for all of them.
+        # The store keeps the domains ranked by free GPUs; the other resources are summed
+        # only for the domains tried.
+        ranked = view.domains_by_free_gpus(index)
         best: tuple[tuple[int, int, tuple[str, ...]], dict[PodKey, NodeName]] | None = None
         ties = 0
-        sized.sort()  # by free GPUs, then domain name (unique: node lists never compared)
-        for free_gpu, d, ns in sized:
+        for at in range(bisect_left(ranked, (total_gpu,)), len(ranked)):
+            free_gpu, d = ranked[at]
+            ns = domains.get(d)
+            if ns is None:  # not the parked members' domain
+                continue
             if best is not None:
-                if free_gpu - total_gpu > best[0][0]:
+                # A tie can only win on fewer nodes, and none uses fewer than one.
+                if free_gpu - total_gpu > best[0][0] or best[0][1] == 1:
                     break
                 ties += 1
                 if ties > TIES_TRIED:
