@@ -141,7 +141,10 @@ class KubeClient:
         self._fast = None if transport is not None else FastHTTP(
             cfg.server, headers=headers,
             ssl_context=verify if isinstance(verify, ssl.SSLContext) else None,
-            timeout=timeout, connect_timeout=min(5.0, timeout), max_connections=100)
+            timeout=timeout, connect_timeout=min(5.0, timeout), max_connections=100,
+            # Keep as many connections as Lockstep has writes in flight (gate lifts, a gang's
+            # bindings, Events): a TLS handshake costs the API server more than the write.
+            max_idle=64)
 
     async def aclose(self) -> None:
         if self._fast is not None:
