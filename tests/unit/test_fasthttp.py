@@ -71,6 +71,9 @@ class Seen:
     def path(self) -> str:
         return urlsplit(self.target).path
 
+    def query_get(self, key: str) -> list[str]:
+        return parse_qs(urlsplit(self.target).query).get(key, [])
+
 
 Handler = Callable[[Seen, asyncio.StreamWriter], Awaitable[bool]]
 """Writes an answer (or not); returns whether to keep reading requests on the connection."""
@@ -713,3 +716,53 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+async def paged(req: Seen, w: asyncio.StreamWriter) -> bool:
+    """Three pages of two items; ``continue`` tokens p1, p2."""
+    token = parse_qs(urlsplit(req.target).query).get("continue", [""])[0]
+    page = {"": 0, "p1": 1, "p2": 2}[token]
+    meta = {"resourceVersion": "7", **({"continue": f"p{page + 1}"} if page < 2 else {})}
+    w.write(answer(200, orjson.dumps(
+        {"metadata": meta, "items": [{"i": 2 * page + j} for j in range(2)]})))
+    await w.drain()
+    return True
+
+
+def test_list_asks_for_the_next_page_before_parsing_this_one(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/api/v1/pods": paged}) as srv:
+            kube = client(srv.url)
+            busy: list[tuple[int, bool]] = []  # (item, a connection was busy meanwhile)
+
+            def parse(obj: dict[str, Any]) -> int:
+                pool = fast(kube)
+                busy.append((obj["i"], len(pool._open) > pool.idle))
+                return int(obj["i"])
+
+            items, rv = await kube.list_parsed("/api/v1/pods", parse, page=2)
+            limits = {tuple(s.query_get("limit")) for s in srv.on("/api/v1/pods")}
+            await kube.aclose()
+        assert (items, rv) == ([0, 1, 2, 3, 4, 5], "7")
+        # pages 0 and 1 are parsed while the next one is on the wire; the last is not
+        assert busy == [(0, True), (1, True), (2, True), (3, True), (4, False), (5, False)]
+        assert limits == {("2",)}
+    run(loop, main)
+
+
+def test_a_failed_parse_leaves_no_page_request_behind(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/api/v1/pods": paged}) as srv:
+            kube = client(srv.url)
+
+            def parse(obj: dict[str, Any]) -> int:
+                raise ValueError("bad item")
+
+            with pytest.raises(ValueError):
+                await kube.list_parsed("/api/v1/pods", parse, page=2)
+            pool = fast(kube)
+            assert len(pool._open) == pool.idle  # the prefetch was cancelled or finished
+            again = await kube.request("GET", "/json")
+            await kube.aclose()
+        assert again["path"] == "/json"
+    run(loop, main)
