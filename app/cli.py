@@ -89,12 +89,9 @@ def _webhook_problem(args: argparse.Namespace) -> str | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from coscheduling import Coscheduler, GangDefaults, Settings
 
     from .kube import KubeClient, load_config
-    from .main import create_app
     from .service import Lockstep
 
     logging.basicConfig(level=args.log_level.upper(),
@@ -119,7 +116,23 @@ def _serve(args: argparse.Namespace) -> int:
     async def run() -> int:
         service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
                                                                          args.token)))
-        app = create_app(service, debug_token=args.debug_token)
+        # List and watch first: the API server encodes the lists while FastAPI loads below
+        # (half a second of imports, more on a busy node; issue 12). Held gangs wait for
+        # the verbs to be served: a lifted member's filter call must find them.
+        service.verbs_served = False
+        await service.start()
+        await asyncio.to_thread(_import_http_side)  # the loop keeps listing meanwhile
+        try:
+            return await serve(service)
+        finally:
+            await service.stop()
+
+    async def serve(service: Lockstep) -> int:
+        import uvicorn
+
+        from .main import create_app
+
+        app = create_app(service, debug_token=args.debug_token, manage_lifecycle=False)
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level=args.log_level.lower(),
             ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key, access_log=False,
@@ -174,6 +187,13 @@ def _serve(args: argparse.Namespace) -> int:
         return runner.run(run())
 
 
+def _import_http_side() -> None:
+    """FastAPI, uvicorn and the routes: imported in a thread while the loop lists."""
+    import uvicorn  # noqa: F401
+
+    from . import main  # noqa: F401
+
+
 def _make_server_class() -> Any:
     import uvicorn
 
@@ -194,6 +214,11 @@ def _make_server_class() -> Any:
         async def serve(self, sockets: Any = None) -> None:
             self._loop = asyncio.get_running_loop()
             await super().serve(sockets)
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:  # listening: held gangs may be lifted now
+                self._service.serve_verbs()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             if self._loop is not None and not self._loop.is_closed():

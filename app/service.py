@@ -45,6 +45,7 @@ from coscheduling.podgroup import InvalidGang
 from coscheduling.reasons import InvalidDeclaration
 from coscheduling.upstream import GROUP, GangProgress, condition_updates
 
+from . import STARTED
 from .cache import ClusterCache
 from .errors import APIError, APIUnreachable, Conflict, NotFound
 from .kube import KubeClient
@@ -112,6 +113,10 @@ class Lockstep:
         self._kick = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.failed: BaseException | None = None
+        self.verbs_served = True
+        self._said_synced = False
+        """The extender verbs answer: until then held gangs are not admitted (the CLI lists
+        the cluster before its HTTP server has started)."""
         self.api_ok = False
         self.stopped = asyncio.Event()
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
@@ -170,6 +175,11 @@ class Lockstep:
                 self.core.abandon(key)
                 answered += 1
         return answered
+
+    def serve_verbs(self) -> None:
+        """The HTTP server listens: admit the held gangs the cache already holds."""
+        self.verbs_served = True
+        self._flush()
 
     @property
     def ready(self) -> bool:
@@ -326,7 +336,12 @@ class Lockstep:
     def _flush(self) -> None:
         """Act on what the core queued: parked calls to answer, Events, requeue nudges,
         gates to lift (after admitting the held gangs these events made ready)."""
-        if self.cache.synced:  # with half a cache every held gang would look unplaceable
+        # With half a cache every held gang would look unplaceable.
+        if self.cache.synced and self.verbs_served:
+            if not self._said_synced:
+                self._said_synced = True
+                log.info("cache synced and verbs served %.2fs after start: %d nodes, %d pods",
+                         time.monotonic() - STARTED, len(self.core.nodes), len(self.core.pods))
             self.core.admit_held(self.clock())
         for unparked in self.core.drain_unparked():
             self._answer(unparked)

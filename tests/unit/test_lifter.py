@@ -100,6 +100,21 @@ async def test_a_transient_failure_is_retried_and_a_conflict_is_dropped() -> Non
     assert samples.get("pinned") == 2.0  # g-0 after its retry, g-2; g-1's pod was replaced
 
 
+async def test_nothing_is_lifted_before_the_verbs_are_served() -> None:
+    """The CLI lists the cluster while FastAPI loads: a member lifted then would meet a
+    closed port on its filter call."""
+    api = PatchAPI()
+    svc = service(api)
+    svc.verbs_served = False
+    held(svc, 3)
+    svc._flush()
+    await run_lifters(svc, 0.1)
+    assert api.patches == [] and not svc.core.plans()
+    svc.serve_verbs()  # admits at once, without waiting for another event
+    await run_lifters(svc, 0.1)
+    assert api.names() == ["g-0", "g-1", "g-2"]
+
+
 async def test_nothing_is_admitted_or_lifted_before_the_cache_has_synced() -> None:
     api = PatchAPI()
     svc = service(api, synced=False)
