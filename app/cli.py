@@ -125,7 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             return await serve(service)
         finally:
-            await service.stop()
+            await service.stop()  # when the server never started (its own shutdown stops it)
 
     async def serve(service: Lockstep) -> int:
         import uvicorn
@@ -219,6 +219,13 @@ def _make_server_class() -> Any:
             await super().startup(sockets)
             if not self.should_exit:  # listening: held gangs may be lifted now
                 self._service.serve_verbs()
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            # The service stops here, not after serve() returns: uvicorn then re-raises
+            # the signal it caught, and asyncio's SIGINT handler would cancel the stop
+            # half way (a watch still closing while the client is closed under it).
+            await super().shutdown(sockets)
+            await self._service.stop()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             if self._loop is not None and not self._loop.is_closed():

@@ -115,6 +115,7 @@ class Lockstep:
         self.failed: BaseException | None = None
         self.verbs_served = True
         self._said_synced = False
+        self._stopping = False
         """The extender verbs answer: until then held gangs are not admitted (the CLI lists
         the cluster before its HTTP server has started)."""
         self.api_ok = False
@@ -153,6 +154,10 @@ class Lockstep:
         self.stopped.set()
 
     async def stop(self) -> None:
+        """Cancel every loop and close the API client; a second call does nothing."""
+        if self._stopping:
+            return
+        self._stopping = True
         for t in self._tasks.values():
             t.cancel()
         for t in self._tasks.values():
