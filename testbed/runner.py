@@ -24,6 +24,7 @@ import contextlib
 import copy
 import logging
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -217,6 +218,7 @@ class TestBed:
     startup_seconds: dict[str, float] = field(default_factory=dict)
     webhooks: dict[str, str] = field(default_factory=dict)
     """Lockstep instance name -> the base URL of its webhook server (``webhook=True``)."""
+    _own_dir: bool = field(default=False, init=False, repr=False)
 
     __test__ = False  # not a pytest test class
 
@@ -224,6 +226,7 @@ class TestBed:
         if self.k8s not in K8S_VERSIONS:
             raise ValueError(f"Kubernetes {self.k8s} is not built for the test bed; "
                              f"known: {', '.join(K8S_VERSIONS)} (testbed/versions.env)")
+        self._own_dir = self.run_dir is None
         if self.run_dir is None:
             self.run_dir = Path(tempfile.mkdtemp(prefix="lockstep-bed-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -248,6 +251,10 @@ class TestBed:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+        # A bed's directory (etcd's data, the logs) is ~80 MB: a suite run left gigabytes
+        # in /tmp. LOCKSTEP_KEEP_BED=1 keeps it to read the logs afterwards.
+        if self._own_dir and not os.environ.get("LOCKSTEP_KEEP_BED"):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def start(self) -> None:
         t0 = time.monotonic()

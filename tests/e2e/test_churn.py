@@ -572,7 +572,7 @@ def _report(c: Cluster, ch: Churn, problems: list[tuple[str, str, str]]) -> str:
     for f in ch.failures:
         out.append(f"STUCK: {f.gang} run {f.run}: {f.what}\n{f.detail}")
     if out:
-        out.append(f"test bed logs: {c.bed.dir}")
+        out.append(f"test bed logs: {c.bed.dir} (removed after the run unless LOCKSTEP_KEEP_BED=1)")
         out.append("driver actions (seconds since the churn started):\n" + "\n".join(
             f"  +{t:7.3f}s {a}" for t, a in ch.actions))
     return "\n\n".join(out)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
 from testbed import bins
-from testbed.runner import WEBHOOK_CONFIG, scheduler_config, webhook_configuration
+from testbed.runner import WEBHOOK_CONFIG, TestBed, scheduler_config, webhook_configuration
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,3 +61,21 @@ def test_webhook_configuration_keeps_everything_but_where_to_call() -> None:
     assert {k: v for k, v in hook.items() if k != "clientConfig"} == {
         k: v for k, v in src["webhooks"][0].items() if k != "clientConfig"}
     assert "service" in src["webhooks"][0]["clientConfig"]  # input untouched
+
+
+def test_a_bed_removes_the_directory_it_made_unless_asked_to_keep_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCKSTEP_KEEP_BED", raising=False)
+    with TestBed() as bed:  # never started: only the directory is at stake
+        made = bed.dir
+        (made / "etcd.log").write_text("x")
+    assert not made.exists()
+    given = tmp_path / "bed"
+    with TestBed(run_dir=given):
+        pass
+    assert given.is_dir()  # the caller's directory is the caller's
+    monkeypatch.setenv("LOCKSTEP_KEEP_BED", "1")
+    with TestBed() as bed:
+        kept = bed.dir
+    assert kept.is_dir()
+    shutil.rmtree(kept)
