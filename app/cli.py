@@ -20,8 +20,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import httpx
-
 __all__ = ["main"]
 
 
@@ -188,7 +186,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _import_http_side() -> None:
-    """FastAPI, uvicorn and the routes: imported in a thread while the loop lists."""
+    """FastAPI, uvicorn, the routes and httpx (for watches): imported in a thread while the
+    loop lists."""
+    import httpx  # noqa: F401
     import uvicorn  # noqa: F401
 
     from . import main  # noqa: F401
@@ -253,6 +253,8 @@ def _make_webhook_server_class() -> Any:
 
 def _get(url: str, path: str, token: str | None) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    import httpx
+
     r = httpx.get(url.rstrip("/") + path, headers=headers, verify=False, timeout=10)
     if r.status_code >= 400:
         try:
@@ -298,6 +300,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
+    import httpx
+
     try:
         r = httpx.get(args.url.rstrip("/") + args.path, verify=False, timeout=3)
     except httpx.TransportError as e:

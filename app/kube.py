@@ -3,7 +3,7 @@
 Lockstep needs a handful of calls on its hot path and wants raw JSON (parsed once into slim
 records), so it talks to the API server directly instead of through the generated client.
 Configuration comes from a kubeconfig (token, client certificate or insecure) or from the
-in-cluster service account. Watches and the health check go through httpx; every other request
+in-cluster service account. Watches go through httpx; every other request
 through ``app.fasthttp``, a keep-alive client on httptools that costs the event loop a fraction
 of httpx's time per request (issue 12).
 """
@@ -20,9 +20,8 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
 import orjson
 import yaml
 
@@ -31,6 +30,9 @@ from coscheduling import BindFailed, BindOutcome, Bound, NodeName, PodKey
 from .errors import APIError, APIUnreachable, Conflict
 from .fasthttp import FastHTTP
 from .fasthttp import TransportError as FastTransportError
+
+if TYPE_CHECKING:  # imported when first used: a tenth of a second off Lockstep's start-up
+    import httpx
 
 __all__ = ["KubeClient", "KubeConfig", "load_config"]
 
@@ -125,17 +127,10 @@ class KubeClient:
         if cfg.token:
             headers["Authorization"] = f"Bearer {cfg.token}"
         verify = _ssl_context(cfg)
-        # Few idle connections: httpcore polls every pooled connection on each request, which
-        # at 50 was the largest single cost on the event loop under load (issue 12).
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=8)
-        self._http = httpx.AsyncClient(
-            base_url=cfg.server,
-            headers=headers,
-            verify=verify,
-            timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)),
-            limits=limits,
-            transport=transport,
-        )
+        self._httpx_args: dict[str, Any] = {
+            "base_url": cfg.server, "headers": headers, "verify": verify,
+            "timeout": timeout, "transport": transport}
+        self._httpx: httpx.AsyncClient | None = None
         # Requests that are not streams take the fast path (app.fasthttp): httpx's pure-Python
         # HTTP stack was ~47% of the loaded event loop's time (issue 12). A caller-given
         # transport (the unit tests' httpx.MockTransport) keeps everything on httpx.
@@ -147,10 +142,29 @@ class KubeClient:
             # bindings, Events): a TLS handshake costs the API server more than the write.
             max_idle=64)
 
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        """httpx, for watches (and every call when a test gives a transport); made on first
+        use so that importing it stays off the path to the first list."""
+        if self._httpx is None:
+            import httpx
+
+            a = self._httpx_args
+            # Few idle connections: httpcore polls every pooled connection on each request,
+            # which at 50 was the largest single cost on the event loop under load (issue 12).
+            self._httpx = httpx.AsyncClient(
+                base_url=a["base_url"], headers=a["headers"], verify=a["verify"],
+                timeout=httpx.Timeout(a["timeout"], connect=min(5.0, a["timeout"])),
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=8),
+                transport=a["transport"],
+            )
+        return self._httpx
+
     async def aclose(self) -> None:
         if self._fast is not None:
             await self._fast.aclose()
-        await self._http.aclose()
+        if self._httpx is not None:
+            await self._httpx.aclose()
 
     async def request(
         self,
@@ -162,18 +176,23 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> Any:
         body = orjson.dumps(json) if json is not None else None
-        try:
-            if self._fast is not None:
+        if self._fast is not None:
+            try:
                 status, content = await self._fast.request(
                     method, path, params=params, body=body, content_type=content_type)
-            else:
+            except FastTransportError as e:
+                raise APIUnreachable(path, e) from e
+        else:
+            import httpx
+
+            try:
                 r = await self._http.request(
                     method, path, content=body, params=params,
                     headers={"Content-Type": content_type} if body is not None else None,
                 )
-                status, content = r.status_code, r.content
-        except (httpx.TransportError, FastTransportError) as e:
-            raise APIUnreachable(path, e) from e
+            except httpx.TransportError as e:
+                raise APIUnreachable(path, e) from e
+            status, content = r.status_code, r.content
         data = _decode(content)
         if status >= 400:
             raise APIError.from_status(status, data, path)
@@ -238,6 +257,8 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
+        import httpx
+
         timeout = httpx.Timeout(timeout_seconds + 30.0, connect=5.0)
         try:
             async with self._http.stream("GET", path, params=params, timeout=timeout) as r:
@@ -317,6 +338,15 @@ class KubeClient:
         await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=event)
 
     async def healthy(self) -> bool:
+        if self._fast is not None:
+            try:
+                async with asyncio.timeout(5.0):
+                    status, _ = await self._fast.request("GET", "/readyz")
+            except (TimeoutError, FastTransportError):
+                return False
+            return status == 200
+        import httpx
+
         try:
             r = await self._http.get("/readyz", timeout=5.0)
         except httpx.TransportError:

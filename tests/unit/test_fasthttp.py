@@ -32,6 +32,7 @@ from app.errors import APIError, APIUnreachable, Conflict, NotFound, TooManyRequ
 from app.fasthttp import FastHTTP
 from app.kube import KubeClient, KubeConfig
 from testbed.certs import Certs, make_certs
+from testbed.runner import free_port
 
 LOOPS = ["asyncio", "uvloop"]
 
@@ -765,4 +766,35 @@ def test_a_failed_parse_leaves_no_page_request_behind(loop: str) -> None:
             again = await kube.request("GET", "/json")
             await kube.aclose()
         assert again["path"] == "/json"
+    run(loop, main)
+
+
+async def readyz_ok(req: Seen, w: asyncio.StreamWriter) -> bool:
+    w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+    await w.drain()
+    return True
+
+
+async def readyz_failing(req: Seen, w: asyncio.StreamWriter) -> bool:
+    body = b"[-]etcd failed"
+    w.write(b"HTTP/1.1 500 X\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body))
+    await w.drain()
+    return True
+
+
+def test_the_api_health_probe_rides_the_fast_path_and_fails_closed(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/readyz": readyz_ok}) as srv:
+            kube = client(srv.url)
+            assert await kube.healthy()
+            assert fast(kube).connections_opened == 1 and kube._httpx is None  # no httpx
+            await kube.aclose()
+        async with serving({"/readyz": readyz_failing}) as srv:
+            kube = client(srv.url)
+            assert not await kube.healthy()
+            await kube.aclose()
+        kube = client(f"http://127.0.0.1:{free_port()}")  # nothing listens
+        assert not await kube.healthy()
+        await kube.aclose()
     run(loop, main)
