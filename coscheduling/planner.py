@@ -10,6 +10,7 @@ it fills most tightly.
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ class _Context:
             v = memo[n] = eligible(m.pod, self.view.nodes[n])
         return v
 
-    @property
+    @functools.cached_property
     def names(self) -> list[NodeName]:
         """Every node, sorted: only a spread placement or an explanation reads them all."""
         return sorted(self.view.nodes)
