@@ -9,6 +9,7 @@ are built on first use (``make bins``): a missing binary is built, never a reaso
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -170,3 +171,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def settle(seconds: float) -> None:
     """Give kube-scheduler time to make (wrong) decisions we then assert did not happen."""
     time.sleep(seconds)
+
+
+# An API refusal is logged as "403 Forbidden: ..."; a bare substring "403" also matched the
+# extender's port (":41403") in uvicorn's start-up line, which failed CI once.
+_FORBIDDEN = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
+
+
+def assert_not_forbidden(log_path: Path) -> None:
+    """Fails when the extender's log shows the API server refusing it anything (an RBAC gap)."""
+    hits = [line for line in log_path.read_text().splitlines() if _FORBIDDEN.search(line)]
+    assert not hits, "\n".join(hits[-10:])
