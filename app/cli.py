@@ -114,12 +114,12 @@ def _serve(args: argparse.Namespace) -> int:
     async def run() -> int:
         service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
                                                                          args.token)))
-        # List and watch first: the API server encodes the lists while FastAPI loads below
-        # (half a second of imports, more on a busy node; issue 12). Held gangs wait for
-        # the verbs to be served: a lifted member's filter call must find them.
+        # List and watch first: the API server encodes the lists while uvicorn and the verbs
+        # load below (issue 12). Held gangs wait for the verbs to be served: a lifted
+        # member's filter call must find them.
         service.verbs_served = False
         await service.start()
-        await asyncio.to_thread(_import_http_side)  # the loop keeps listing meanwhile
+        await asyncio.to_thread(_import_verbs_side)  # the loop keeps listing meanwhile
         try:
             return await serve(service)
         finally:
@@ -128,36 +128,39 @@ def _serve(args: argparse.Namespace) -> int:
     async def serve(service: Lockstep) -> int:
         import uvicorn
 
-        from .main import create_app
+        from .verbs import VerbsApp
 
-        app = create_app(service, debug_token=args.debug_token, manage_lifecycle=False)
+        # The verbs and probes answer from the start; FastAPI (metrics, debug, the webhook:
+        # a quarter second of imports) is loaded in a thread once they do.
+        app = VerbsApp(service)
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level=args.log_level.lower(),
             ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key, access_log=False,
             timeout_keep_alive=75,
         )
         server = _make_server_class()(config, service)
-        webhook_failed = False
+        serving_failed = False  # the webhook server, or loading the routes beside the verbs
+        webhook: Any = None
 
         async def watchdog() -> None:
             await service.stopped.wait()
             server.should_exit = True
 
-        async def serve_webhook(webhook: Any) -> None:
-            nonlocal webhook_failed
+        async def serve_rest() -> None:
+            nonlocal serving_failed, webhook
             try:
-                await webhook.serve()
-            except SystemExit:  # uvicorn could not start it (the port is taken)
-                pass
-            finally:
-                if not server.should_exit:  # it stopped on its own: stop everything
-                    logging.getLogger("lockstep").error("the webhook server stopped")
-                    webhook_failed = True
-                    server.should_exit = True
+                await asyncio.to_thread(_import_rest_side)
+                from .main import create_rest_app
 
-        guard = asyncio.create_task(watchdog(), name="watchdog")
-        webhook_task = None
-        if args.webhook_port is not None:
+                app.rest = create_rest_app(service, debug_token=args.debug_token,
+                                           manage_lifecycle=False)
+            except Exception:
+                logging.getLogger("lockstep").exception("loading the HTTP routes failed")
+                serving_failed = True
+                server.should_exit = True
+                return
+            if args.webhook_port is None:
+                return
             from .admission import create_webhook_app
 
             webhook = _make_webhook_server_class()(uvicorn.Config(
@@ -165,15 +168,29 @@ def _serve(args: argparse.Namespace) -> int:
                 log_level=args.log_level.lower(), ssl_certfile=args.webhook_cert,
                 ssl_keyfile=args.webhook_key, access_log=False, lifespan="off",
             ))
-            webhook_task = asyncio.create_task(serve_webhook(webhook), name="webhook")
+            try:
+                await webhook.serve()
+            except SystemExit:  # uvicorn could not start it (the port is taken)
+                pass
+            finally:
+                if not server.should_exit:  # it stopped on its own: stop everything
+                    logging.getLogger("lockstep").error("the webhook server stopped")
+                    serving_failed = True
+                    server.should_exit = True
+
+        guard = asyncio.create_task(watchdog(), name="watchdog")
+        rest_task = asyncio.create_task(serve_rest(), name="rest")
         try:
             await server.serve()
         finally:
             guard.cancel()
-            if webhook_task is not None:
+            if webhook is not None:
                 webhook.should_exit = True
-                await webhook_task
-        return 1 if service.failed is not None or webhook_failed else 0
+            if not rest_task.done() and webhook is None:
+                rest_task.cancel()  # still importing: nothing to stop
+            with contextlib.suppress(asyncio.CancelledError):
+                await rest_task
+        return 1 if service.failed is not None or serving_failed else 0
 
     # uvloop when installed (uvicorn[standard] brings it): the event loop runs every verb,
     # binding and watch, and kube-scheduler's scheduling thread waits on it (issue 12).
@@ -185,13 +202,19 @@ def _serve(args: argparse.Namespace) -> int:
         return runner.run(run())
 
 
-def _import_http_side() -> None:
-    """FastAPI, uvicorn, the routes and httpx (for watches): imported in a thread while the
-    loop lists."""
+def _import_verbs_side() -> None:
+    """uvicorn, the verbs and httpx (for watches): imported in a thread while the loop lists."""
     import httpx  # noqa: F401
-    import uvicorn  # noqa: F401
+    import uvicorn
+    import uvicorn.lifespan.on
+    import uvicorn.protocols.http.httptools_impl  # noqa: F401
 
-    from . import main  # noqa: F401
+    from . import verbs  # noqa: F401
+
+
+def _import_rest_side() -> None:
+    """FastAPI and the routes beside the verbs: imported in a thread while the verbs answer."""
+    from . import admission, main  # noqa: F401
 
 
 def _make_server_class() -> Any:

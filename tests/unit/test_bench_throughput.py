@@ -150,7 +150,7 @@ def test_pyspy_shares_counts_stacks_containing_each_needle() -> None:
 
     lines = ["main (a.py:1);Lockstep._bind_one (app/service.py:9);send (x.py:2) 30",
              "main (a.py:1);Lockstep._post_events (app/service.py:5) 10",
-             "main (a.py:1);create_app.<locals>.filter_ (app/main.py:3) 5", "", "garbage"]
+             "main (a.py:1);VerbsApp._filter (app/verbs.py:3) 5", "", "garbage"]
     total, hits = pyspy_shares(lines, ["Lockstep._bind_one", "main (", "nothing"])
     assert total == 45
     assert hits == {"Lockstep._bind_one": 30, "main (": 45, "nothing": 0}

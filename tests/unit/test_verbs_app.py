@@ -1,0 +1,143 @@
+"""``VerbsApp``, the plain ASGI app in front of FastAPI: what it does on its own.
+
+The verbs' wire format and bad-input answers are covered through ``create_app`` in
+``test_app_verbs.py`` and ``test_fuzz_verbs.py``; here the app runs with no FastAPI behind it
+(as the CLI serves it while FastAPI is still being imported) and is driven with raw ASGI
+messages where a client hanging up must be simulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from app.kube import KubeClient, KubeConfig
+from app.service import Lockstep
+from app.verbs import VerbsApp
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from tests.builders import node, pod
+
+
+@pytest.fixture
+def service() -> Lockstep:
+    core = Coscheduler(Settings(backoff_seconds=5))
+    for i in range(3):
+        core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
+    kube = KubeClient(KubeConfig("http://api.test"),
+                      transport=httpx.MockTransport(lambda _: httpx.Response(201, json={})))
+    return Lockstep(core, kube)
+
+
+@pytest.fixture
+async def client(service: Lockstep) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=VerbsApp(service))
+    async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as c:
+        yield c
+
+
+async def test_verbs_and_probes_answer_before_fastapi_is_loaded(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post("/filter", json={"Pod": pod("web").gpu(1).build(),
+                                           "NodeNames": ["n0", "n1"]})
+    assert r.status_code == 200 and r.json()["NodeNames"] == ["n0", "n1"]
+    assert r.headers["content-length"] == str(len(r.content))
+    assert (await client.get("/healthz")).text == "ok"
+    r = await client.get("/readyz")
+    assert r.status_code == 503 and r.text.startswith("not ready: ")
+
+
+async def test_other_paths_are_503_until_the_routes_are_loaded(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.get("/debug/gangs")
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert r.json()["fields"] == ["path"] and "starting" in r.json()["error"]
+
+
+async def test_rest_gets_everything_that_is_not_a_verb_or_probe(service: Lockstep) -> None:
+    seen: list[str] = []
+
+    async def rest(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["path"])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    transport = httpx.ASGITransport(app=VerbsApp(service, rest=rest))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        assert (await c.get("/metrics")).status_code == 204
+        assert (await c.post("/filter/", content=b"{}")).status_code == 204
+        assert (await c.get("/healthz")).status_code == 200
+    assert seen == ["/metrics", "/filter/"]
+
+
+async def test_wrong_method_is_a_405_naming_the_method(client: httpx.AsyncClient) -> None:
+    r = await client.get("/bind")
+    assert r.status_code == 405 and r.json()["fields"] == ["method"]
+    assert r.headers["allow"] == "POST"
+    r = await client.post("/healthz")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+    r = await client.head("/healthz")
+    assert r.status_code == 200 and r.content == b"" and r.headers["content-length"] == "2"
+
+
+async def test_a_bug_in_a_verb_is_a_500_and_the_app_keeps_serving(
+    client: httpx.AsyncClient, service: Lockstep, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(service, "prioritize", broken)
+    body = {"Pod": pod("web").gpu(1).build(), "NodeNames": ["n0"]}
+    r = await client.post("/prioritize", json=body)
+    assert r.status_code == 500 and "boom" in r.json()["error"]
+    monkeypatch.undo()
+    assert (await client.post("/prioritize", json=body)).status_code == 200
+
+
+async def test_lifespan_completes_without_fastapi(service: Lockstep) -> None:
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    sent: list[str] = []
+    for kind in ("lifespan.startup", "lifespan.shutdown"):
+        inbox.put_nowait({"type": kind})
+
+    async def send(message: Any) -> None:
+        sent.append(message["type"])
+
+    await asyncio.wait_for(VerbsApp(service)({"type": "lifespan"}, inbox.get, send), 2)
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+async def test_a_parked_bind_is_dropped_when_kube_scheduler_hangs_up(service: Lockstep) -> None:
+    for i in range(2):
+        service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=2).gpu(1).build()))
+    planned = service.filter(service.core.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
+    hang_up = asyncio.Event()
+    body = orjson.dumps({"PodName": "p0", "PodNamespace": "default", "Node": planned})
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await hang_up.wait()
+        return {"type": "http.disconnect"}
+
+    answer: list[bytes] = []
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.body":
+            answer.append(message["body"])
+
+    scope = {"type": "http", "method": "POST", "path": "/bind", "headers": []}
+    call = asyncio.ensure_future(VerbsApp(service)(scope, receive, send))
+    await asyncio.sleep(0.05)
+    assert not call.done() and service.core.parked_total() == 1
+    hang_up.set()
+    await asyncio.wait_for(call, 2)
+    assert service.core.parked_total() == 0
+    assert orjson.loads(answer[0]) == {"Error": "kube-scheduler hung up"}
