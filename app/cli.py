@@ -130,41 +130,43 @@ def _serve(args: argparse.Namespace) -> int:
 
         from .verbs import VerbsApp
 
-        # The verbs and probes answer from the start; FastAPI (metrics, debug, the webhook:
-        # a quarter second of imports) is loaded in a thread once they do.
-        app = VerbsApp(service)
+        async def load_rest() -> Any:
+            await asyncio.to_thread(_import_rest_side)
+            from .main import create_rest_app
+
+            return create_rest_app(service, debug_token=args.debug_token,
+                                   manage_lifecycle=False)
+
+        # The verbs and probes answer from the start. FastAPI (metrics, debug, the webhook)
+        # is imported on the first request for another path, or at once for --webhook-port:
+        # importing it while kube-scheduler sends the first gangs cost 100-185 ms per cycle.
+        app = VerbsApp(service, load_rest=load_rest)
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level=args.log_level.lower(),
             ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key, access_log=False,
             timeout_keep_alive=75,
         )
         server = _make_server_class()(config, service)
-        serving_failed = False  # the webhook server, or loading the routes beside the verbs
+        serving_failed = False  # the webhook server, or loading the routes it needs
         webhook: Any = None
 
         async def watchdog() -> None:
             await service.stopped.wait()
             server.should_exit = True
 
-        async def serve_rest() -> None:
+        async def serve_webhook(port: int) -> None:
             nonlocal serving_failed, webhook
             try:
-                await asyncio.to_thread(_import_rest_side)
-                from .main import create_rest_app
-
-                app.rest = create_rest_app(service, debug_token=args.debug_token,
-                                           manage_lifecycle=False)
+                await app.load_rest()
             except Exception:
-                logging.getLogger("lockstep").exception("loading the HTTP routes failed")
+                logging.getLogger("lockstep").exception("loading the webhook's routes failed")
                 serving_failed = True
                 server.should_exit = True
                 return
-            if args.webhook_port is None:
-                return
             from .admission import create_webhook_app
 
-            webhook = _make_webhook_server_class()(uvicorn.Config(
-                create_webhook_app(service), host=args.webhook_host, port=args.webhook_port,
+            webhook = _make_webhook_server_class()(service, uvicorn.Config(
+                create_webhook_app(service), host=args.webhook_host, port=port,
                 log_level=args.log_level.lower(), ssl_certfile=args.webhook_cert,
                 ssl_keyfile=args.webhook_key, access_log=False, lifespan="off",
             ))
@@ -179,17 +181,21 @@ def _serve(args: argparse.Namespace) -> int:
                     server.should_exit = True
 
         guard = asyncio.create_task(watchdog(), name="watchdog")
-        rest_task = asyncio.create_task(serve_rest(), name="rest")
+        webhook_task = None
+        if args.webhook_port is not None:
+            service.webhook_listening = False
+            webhook_task = asyncio.create_task(serve_webhook(args.webhook_port), name="webhook")
         try:
             await server.serve()
         finally:
             guard.cancel()
-            if webhook is not None:
-                webhook.should_exit = True
-            if not rest_task.done() and webhook is None:
-                rest_task.cancel()  # still importing: nothing to stop
-            with contextlib.suppress(asyncio.CancelledError):
-                await rest_task
+            if webhook_task is not None:
+                if webhook is not None:
+                    webhook.should_exit = True
+                else:
+                    webhook_task.cancel()  # still importing: nothing to stop
+                with contextlib.suppress(asyncio.CancelledError):
+                    await webhook_task
         return 1 if service.failed is not None or serving_failed else 0
 
     # uvloop when installed (uvicorn[standard] brings it): the event loop runs every verb,
@@ -213,7 +219,7 @@ def _import_verbs_side() -> None:
 
 
 def _import_rest_side() -> None:
-    """FastAPI and the routes beside the verbs: imported in a thread while the verbs answer."""
+    """FastAPI and the routes beside the verbs: imported in a thread, the verbs answering."""
     from . import admission, main  # noqa: F401
 
 
@@ -265,7 +271,17 @@ def _make_webhook_server_class() -> Any:
 
     class WebhookServer(uvicorn.Server):
         """A second server in the same loop: signals are the extender server's to handle
-        (it answers parked binds first); this one stops when that one has."""
+        (it answers parked binds first); this one stops when that one has. Lockstep is
+        ready only once it listens."""
+
+        def __init__(self, service: Any, config: uvicorn.Config) -> None:
+            super().__init__(config)
+            self._service = service
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                self._service.webhook_listening = True
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:

@@ -114,10 +114,13 @@ class Lockstep:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.failed: BaseException | None = None
         self.verbs_served = True
-        self._said_synced = False
-        self._stopping = False
         """The extender verbs answer: until then held gangs are not admitted (the CLI lists
         the cluster before its HTTP server has started)."""
+        self.webhook_listening = True
+        """False while the admission webhook's own server (``--webhook-port``) is starting:
+        not ready, so no pod is created through an unreachable webhook (it fails open)."""
+        self._said_synced = False
+        self._stopping = False
         self.api_ok = False
         self.stopped = asyncio.Event()
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
@@ -188,7 +191,8 @@ class Lockstep:
 
     @property
     def ready(self) -> bool:
-        return self.cache.synced and self.api_ok and self.failed is None
+        return (self.cache.synced and self.api_ok and self.webhook_listening
+                and self.failed is None)
 
     async def _probe_api(self) -> None:
         while True:

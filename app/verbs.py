@@ -2,11 +2,11 @@
 
 Why not FastAPI routes: kube-scheduler's single scheduling thread waits on ``/filter`` for
 every pod, and FastAPI's middleware stack and router cost more per call than Lockstep's own
-answer (issue 12). Importing FastAPI (about 0.25 s of CPU) also kept the verbs from being
-served at start-up while kube-scheduler was already sending pods. This app answers
-``/filter``, ``/prioritize``, ``/bind``, ``/noop``, ``/healthz`` and ``/readyz`` itself and
-hands every other request (debug, metrics, the webhook) to ``rest``, the FastAPI app, which
-the CLI imports in a thread once the verbs are served. Until then those paths answer 503.
+answer (issue 12). Importing FastAPI (about 0.25 s of CPU, seconds of GIL contention on a
+busy node) also delayed the first verbs at start-up, when kube-scheduler sends the most.
+This app answers ``/filter``, ``/prioritize``, ``/bind``, ``/noop``, ``/healthz`` and
+``/readyz`` itself and hands every other request (metrics, debug, the webhook) to ``rest``,
+the FastAPI app, which the CLI loads when the first such request arrives.
 
 Each verb decodes, calls the service once and encodes. Bad input is answered with a 4xx that
 names the offending field; nothing a client sends can produce a 500 or change state before
@@ -216,11 +216,14 @@ class VerbsApp:
     """The ASGI app uvicorn serves: the verbs and probes here, everything else in ``rest``."""
 
     def __init__(self, service: Lockstep, *, max_body: int = DEFAULT_MAX_BODY,
-                 rest: ASGIApp | None = None) -> None:
+                 rest: ASGIApp | None = None,
+                 load_rest: Callable[[], Awaitable[ASGIApp]] | None = None) -> None:
         self.service = service
         self.max_body = max_body
         self.rest = rest
-        """Set once FastAPI is imported (the CLI does it in a thread after serving)."""
+        """The app for every other path; ``load_rest`` makes it on first need."""
+        self._load_rest = load_rest
+        self._loading: asyncio.Future[ASGIApp] | None = None
         m = service.metrics
         self._hist = {v: m.verb_seconds.labels(v) for v in ("filter", "prioritize", "bind")}
         posts: dict[str, Callable[[Scope, Receive], Awaitable[tuple[int, bytes, bytes]]]] = {
@@ -239,10 +242,33 @@ class VerbsApp:
             await self.rest(scope, receive, send)
         elif scope["type"] == "lifespan":
             await _lifespan(receive, send)
-        elif scope["type"] == "http":
+        elif scope["type"] != "http":
+            return
+        elif self._load_rest is None:
             await _answer(send, 503, error_body(
-                "Lockstep is starting: only the extender verbs and probes answer yet",
-                ["path"]), JSON, extra=((b"retry-after", b"1"),))
+                "only the extender verbs and probes answer here", ["path"]), JSON)
+        else:
+            try:
+                rest = await self.load_rest()
+            except Exception as e:
+                log.exception("loading the HTTP routes beside the verbs failed")
+                await _answer(send, 503, error_body(
+                    f"the routes beside the verbs could not be loaded: {e!r}", ["path"]),
+                    JSON, extra=((b"retry-after", b"1"),))
+                return
+            await rest(scope, receive, send)
+
+    async def load_rest(self) -> ASGIApp:
+        """The app for the other paths, made once; callers arriving meanwhile share it."""
+        if self.rest is not None:
+            return self.rest
+        assert self._load_rest is not None
+        failed = self._loading is not None and self._loading.done() and (
+            self._loading.cancelled() or self._loading.exception() is not None)
+        if self._loading is None or failed:
+            self._loading = asyncio.ensure_future(self._load_rest())
+        self.rest = await asyncio.shield(self._loading)
+        return self.rest
 
     async def _serve(self, route: tuple[tuple[str, ...], Any], scope: Scope, receive: Receive,
                      send: Send) -> None:
@@ -333,6 +359,8 @@ class VerbsApp:
             why.append(f"cache not synced: {', '.join(missing)}")
         if not service.api_ok:
             why.append("API server not reachable")
+        if not service.webhook_listening:
+            why.append("admission webhook server not listening yet")
         if service.failed is not None:
             why.append(f"failed: {service.failed!r}")
         return 503, ("not ready: " + "; ".join(why)).encode(), TEXT

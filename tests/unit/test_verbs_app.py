@@ -52,12 +52,37 @@ async def test_verbs_and_probes_answer_before_fastapi_is_loaded(
     assert r.status_code == 503 and r.text.startswith("not ready: ")
 
 
-async def test_other_paths_are_503_until_the_routes_are_loaded(
-    client: httpx.AsyncClient,
-) -> None:
+async def test_other_paths_are_503_without_the_routes(client: httpx.AsyncClient) -> None:
     r = await client.get("/debug/gangs")
-    assert r.status_code == 503 and r.headers["retry-after"] == "1"
-    assert r.json()["fields"] == ["path"] and "starting" in r.json()["error"]
+    assert r.status_code == 503 and r.json()["fields"] == ["path"]
+
+
+async def _no_content(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def test_the_routes_are_loaded_once_on_first_need(service: Lockstep) -> None:
+    loads: list[int] = []
+    fail = [False, True]  # popped from the end: the first load fails
+
+    async def load() -> Any:
+        loads.append(1)
+        await asyncio.sleep(0.05)
+        if fail.pop():
+            raise ImportError("no fastapi")
+        return _no_content
+
+    app = VerbsApp(service, load_rest=load)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://t") as c:
+        assert (await c.get("/healthz")).status_code == 200 and loads == []
+        r = await c.get("/metrics")
+        assert r.status_code == 503 and "no fastapi" in r.json()["error"]
+        assert r.headers["retry-after"] == "1"
+        answers = await asyncio.gather(*(c.get("/metrics") for _ in range(5)))
+        assert [a.status_code for a in answers] == [204] * 5
+    assert len(loads) == 2  # the failed load, then one shared by the five
 
 
 async def test_rest_gets_everything_that_is_not_a_verb_or_probe(service: Lockstep) -> None:
@@ -65,8 +90,7 @@ async def test_rest_gets_everything_that_is_not_a_verb_or_probe(service: Lockste
 
     async def rest(scope: Any, receive: Any, send: Any) -> None:
         seen.append(scope["path"])
-        await send({"type": "http.response.start", "status": 204, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
+        await _no_content(scope, receive, send)
 
     transport = httpx.ASGITransport(app=VerbsApp(service, rest=rest))
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
@@ -141,3 +165,14 @@ async def test_a_parked_bind_is_dropped_when_kube_scheduler_hangs_up(service: Lo
     await asyncio.wait_for(call, 2)
     assert service.core.parked_total() == 0
     assert orjson.loads(answer[0]) == {"Error": "kube-scheduler hung up"}
+
+
+async def test_not_ready_while_the_webhook_server_is_not_listening(
+    client: httpx.AsyncClient, service: Lockstep, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(type(service.cache), "synced", property(lambda _: True))
+    service.api_ok = True
+    assert (await client.get("/readyz")).status_code == 200
+    service.webhook_listening = False  # --webhook-port given, its server still starting
+    r = await client.get("/readyz")
+    assert r.status_code == 503 and "webhook server not listening" in r.text
