@@ -209,8 +209,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _import_verbs_side() -> None:
-    """uvicorn, the verbs and httpx (for watches): imported in a thread while the loop lists."""
-    import httpx  # noqa: F401
+    """uvicorn and the verbs: imported in a thread while the loop lists."""
     import uvicorn
     import uvicorn.lifespan.on
     import uvicorn.protocols.http.httptools_impl  # noqa: F401

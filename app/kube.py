@@ -3,9 +3,9 @@
 Lockstep needs a handful of calls on its hot path and wants raw JSON (parsed once into slim
 records), so it talks to the API server directly instead of through the generated client.
 Configuration comes from a kubeconfig (token, client certificate or insecure) or from the
-in-cluster service account. Watches go through httpx; every other request
-through ``app.fasthttp``, a keep-alive client on httptools that costs the event loop a fraction
-of httpx's time per request (issue 12).
+in-cluster service account. Requests and watches go through ``app.fasthttp``, a client on
+httptools that costs the event loop a fraction of httpx's time per request (issue 12); httpx
+is used only when a test hands in its own transport.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class KubeClient:
             "base_url": cfg.server, "headers": headers, "verify": verify,
             "timeout": timeout, "transport": transport}
         self._httpx: httpx.AsyncClient | None = None
-        # Requests that are not streams take the fast path (app.fasthttp): httpx's pure-Python
+        # Requests and watches take the fast path (app.fasthttp): httpx's pure-Python
         # HTTP stack was ~47% of the loaded event loop's time (issue 12). A caller-given
         # transport (the unit tests' httpx.MockTransport) keeps everything on httpx.
         self._fast = None if transport is not None else FastHTTP(
@@ -144,8 +144,8 @@ class KubeClient:
 
     @property
     def _http(self) -> httpx.AsyncClient:
-        """httpx, for watches (and every call when a test gives a transport); made on first
-        use so that importing it stays off the path to the first list."""
+        """httpx, for every call when a test gives a transport; otherwise never made (and
+        never imported: a tenth of a second of start-up)."""
         if self._httpx is None:
             import httpx
 
@@ -257,6 +257,10 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
+        if self._fast is not None:
+            async for event in self._watch_fast(path, params, timeout_seconds + 30.0):
+                yield event
+            return
         import httpx
 
         timeout = httpx.Timeout(timeout_seconds + 30.0, connect=5.0)
@@ -270,6 +274,25 @@ class KubeClient:
                         yield orjson.loads(line)
         except httpx.TransportError as e:
             raise APIUnreachable(path, e) from e
+
+    async def _watch_fast(self, path: str, params: Mapping[str, str], read_timeout: float,
+                          ) -> AsyncIterator[dict[str, Any]]:
+        """``watch`` on the C-parsed client: h11 and httpx's line decoder were about half
+        of the watch processing's share of the event loop under load (issue 12)."""
+        assert self._fast is not None
+        try:
+            stream = await self._fast.stream(path, params=params, read_timeout=read_timeout)
+        except FastTransportError as e:
+            raise APIUnreachable(path, e) from e
+        try:
+            if stream.status >= 400:
+                raise APIError.from_status(stream.status, _decode(await stream.read()), path)
+            async for line in stream.lines():
+                yield orjson.loads(line)
+        except FastTransportError as e:
+            raise APIUnreachable(path, e) from e
+        finally:
+            stream.close()
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         body = {

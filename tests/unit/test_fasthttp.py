@@ -28,8 +28,8 @@ import orjson
 import pytest
 import uvloop
 
-from app.errors import APIError, APIUnreachable, Conflict, NotFound, TooManyRequests
-from app.fasthttp import FastHTTP
+from app.errors import APIError, APIUnreachable, Conflict, Gone, NotFound, TooManyRequests
+from app.fasthttp import FastHTTP, Stream, TransportError
 from app.kube import KubeClient, KubeConfig
 from testbed.certs import Certs, make_certs
 from testbed.runner import free_port
@@ -797,4 +797,131 @@ def test_the_api_health_probe_rides_the_fast_path_and_fails_closed(loop: str) ->
         kube = client(f"http://127.0.0.1:{free_port()}")  # nothing listens
         assert not await kube.healthy()
         await kube.aclose()
+    run(loop, main)
+
+
+# Watches (FastHTTP.stream)
+
+EVENTS = [{"type": "ADDED", "object": {"metadata": {"name": f"p{i}", "pad": "x" * (i * 37)}}}
+          for i in range(30)]
+
+
+def watch_stream(events: list[dict[str, Any]], *, end: bool = True, hang: bool = False,
+                 piece: int = 17) -> Handler:
+    """A chunked watch answer, cut into ``piece``-byte writes that split lines and chunks;
+    it ends with the terminal chunk, just stops (``end=False``), or hangs (``hang``)."""
+    async def handler(req: Seen, w: asyncio.StreamWriter) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
+        body = b"".join(orjson.dumps(e) + b"\n" for e in events)
+        for i in range(0, len(body), 100):
+            chunk = body[i:i + 100]
+            raw = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+            for j in range(0, len(raw), piece):
+                w.write(raw[j:j + piece])
+                await w.drain()
+        if hang:
+            await asyncio.sleep(30)
+        if end:
+            w.write(b"0\r\n\r\n")
+            await w.drain()
+        return False
+    return handler
+
+
+def test_a_watch_streams_events_split_across_writes_and_chunks(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/api/v1/pods": watch_stream(EVENTS)}) as srv:
+            kube = client(srv.url)
+            got = [e async for e in kube.watch("/api/v1/pods", "5")]
+            await kube.aclose()
+            assert kube._httpx is None  # httpx was never made, or imported for this
+        assert got == EVENTS
+        assert srv.seen[0].query_get("watch") == ["1"]
+        assert srv.seen[0].query_get("resourceVersion") == ["5"]
+        assert srv.seen[0].query_get("allowWatchBookmarks") == ["true"]
+    run(loop, main)
+
+
+def test_a_watch_cut_mid_answer_is_unreachable_after_the_whole_events(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/api/v1/pods": watch_stream(EVENTS, end=False)}) as srv:
+            kube = client(srv.url)
+            got: list[dict[str, Any]] = []
+            with pytest.raises(APIUnreachable):
+                async for e in kube.watch("/api/v1/pods", "5"):
+                    got.append(e)
+            await kube.aclose()
+        assert got == EVENTS  # every complete line first, then the error
+    run(loop, main)
+
+
+async def gone(req: Seen, w: asyncio.StreamWriter) -> bool:
+    w.write(answer(410, orjson.dumps({"kind": "Status", "reason": "Expired",
+                                      "message": "too old resource version: 5 (90)"})))
+    await w.drain()
+    return False
+
+
+def test_a_watch_answered_410_raises_gone_with_the_message(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/api/v1/pods": gone}) as srv:
+            kube = client(srv.url)
+            with pytest.raises(Gone, match="too old resource version"):
+                async for _ in kube.watch("/api/v1/pods", "5"):
+                    pass
+            await kube.aclose()
+    run(loop, main)
+
+
+def test_a_silent_watch_ends_after_the_read_timeout(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/w": watch_stream(EVENTS[:2], hang=True)}) as srv:
+            pool = fast(client(srv.url))
+            stream = await pool.stream("/w", read_timeout=0.3)
+            got = []
+            with pytest.raises(TransportError, match=r"no data for 0\.3s"):
+                async for line in stream.lines():
+                    got.append(orjson.loads(line))
+            await pool.aclose()
+        assert got == EVENTS[:2]
+    run(loop, main)
+
+
+def test_a_slow_consumer_pauses_reading_and_loses_nothing(
+    loop: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Stream, "MAX_BUFFERED", 3)
+    paused: list[int] = []
+    real = Stream.on_body
+
+    def spy(self: Stream, body: bytes) -> None:
+        real(self, body)
+        paused.append(self._paused)
+
+    monkeypatch.setattr(Stream, "on_body", spy)
+
+    async def main() -> None:
+        async with serving({"/w": watch_stream(EVENTS, piece=4096)}) as srv:
+            pool = fast(client(srv.url))
+            stream = await pool.stream("/w", read_timeout=5)
+            got = []
+            async for line in stream.lines():
+                got.append(orjson.loads(line))
+                await asyncio.sleep(0.001)
+            await pool.aclose()
+        assert got == EVENTS and any(paused)
+    run(loop, main)
+
+
+def test_closing_the_client_ends_its_open_watches(loop: str) -> None:
+    async def main() -> None:
+        async with serving({"/w": watch_stream(EVENTS[:1], hang=True)}) as srv:
+            pool = fast(client(srv.url))
+            stream = await pool.stream("/w", read_timeout=30)
+            lines = stream.lines()
+            assert orjson.loads(await anext(lines)) == EVENTS[0]
+            await pool.aclose()
+            with pytest.raises(TransportError, match="mid-response"):
+                await anext(lines)
     run(loop, main)
