@@ -419,10 +419,10 @@ def test_eighty_concurrent_requests_each_get_their_own_answer(loop: str) -> None
             await kube.aclose()
         assert [a["body"]["i"] for a in answers] == list(range(80))
         assert [a["body"]["i"] for a in more] == list(range(8))
-        assert opened == 80  # a connection per request in flight
-        assert idle == 64  # KubeClient keeps 64; the rest were closed, not pooled
-        assert pool.connections_opened == 80  # the second burst rode pooled connections
-        assert {a["n"] for a in more} == {1}
+        assert opened == 48  # KubeClient's cap: the other 32 waited for a connection
+        assert idle == 48  # and every connection was kept
+        assert pool.connections_opened == 48  # the second burst rode pooled connections
+        assert min(a["n"] for a in more) >= 1  # each on a connection used before
     run(loop, main)
 
 
