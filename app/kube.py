@@ -138,13 +138,12 @@ class KubeClient:
             cfg.server, headers=headers,
             ssl_context=verify if isinstance(verify, ssl.SSLContext) else None,
             timeout=timeout, connect_timeout=min(5.0, timeout),
-            # 32 gate lifts in flight leave 16 connections to bindings and Events. At 100 a
-            # 1,000-node start opened 100 connections within 1.6 s, each a TLS handshake that
-            # costs both sides more CPU than a write, on the busiest second of the run; more
-            # requests in flight do not make a two-core API server answer faster.
-            max_connections=48,
+            # 64 gate lifts in flight (service.LIFTERS) leave 16 connections to bindings and
+            # Events. Each connection is a TLS handshake that costs both sides more CPU than
+            # a write, and they are all made in the run's busiest second.
+            max_connections=80,
             # Keep every connection: an idle one costs nothing, a new one a handshake.
-            max_idle=48)
+            max_idle=80)
 
     @property
     def _http(self) -> httpx.AsyncClient:
