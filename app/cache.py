@@ -47,6 +47,7 @@ from coscheduling.upstream import (
 
 from .errors import APIError, APIUnreachable, Gone, NotFound
 from .kube import KubeClient
+from .nodeproto import decode_node_list
 
 __all__ = ["ClusterCache", "Resource"]
 
@@ -72,6 +73,8 @@ class Resource:
     """(API group, plural, versions by preference): ``path`` is found by API discovery."""
     version: str = ""
     """The discovered version ("" when not served)."""
+    protobuf: Callable[[bytes], dict[str, Any]] | None = None
+    """Lists ask for protobuf and decode it with this (only built-in kinds have it)."""
 
 
 @dataclass(slots=True)
@@ -85,7 +88,7 @@ class ClusterCache:
 
     def __post_init__(self) -> None:
         for r in (
-            Resource("nodes", "/api/v1/nodes"),
+            Resource("nodes", "/api/v1/nodes", protobuf=decode_node_list),
             Resource("pods", "/api/v1/pods"),
             Resource("podgroups", PODGROUPS, optional=True),
             Resource("volcano-podgroups", VOLCANO_PODGROUPS, optional=True),
@@ -243,7 +246,8 @@ class ClusterCache:
 
     async def _list(self, res: Resource) -> None:
         records, rv = await self.kube.list_parsed(res.path,
-                                                  lambda o: self._parse(res.name, o))
+                                                  lambda o: self._parse(res.name, o),
+                                                  protobuf=res.protobuf)
         self._apply_all(res.name, records)
         res.resource_version = rv
         res.synced = True

@@ -341,6 +341,8 @@ class FastHTTP:
         if any("\r" in line or "\n" in line for line in lines):
             raise ValueError("a header holds a line break")
         self._static = "".join(line + "\r\n" for line in lines).encode("latin-1")
+        self._accept = next((f"{line}\r\n".encode("latin-1") for line in lines
+                             if line.lower().startswith("accept:")), b"")
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
@@ -365,11 +367,16 @@ class FastHTTP:
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> _Result:
-        """(status, body) of ``method path?params``; raises ``TransportError``."""
+        """(status, body) of ``method path?params``; raises ``TransportError``. ``accept``
+        goes out as the Accept header, replacing the client's own."""
         if method == "HEAD":  # the parser would wait for the body a HEAD answer announces
             raise ValueError("HEAD is not supported")
         head = self._head(method, path, params)
+        if accept is not None:
+            head = head.replace(self._accept, b"Accept: %s\r\n" % accept.encode("latin-1"), 1) \
+                if self._accept else head + b"Accept: %s\r\n" % accept.encode("latin-1")
         if body is not None:
             data = b"%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
                 head, content_type.encode("latin-1"), len(body), body)

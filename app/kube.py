@@ -27,6 +27,7 @@ import yaml
 
 from coscheduling import BindFailed, BindOutcome, Bound, NodeName, PodKey
 
+from . import nodeproto
 from .errors import APIError, APIUnreachable, Conflict
 from .fasthttp import FastHTTP
 from .fasthttp import TransportError as FastTransportError
@@ -177,26 +178,38 @@ class KubeClient:
         json: Any = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        protobuf: Callable[[bytes], Any] | None = None,
     ) -> Any:
+        """The answer's JSON; with ``protobuf``, the API server is asked for its protobuf
+        encoding (JSON still accepted) and a protobuf answer is decoded with it."""
         body = orjson.dumps(json) if json is not None else None
+        accept = nodeproto.ACCEPT if protobuf is not None else None
         if self._fast is not None:
             try:
                 status, content = await self._fast.request(
-                    method, path, params=params, body=body, content_type=content_type)
+                    method, path, params=params, body=body, content_type=content_type,
+                    accept=accept)
             except FastTransportError as e:
                 raise APIUnreachable(path, e) from e
         else:
             import httpx
 
+            headers = {"Content-Type": content_type} if body is not None else {}
+            if accept is not None:
+                headers["Accept"] = accept
             try:
                 r = await self._http.request(
-                    method, path, content=body, params=params,
-                    headers={"Content-Type": content_type} if body is not None else None,
-                )
+                    method, path, content=body, params=params, headers=headers or None)
             except httpx.TransportError as e:
                 raise APIUnreachable(path, e) from e
             status, content = r.status_code, r.content
-        data = _decode(content)
+        if protobuf is not None and content.startswith(nodeproto.PREFIX):
+            try:
+                data = protobuf(content) if status < 400 else nodeproto.decode_status(content)
+            except ValueError as e:
+                raise APIError(status, "BadResponse", str(e), path=path) from None
+        else:
+            data = _decode(content)
         if status >= 400:
             raise APIError.from_status(status, data, path)
         if content and data is None:
@@ -219,7 +232,8 @@ class KubeClient:
             params = {"limit": str(page), "continue": cont}
 
     async def list_parsed(
-        self, path: str, parse: Callable[[dict[str, Any]], T | None], *, page: int = 500
+        self, path: str, parse: Callable[[dict[str, Any]], T | None], *, page: int = 500,
+        protobuf: Callable[[bytes], dict[str, Any]] | None = None,
     ) -> tuple[builtins.list[T], str]:
         """``list``, with every page parsed into records (None dropped) as it arrives.
 
@@ -231,13 +245,14 @@ class KubeClient:
         params = {"limit": str(page)}
         pending: asyncio.Task[Any] | None = None
         try:
-            data = await self.request("GET", path, params=params)
+            data = await self.request("GET", path, params=params, protobuf=protobuf)
             while True:
                 meta = data.get("metadata") or {}
                 cont = meta.get("continue")
                 if cont:
                     params = {"limit": str(page), "continue": cont}
-                    pending = asyncio.create_task(self.request("GET", path, params=params))
+                    pending = asyncio.create_task(
+                        self.request("GET", path, params=params, protobuf=protobuf))
                     await asyncio.sleep(0)  # let it send before the parsing below
                 out.extend(r for r in map(parse, data.get("items") or ()) if r is not None)
                 del data

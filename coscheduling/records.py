@@ -158,7 +158,10 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeRecord:
         allocatable=resource_list(alloc),
         labels=_str_map(meta.get("labels"), "Node.metadata.labels"),
         unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(dict(t) for t in spec.get("taints") or () if isinstance(t, Mapping)),
+        # key, value and effect decide scheduling; timeAdded (set on NoExecute taints) would
+        # only make a protobuf-listed node differ from the same node watched as JSON.
+        taints=tuple({k: t[k] for k in ("key", "value", "effect") if t.get(k)}
+                     for t in spec.get("taints") or () if isinstance(t, Mapping)),
     )
 
 
