@@ -8,7 +8,7 @@ wall-clock samples of Lockstep's event-loop thread under each named activity.
 
 py-spy samples a thread unless it sits in an idle call (epoll), so a thread that is runnable
 but waiting for a CPU is counted: on a loaded machine the shares are of *wall* time the loop
-was not free to answer a verb, not of CPU time (compare ``lockstep_cpu_s`` with the span).
+was not free to answer a verb, not of CPU time (compare ``cpu_s`` with the span).
 """
 
 from __future__ import annotations
@@ -112,9 +112,12 @@ def report(doc: Mapping[str, Any], base: Path) -> str:
             out.append(f"  Lockstep /healthz round trip during the batch (ms): "
                        f"{row['lockstep_healthz_ms']}, before the scheduler started: "
                        f"{row.get('lockstep_healthz_idle_ms')}")
-        if row.get("lockstep_cpu_s") is not None:
-            out.append(f"  Lockstep CPU {row['lockstep_cpu_s']} s, kube-scheduler CPU "
-                       f"{row.get('scheduler_cpu_s')} s over a {row.get('span_s')} s span; "
+        cpu = row.get("cpu_s") or {}
+        if cpu:
+            parts = ", ".join(f"{k} {v}" for k, v in cpu.items()
+                              if v is not None and k != "machine_ms_per_pod")
+            out.append(f"  CPU-s from t0 to the last batch binding ({row.get('span_s')} s span): "
+                       f"{parts}; {cpu.get('machine_ms_per_pod')} ms per pod; "
                        f"Lockstep RSS {row.get('rss_mb')} MB")
         spy = row.get("pyspy_file")
         if spy and (p := Path(spy) if Path(spy).is_absolute() else base / spy).exists():

@@ -20,7 +20,10 @@ when the binding recorder's watch delivers it. Metrics per scheduler:
 - arrival p95: a second phase creates gangs one by one while the scheduler runs (after the
   first batch is bound); per gang, all members bound - its last member created;
 - RSS of Lockstep (and of each scheduler) at the end, and the API requests each run made
-  (kube-apiserver's ``apiserver_request_total``, delta over the run).
+  (kube-apiserver's ``apiserver_request_total``, delta over the run);
+- CPU-seconds from t0 to the end of the batch per process (kube-apiserver, etcd, KWOK, the
+  scheduler, Lockstep, this harness with its binding recorder) and for the whole machine
+  (``/proc/stat``), and the machine's CPU per pod: on two cores the span follows it.
 
 The machine is small and shared: compare the ratios within one run, not absolute pods/s.
 """
@@ -56,6 +59,7 @@ __all__ = [
     "GangSpec",
     "Workload",
     "build_pods",
+    "cpu_breakdown",
     "mixed",
     "parse_prometheus",
     "percentile",
@@ -96,6 +100,7 @@ TABLE_COLUMNS = (
     ("arrival_p95_s", "arrival p95 s"),
     ("unbound", "unbound"),
     ("rss_mb", "Lockstep RSS MB"),
+    ("machine_cpu_ms_per_pod", "machine CPU ms/pod"),
 )
 
 
@@ -437,6 +442,40 @@ def _cpu_seconds(pid: int | None) -> float | None:
     return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
 
 
+def _own_cpu_seconds() -> float:
+    """This process's CPU (all threads): the binding recorder's watch is part of the load."""
+    t = os.times()
+    return round(t.user + t.system, 2)
+
+
+def _machine_busy_seconds() -> float | None:
+    """CPU-seconds the whole machine spent busy (all cores; /proc/stat minus idle and iowait)."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_breakdown(before: Mapping[str, float | None], after: Mapping[str, float | None],
+                  machine: float | None, pods: int) -> dict[str, float | None]:
+    """CPU-seconds per process over the batch, plus the whole machine's and its cost per pod.
+
+    A process missing from ``before`` started inside the batch (the schedulers, at t0) and
+    counts from zero. ``other`` is what no listed process explains (other tenants of a shared
+    machine, the kernel): large values mean a run to distrust."""
+    out: dict[str, float | None] = {}
+    for k, v in after.items():
+        start = before.get(k, 0.0)
+        out[k] = round(v - start, 2) if v is not None and start is not None else None
+    known = sum(v for v in out.values() if v is not None)
+    out["machine"] = round(machine, 2) if machine is not None else None
+    out["other"] = round(machine - known, 2) if machine is not None else None
+    out["machine_ms_per_pod"] = (round(1000 * machine / pods, 1)
+                                 if machine is not None and pods else None)
+    return out
+
+
 @dataclass
 class Sampler:
     """Polls ``fn`` every ``interval`` seconds in a thread; keeps (t, value) pairs."""
@@ -592,6 +631,12 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         rec = BindingRecorder(kube).start()
         api_metrics = f"{bed.api_url}/metrics"
         before = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
+        # The rest of the machine's CPU per run: every scheduler's writes cost the API server,
+        # etcd and KWOK too, on the same two cores. Counted from t0, like the schedulers'.
+        infra: dict[str, int | None] = {
+            k: bed.procs[k].pid for k in ("kube-apiserver", "etcd", "kwok") if k in bed.procs}
+        cpu0: dict[str, float | None] = {k: _cpu_seconds(pid) for k, pid in infra.items()}
+        cpu0["harness"], machine0 = _own_cpu_seconds(), _machine_busy_seconds()
         # Lockstep starts inside the span, at the same moment as kube-scheduler (both are
         # "the scheduler"): with its gate it admits gangs as soon as it has listed the
         # cluster, and that work must be timed too.
@@ -615,11 +660,6 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             ls_start.result()
             row["lockstep_ready_s"] = round(time.monotonic() - t0, 2)
         ls_pid = bed.procs["lockstep"].pid if ls_url else None
-        ls_cpu0 = _cpu_seconds(ls_pid)
-        # The rest of the machine's CPU per run: every scheduler's writes cost the API server,
-        # etcd and KWOK too, on the same two cores.
-        infra = {k: bed.procs[k].pid for k in ("kube-apiserver", "etcd", "kwok") if k in bed.procs}
-        infra0 = {k: _cpu_seconds(pid) for k, pid in infra.items()}
         if opts.profile and ls_url:  # now at work: no longer "idle" (kept for the report)
             idle = [_latency_ms(f"{ls_url}/healthz") for _ in range(20)]
             row["lockstep_healthz_idle_ms"] = {"p50": _r(percentile(idle, 50)),
@@ -657,11 +697,16 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                     row["pyspy_error"] = err.decode(errors="replace")[-500:]
             except subprocess.TimeoutExpired:
                 spy.kill()
-        ls_cpu1 = _cpu_seconds(ls_pid)
-        for k, pid in infra.items():
-            c0, c1 = infra0[k], _cpu_seconds(pid)
-            row[f"{k.replace('-', '_')}_cpu_s"] = round(c1 - c0, 2) \
-                if c0 is not None and c1 is not None else None
+        # Both schedulers' processes started at t0: all their CPU so far is the batch's.
+        cpu1: dict[str, float | None] = {k: _cpu_seconds(pid) for k, pid in infra.items()}
+        cpu1["harness"], machine1 = _own_cpu_seconds(), _machine_busy_seconds()
+        cpu1["scheduler"] = _cpu_seconds(proc.pid)
+        if ls_pid is not None:
+            cpu1["lockstep"] = _cpu_seconds(ls_pid)
+        row["cpu_s"] = cpu_breakdown(cpu0, cpu1,
+                                     None if machine0 is None or machine1 is None
+                                     else machine1 - machine0, len(rec.bound(NS)))
+        row["machine_cpu_ms_per_pod"] = row["cpu_s"]["machine_ms_per_pod"]
         sched_text = _get_text(sched_metrics)
         after = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
         ls_text = _get_text(f"{ls_url}/metrics") if ls_url else ""
@@ -696,10 +741,7 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                 parse_prometheus(_get_text(sched_metrics), ("scheduler_",)))
         if ls_pid is not None:
             row.update(_rss_mb(ls_pid))
-            row["lockstep_cpu_s"] = (round(ls_cpu1 - ls_cpu0, 2)
-                                     if ls_cpu0 is not None and ls_cpu1 is not None else None)
         row["scheduler_rss_mb"] = _rss_mb(proc.pid)["rss_mb"]
-        row["scheduler_cpu_s"] = _cpu_seconds(proc.pid)
         row["api_requests"] = request_delta(before, after)
         row["kube_scheduler"] = _scheduler_summary(parse_prometheus(sched_text, ("scheduler_",)))
         if ls_text:

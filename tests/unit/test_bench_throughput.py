@@ -8,6 +8,7 @@ from benchmarks.throughput import (
     NODE_GPUS,
     GangSpec,
     build_pods,
+    cpu_breakdown,
     format_table,
     mixed,
     parse_prometheus,
@@ -126,6 +127,23 @@ def test_ratios_and_table() -> None:
     assert len(lines) == 4 and lines[0].split() == ["scheduler", "pods/s", "RSS"]
     assert lines[1].split() == ["stock", "125", "-"]
     assert len({len(line) for line in lines}) == 1  # right-aligned columns
+
+
+def test_cpu_breakdown_counts_processes_started_in_the_batch_from_zero() -> None:
+    before = {"kube-apiserver": 10.0, "etcd": 2.0, "harness": 1.0}
+    after = {"kube-apiserver": 13.5, "etcd": 2.5, "harness": 1.25, "scheduler": 2.0,
+             "lockstep": 1.5}
+    cpu = cpu_breakdown(before, after, machine=9.0, pods=800)
+    assert cpu["kube-apiserver"] == 3.5 and cpu["etcd"] == 0.5 and cpu["harness"] == 0.25
+    assert cpu["scheduler"] == 2.0 and cpu["lockstep"] == 1.5
+    assert cpu["machine"] == 9.0 and cpu["other"] == 1.25
+    assert cpu["machine_ms_per_pod"] == 11.2
+
+
+def test_cpu_breakdown_without_readings() -> None:
+    cpu = cpu_breakdown({"kwok": None}, {"kwok": 1.0, "scheduler": None}, machine=None, pods=0)
+    assert cpu["kwok"] is None and cpu["scheduler"] is None
+    assert cpu["machine"] is None and cpu["other"] is None and cpu["machine_ms_per_pod"] is None
 
 
 def test_prometheus_parsing_and_request_delta() -> None:
