@@ -30,7 +30,7 @@ import uvloop
 
 from app.errors import APIError, APIUnreachable, Conflict, Gone, NotFound, TooManyRequests
 from app.fasthttp import FastHTTP, Stream, TransportError
-from app.kube import KubeClient, KubeConfig
+from app.kube import KubeClient, KubeConfig, _ssl_context
 from testbed.certs import Certs, make_certs
 from testbed.runner import free_port
 
@@ -578,6 +578,17 @@ def tls_server(certs: Certs) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(certs.cert, certs.key)
     return ctx
+
+
+def test_insecure_context_loads_no_ca_bundle(certs: Certs) -> None:
+    insecure = _ssl_context(KubeConfig("https://127.0.0.1:6443", insecure=True))
+    assert isinstance(insecure, ssl.SSLContext)
+    assert insecure.verify_mode == ssl.CERT_NONE and not insecure.check_hostname
+    assert insecure.cert_store_stats()["x509_ca"] == 0  # the system bundle: start-up time
+    pinned = _ssl_context(KubeConfig("https://127.0.0.1:6443", ca_file=str(certs.ca)))
+    assert isinstance(pinned, ssl.SSLContext) and pinned.verify_mode == ssl.CERT_REQUIRED
+    assert pinned.cert_store_stats()["x509_ca"] == 1
+    assert _ssl_context(KubeConfig("http://127.0.0.1:8080")) is False
 
 
 def test_tls_verifies_the_server_against_the_ca_and_keeps_alive(
