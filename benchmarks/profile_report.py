@@ -115,9 +115,10 @@ def report(doc: Mapping[str, Any], base: Path) -> str:
         cpu = row.get("cpu_s") or {}
         if cpu:
             parts = ", ".join(f"{k} {v}" for k, v in cpu.items()
-                              if v is not None and k != "machine_ms_per_pod")
+                              if v is not None and k not in ("machine_ms_per_pod", "steal"))
             out.append(f"  CPU-s from t0 to the last batch binding ({row.get('span_s')} s span): "
-                       f"{parts}; {cpu.get('machine_ms_per_pod')} ms per pod; "
+                       f"{parts}; {cpu.get('machine_ms_per_pod')} ms per pod, "
+                       f"{cpu.get('steal')} s stolen by the hypervisor; "
                        f"Lockstep RSS {row.get('rss_mb')} MB")
         spy = row.get("pyspy_file")
         if spy and (p := Path(spy) if Path(spy).is_absolute() else base / spy).exists():

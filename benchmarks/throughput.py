@@ -23,7 +23,8 @@ when the binding recorder's watch delivers it. Metrics per scheduler:
   (kube-apiserver's ``apiserver_request_total``, delta over the run);
 - CPU-seconds from t0 to the end of the batch per process (kube-apiserver, etcd, KWOK, the
   scheduler, Lockstep, this harness with its binding recorder) and for the whole machine
-  (``/proc/stat``), and the machine's CPU per pod: on two cores the span follows it.
+  (``/proc/stat``, with the time the hypervisor stole), and the machine's CPU per pod: on two
+  saturated cores the span follows it.
 
 The machine is small and shared: compare the ratios within one run, not absolute pods/s.
 """
@@ -448,17 +449,23 @@ def _own_cpu_seconds() -> float:
     return round(t.user + t.system, 2)
 
 
-def _machine_busy_seconds() -> float | None:
-    """CPU-seconds the whole machine spent busy (all cores; /proc/stat minus idle and iowait)."""
+def _machine_seconds() -> tuple[float, float] | None:
+    """CPU-seconds the whole machine spent busy (all cores) and those the hypervisor stole.
+
+    ``/proc/stat``: busy is user, nice, system, irq and softirq (guest time is already inside
+    user); steal is another tenant of the host running on our cores."""
     try:
         ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    hz = os.sysconf("SC_CLK_TCK")
+    steal = ticks[7] if len(ticks) > 7 else 0
+    return sum(ticks[i] for i in (0, 1, 2, 5, 6)) / hz, steal / hz
 
 
 def cpu_breakdown(before: Mapping[str, float | None], after: Mapping[str, float | None],
-                  machine: float | None, pods: int) -> dict[str, float | None]:
+                  machine: float | None, pods: int, steal: float | None = None
+                  ) -> dict[str, float | None]:
     """CPU-seconds per process over the batch, plus the whole machine's and its cost per pod.
 
     A process missing from ``before`` started inside the batch (the schedulers, at t0) and
@@ -473,6 +480,7 @@ def cpu_breakdown(before: Mapping[str, float | None], after: Mapping[str, float 
     out["other"] = round(machine - known, 2) if machine is not None else None
     out["machine_ms_per_pod"] = (round(1000 * machine / pods, 1)
                                  if machine is not None and pods else None)
+    out["steal"] = round(steal, 2) if steal is not None else None
     return out
 
 
@@ -636,7 +644,7 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         infra: dict[str, int | None] = {
             k: bed.procs[k].pid for k in ("kube-apiserver", "etcd", "kwok") if k in bed.procs}
         cpu0: dict[str, float | None] = {k: _cpu_seconds(pid) for k, pid in infra.items()}
-        cpu0["harness"], machine0 = _own_cpu_seconds(), _machine_busy_seconds()
+        cpu0["harness"], machine0 = _own_cpu_seconds(), _machine_seconds()
         # Lockstep starts inside the span, at the same moment as kube-scheduler (both are
         # "the scheduler"): with its gate it admits gangs as soon as it has listed the
         # cluster, and that work must be timed too.
@@ -699,13 +707,13 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                 spy.kill()
         # Both schedulers' processes started at t0: all their CPU so far is the batch's.
         cpu1: dict[str, float | None] = {k: _cpu_seconds(pid) for k, pid in infra.items()}
-        cpu1["harness"], machine1 = _own_cpu_seconds(), _machine_busy_seconds()
+        cpu1["harness"], machine1 = _own_cpu_seconds(), _machine_seconds()
         cpu1["scheduler"] = _cpu_seconds(proc.pid)
         if ls_pid is not None:
             cpu1["lockstep"] = _cpu_seconds(ls_pid)
-        row["cpu_s"] = cpu_breakdown(cpu0, cpu1,
-                                     None if machine0 is None or machine1 is None
-                                     else machine1 - machine0, len(rec.bound(NS)))
+        busy, steal = ((machine1[0] - machine0[0], machine1[1] - machine0[1])
+                       if machine0 is not None and machine1 is not None else (None, None))
+        row["cpu_s"] = cpu_breakdown(cpu0, cpu1, busy, len(rec.bound(NS)), steal)
         row["machine_cpu_ms_per_pod"] = row["cpu_s"]["machine_ms_per_pod"]
         sched_text = _get_text(sched_metrics)
         after = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))

@@ -133,17 +133,18 @@ def test_cpu_breakdown_counts_processes_started_in_the_batch_from_zero() -> None
     before = {"kube-apiserver": 10.0, "etcd": 2.0, "harness": 1.0}
     after = {"kube-apiserver": 13.5, "etcd": 2.5, "harness": 1.25, "scheduler": 2.0,
              "lockstep": 1.5}
-    cpu = cpu_breakdown(before, after, machine=9.0, pods=800)
+    cpu = cpu_breakdown(before, after, machine=9.0, pods=800, steal=0.5)
     assert cpu["kube-apiserver"] == 3.5 and cpu["etcd"] == 0.5 and cpu["harness"] == 0.25
     assert cpu["scheduler"] == 2.0 and cpu["lockstep"] == 1.5
     assert cpu["machine"] == 9.0 and cpu["other"] == 1.25
-    assert cpu["machine_ms_per_pod"] == 11.2
+    assert cpu["machine_ms_per_pod"] == 11.2 and cpu["steal"] == 0.5
 
 
 def test_cpu_breakdown_without_readings() -> None:
     cpu = cpu_breakdown({"kwok": None}, {"kwok": 1.0, "scheduler": None}, machine=None, pods=0)
     assert cpu["kwok"] is None and cpu["scheduler"] is None
     assert cpu["machine"] is None and cpu["other"] is None and cpu["machine_ms_per_pod"] is None
+    assert cpu["steal"] is None
 
 
 def test_prometheus_parsing_and_request_delta() -> None:
