@@ -57,6 +57,9 @@ def main() -> None:
     tp.add_argument("--stall", type=float, default=45.0,
                     help="give up on a scheduler's batch after this many seconds without a "
                          "new binding (default 45)")
+    tp.add_argument("--rounds", type=int, default=1,
+                    help="run every scheduler this many times, alternating their order; the "
+                         "ratios are then medians over the rounds (default 1)")
     tp.add_argument("--profile", action="store_true",
                     help="also sample kube-scheduler's pending pods and run py-spy on Lockstep")
     tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
@@ -130,6 +133,8 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
         profile=args.profile, out=out, lockstep_overrides=overrides, stall=args.stall,
         tag=",".join(args.lockstep_override))
     schedulers = [s for s in args.schedulers.split(",") if s]
+    if args.rounds < 1 or (args.profile and args.rounds > 1):
+        sys.exit("benchmarks: --rounds must be at least 1, and 1 with --profile")
     print(f"\nThroughput: {nodes} nodes x {throughput.NODE_GPUS} GPUs, workload "
           f"{wl.describe()}", flush=True)
 
@@ -138,13 +143,16 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
               f"gang done p50 {row['gang_done_p50_s']} s", flush=True)
 
     measured = _commit()  # at the start: the product code Lockstep runs is read now
-    result = throughput.run(wl, opts, schedulers, on_row=progress)
+    result = throughput.run(wl, opts, schedulers, on_row=progress, rounds=args.rounds)
     name = "throughput.json" if not args.profile else "throughput-profile.json"
     (out / name).write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:], **result},
                                        indent=2))
+    rounds = "one run" if args.rounds == 1 else f"{args.rounds} rounds, median ratios (range)"
     print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, all created "
-          "before the scheduler starts; one run, compare ratios)")
-    print(throughput.format_table(result["rows"]))
+          f"before the scheduler starts; {rounds}, compare ratios)")
+    columns = throughput.TABLE_COLUMNS if args.rounds == 1 else (
+        ("round", "round"), *throughput.TABLE_COLUMNS)
+    print(throughput.format_table(result["rows"], columns))
     print(throughput.format_ratios(result["ratios"]))
 
 

@@ -38,6 +38,7 @@ import os
 import random
 import re
 import ssl
+import statistics
 import subprocess
 import threading
 import time
@@ -61,10 +62,12 @@ __all__ = [
     "Workload",
     "build_pods",
     "cpu_breakdown",
+    "median_ratios",
     "mixed",
     "parse_prometheus",
     "percentile",
     "ratios",
+    "round_orders",
     "run",
     "summarize",
     "uniform",
@@ -386,10 +389,32 @@ def format_table(rows: Sequence[Mapping[str, Any]],
     return "\n".join(lines)
 
 
-def format_ratios(r: Mapping[str, float | None]) -> str:
+def median_ratios(per_round: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
+    """Each ratio's median over the rounds, and its range under ``<ratio>_range``.
+
+    The machine's speed drifts by a third between runs of the same code (issue 12), so one
+    round's ratio is one sample; rounds alternate the schedulers' order."""
+    out: dict[str, Any] = {}
+    for k in (per_round[0] if per_round else {}):
+        vals = sorted(v for r in per_round if (v := r.get(k)) is not None)
+        out[k] = round(statistics.median(vals), 2) if vals else None
+        out[f"{k}_range"] = [vals[0], vals[-1]] if vals else None
+    return out
+
+
+def round_orders(schedulers: Sequence[str], rounds: int) -> list[list[str]]:
+    """Forward, then backward, and so on: no scheduler always runs on the freshest machine."""
+    return [list(schedulers) if i % 2 == 0 else list(reversed(schedulers))
+            for i in range(rounds)]
+
+
+def format_ratios(r: Mapping[str, Any]) -> str:
     def f(k: str) -> str:
         v = r.get(k)
-        return "-" if v is None else f"{v:.2f}x"
+        span = r.get(f"{k}_range")
+        if v is None:
+            return "-"
+        return f"{v:.2f}x" + (f" ({span[0]:.2f}-{span[1]:.2f})" if span else "")
     return (f"Lockstep/stock: pods/s {f('pods_per_s_lockstep_over_stock')}, gang done p50 "
             f"{f('gang_done_p50_lockstep_over_stock')}   "
             f"Lockstep/scheduler-plugins: pods/s {f('pods_per_s_lockstep_over_sp')}, gang done "
@@ -774,14 +799,25 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
 
 
 def run(wl: Workload, opts: RunOptions, schedulers: Sequence[str] = SCHEDULERS,
-        on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        on_row: Callable[[dict[str, Any]], None] | None = None, rounds: int = 1
+        ) -> dict[str, Any]:
+    """Every scheduler once per round; with several rounds the ratios are medians."""
     opts.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for s in schedulers:
-        row = run_one(s, wl, opts)
-        rows.append(row)
-        if on_row:
-            on_row(row)
+    rows: list[dict[str, Any]] = []
+    per_round = []
+    for i, order in enumerate(round_orders(schedulers, rounds)):
+        this = []
+        for s in order:
+            row = run_one(s, wl, opts)
+            if rounds > 1:
+                row["round"] = i + 1
+            this.append(row)
+            if on_row:
+                on_row(row)
+        rows += this
+        per_round.append(ratios(this))
     return {"nodes": opts.nodes, "node_gpus": NODE_GPUS, "qps": QPS, "burst": BURST,
             "workload": wl.describe(), "workload_groups": [asdict(g) for g in wl.groups],
-            "arrival_gap_s": opts.arrival_gap, "rows": rows, "ratios": ratios(rows)}
+            "arrival_gap_s": opts.arrival_gap, "rounds": rounds, "rows": rows,
+            "ratios": per_round[0] if rounds == 1 else median_ratios(per_round),
+            "ratios_by_round": per_round}

@@ -9,12 +9,15 @@ from benchmarks.throughput import (
     GangSpec,
     build_pods,
     cpu_breakdown,
+    format_ratios,
     format_table,
+    median_ratios,
     mixed,
     parse_prometheus,
     percentile,
     ratios,
     request_delta,
+    round_orders,
     summarize,
     summarize_arrivals,
     uniform,
@@ -145,6 +148,26 @@ def test_cpu_breakdown_without_readings() -> None:
     assert cpu["kwok"] is None and cpu["scheduler"] is None
     assert cpu["machine"] is None and cpu["other"] is None and cpu["machine_ms_per_pod"] is None
     assert cpu["steal"] is None
+
+
+def test_rounds_alternate_the_order() -> None:
+    assert round_orders(["stock", "lockstep", "sp"], 3) == [
+        ["stock", "lockstep", "sp"], ["sp", "lockstep", "stock"], ["stock", "lockstep", "sp"]]
+    assert round_orders(["lockstep"], 1) == [["lockstep"]]
+
+
+def test_ratios_over_rounds_are_medians_with_their_range() -> None:
+    k = "pods_per_s_lockstep_over_sp"
+    per_round = [{k: 0.72, "gang_done_p50_lockstep_over_sp": None},
+                 {k: 0.99, "gang_done_p50_lockstep_over_sp": 1.5},
+                 {k: 0.85, "gang_done_p50_lockstep_over_sp": 1.6}]
+    r = median_ratios(per_round)
+    assert r[k] == 0.85 and r[f"{k}_range"] == [0.72, 0.99]
+    assert r["gang_done_p50_lockstep_over_sp"] == 1.55  # the rounds that have one
+    assert r["gang_done_p50_lockstep_over_sp_range"] == [1.5, 1.6]
+    assert median_ratios([]) == {}
+    assert "pods/s 0.85x (0.72-0.99)" in format_ratios(r)
+    assert "Lockstep/stock: pods/s -," in format_ratios(r)
 
 
 def test_prometheus_parsing_and_request_delta() -> None:
