@@ -75,6 +75,13 @@ class Resource:
     """The discovered version ("" when not served)."""
     protobuf: Callable[[bytes], dict[str, Any]] | None = None
     """Lists ask for protobuf and decode it with this (only built-in kinds have it)."""
+    first_from_cache: bool = False
+    """The first list is served by the API server's watch cache (``resourceVersion=0``), as
+    client-go's first list is: at 5,000 nodes 0.16-0.26 s and 0.2-0.3 s of API server CPU,
+    against 0.43-0.47 s and 0.4 s paging through consistent reads (issue 12). The cache
+    answers whole, so only for kinds whose whole list is small: nodes, not 50,000 pods (the
+    RSS the pager avoids). Relists stay consistent: after a watch error, a cache behind what
+    was already seen must not take the cache back in time."""
 
 
 @dataclass(slots=True)
@@ -88,7 +95,8 @@ class ClusterCache:
 
     def __post_init__(self) -> None:
         for r in (
-            Resource("nodes", "/api/v1/nodes", protobuf=decode_node_list),
+            Resource("nodes", "/api/v1/nodes", protobuf=decode_node_list,
+                     first_from_cache=True),
             Resource("pods", "/api/v1/pods"),
             Resource("podgroups", PODGROUPS, optional=True),
             Resource("volcano-podgroups", VOLCANO_PODGROUPS, optional=True),
@@ -245,9 +253,9 @@ class ClusterCache:
         res.path = f"/apis/{group}/{found}/{plural}"
 
     async def _list(self, res: Resource) -> None:
-        records, rv = await self.kube.list_parsed(res.path,
-                                                  lambda o: self._parse(res.name, o),
-                                                  protobuf=res.protobuf)
+        records, rv = await self.kube.list_parsed(
+            res.path, lambda o: self._parse(res.name, o), protobuf=res.protobuf,
+            from_cache=res.first_from_cache and res.relists == 0)
         self._apply_all(res.name, records)
         res.resource_version = rv
         res.synced = True

@@ -77,6 +77,31 @@ async def test_relist_after_410_replaces_the_cache_including_deletions() -> None
     assert any("resourceVersion=10" in r and "watch=1" in r for r in api.requests)
 
 
+async def test_first_node_list_from_the_watch_cache_relists_consistent() -> None:
+    n0 = node("n0").gpus(8).build()
+    api = CannedAPI(
+        lists=[{"metadata": {"resourceVersion": "10"}, "items": [n0]},
+               {"metadata": {"resourceVersion": "30"}, "items": [n0]}],
+        watches=[[{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]],
+    )
+    core = Coscheduler()
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
+                                          transport=httpx.MockTransport(api)))
+    await run_until(cache, "nodes", lambda: cache.resources["nodes"].relists == 2)
+    lists = [r for r in api.requests if "watch" not in r]
+    assert lists[0] == "limit=500&resourceVersion=0"
+    assert lists[1] == "limit=500"  # after the 410: a consistent read, as client-go does
+    assert core.has_node("n0")
+
+
+async def test_pods_are_always_listed_page_by_page_consistent() -> None:
+    api = CannedAPI(lists=[{"metadata": {"resourceVersion": "5"}, "items": []}], watches=[])
+    cache = ClusterCache(Coscheduler(), KubeClient(KubeConfig("http://api.test"),
+                                                   transport=httpx.MockTransport(api)))
+    await run_until(cache, "pods", lambda: cache.resources["pods"].synced)
+    assert api.requests[0] == "limit=500"
+
+
 async def test_watch_events_apply_and_resume_from_the_last_version() -> None:
     api = CannedAPI(
         lists=[{"metadata": {"resourceVersion": "5"}, "items": []}],
