@@ -21,10 +21,11 @@ when the binding recorder's watch delivers it. Metrics per scheduler:
   first batch is bound); per gang, all members bound - its last member created;
 - RSS of Lockstep (and of each scheduler) at the end, and the API requests each run made
   (kube-apiserver's ``apiserver_request_total``, delta over the run);
-- CPU-seconds from t0 to the end of the batch per process (kube-apiserver, etcd, KWOK, the
-  scheduler, Lockstep, this harness with its binding recorder) and for the whole machine
-  (``/proc/stat``, with the time the hypervisor stole), and the machine's CPU per pod: on two
-  saturated cores the span follows it.
+- CPU-seconds from t0 to the batch's last binding (read within 0.1 s of it, so a run that
+  stalls is not charged for the wait) per process (kube-apiserver, etcd, KWOK, the scheduler,
+  Lockstep, this harness with its binding recorder) and for the whole machine (``/proc/stat``,
+  with the time the hypervisor stole), and the machine's CPU per pod: on two saturated cores
+  the span follows it.
 
 The machine is small and shared: compare the ratios within one run, not absolute pods/s.
 """
@@ -709,9 +710,22 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             row["pyspy_file"] = str(spy_out)
         names = [n for g in wl.groups for n in g.pod_names()]
         deadline = t0 + opts.timeout
+
+        def cpu_now() -> tuple[dict[str, float | None], tuple[float, float] | None]:
+            # Both schedulers' processes started at t0: all their CPU so far is the batch's.
+            now: dict[str, float | None] = {k: _cpu_seconds(pid) for k, pid in infra.items()}
+            now["harness"], now["scheduler"] = _own_cpu_seconds(), _cpu_seconds(proc.pid)
+            if ls_pid is not None:
+                now["lockstep"] = _cpu_seconds(ls_pid)
+            return now, _machine_seconds()
+
         progress, last_progress = -1, time.monotonic()
+        # CPU is read at each new binding, so a run that stalls is not charged for the wait.
+        cpu1, machine1 = cpu_now()
         while time.monotonic() < deadline:
             b = rec.bound(NS)
+            if len(b) != progress:
+                cpu1, machine1 = cpu_now()
             if all(n in b for n in names):
                 break
             if len(b) != progress:
@@ -730,12 +744,6 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                     row["pyspy_error"] = err.decode(errors="replace")[-500:]
             except subprocess.TimeoutExpired:
                 spy.kill()
-        # Both schedulers' processes started at t0: all their CPU so far is the batch's.
-        cpu1: dict[str, float | None] = {k: _cpu_seconds(pid) for k, pid in infra.items()}
-        cpu1["harness"], machine1 = _own_cpu_seconds(), _machine_seconds()
-        cpu1["scheduler"] = _cpu_seconds(proc.pid)
-        if ls_pid is not None:
-            cpu1["lockstep"] = _cpu_seconds(ls_pid)
         busy, steal = ((machine1[0] - machine0[0], machine1[1] - machine0[1])
                        if machine0 is not None and machine1 is not None else (None, None))
         row["cpu_s"] = cpu_breakdown(cpu0, cpu1, busy, len(rec.bound(NS)), steal)
