@@ -61,7 +61,11 @@ def main() -> None:
                     help="run every scheduler this many times, alternating their order; the "
                          "ratios are then medians over the rounds (default 1)")
     tp.add_argument("--profile", action="store_true",
-                    help="also sample kube-scheduler's pending pods and run py-spy on Lockstep")
+                    help="also sample kube-scheduler's pending pods, run py-spy on Lockstep and "
+                         "take Go CPU profiles of kube-apiserver and the scheduler")
+    tp.add_argument("--pprof-seconds", type=int, default=10,
+                    help="with --profile: length of the Go CPU profiles from t0; choose more "
+                         "than the batch's span (default 10)")
     tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
                     help="experiment: override a top-level KubeSchedulerConfiguration key of "
                          "the Lockstep run (e.g. percentageOfNodesToScore=0); repeatable")
@@ -130,7 +134,8 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
         overrides[k] = int(v) if v.lstrip("-").isdigit() else v
     opts = throughput.RunOptions(
         nodes=nodes, timeout=args.timeout or (120.0 if args.quick else 300.0),
-        profile=args.profile, out=out, lockstep_overrides=overrides, stall=args.stall,
+        profile=args.profile, pprof_seconds=args.pprof_seconds, out=out,
+        lockstep_overrides=overrides, stall=args.stall,
         tag=",".join(args.lockstep_override))
     schedulers = [s for s in args.schedulers.split(",") if s]
     if args.rounds < 1 or (args.profile and args.rounds > 1):

@@ -14,12 +14,15 @@ was not free to answer a verb, not of CPU time (compare ``cpu_s`` with the span)
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ACTIVITIES", "pyspy_shares", "report", "scheduling_budget"]
+__all__ = ["ACTIVITIES", "GO_AREAS", "pprof_cum", "pyspy_shares", "report", "scheduling_budget"]
 
 ACTIVITIES: tuple[tuple[str, str], ...] = (
     ("binding POSTs (Lockstep._bind_one)", "Lockstep._bind_one"),
@@ -37,6 +40,88 @@ ACTIVITIES: tuple[tuple[str, str], ...] = (
     ("httpcore failed `import sniffio` per call", "_find_and_load"),
     ("HTTP client (httpx/httpcore, all calls)", "AsyncClient.send"),
 )
+
+
+GO_AREAS: dict[str, tuple[tuple[str, str], ...]] = {
+    "kube-apiserver": (
+        ("PATCH handling (gate lifts, status patches)", "handlers.(*patcher).patchResource"),
+        ("  of which pod status (KWOK)", "pod/storage.(*StatusREST).Update"),
+        ("  of which node status (KWOK)", "node/storage.(*StatusREST).Update"),
+        ("bindings (pods/binding)", "storage.(*BindingREST).Create"),
+        ("creates (events, bindings, pods)", "handlers.CreateNamedResource.createHandler"),
+        ("lists and watches served", "handlers.ListResource.func1"),
+        ("  watch events encoded and sent", "handlers.(*WatchServer).HandleHTTP"),
+        ("TLS handshakes", "crypto/tls.(*Conn).serverHandshake"),
+        ("garbage collector", "runtime.gcBgMarkWorker"),
+    ),
+    "scheduler": (
+        ("scheduling cycles (the scheduling thread)", "scheduler.(*Scheduler).schedulingCycle"),
+        ("in-tree filters (parallel workers)", "runtime.(*frameworkImpl).RunFilterPlugins"),
+        ("scores (parallel workers)", "runtime.(*frameworkImpl).RunScorePlugins"),
+        ("binding cycles", "scheduler.(*Scheduler).bindingCycle"),
+        ("extender calls", "scheduler.(*HTTPExtender).send"),
+        ("  new connections to the extender", "net/http.(*Transport).dialConn"),
+        ("watch events decoded", "watch.(*StreamWatcher).receive"),
+        ("informer lists", "cache.(*Reflector).list"),
+        ("garbage collector", "runtime.gcBgMarkWorker"),
+    ),
+}
+"""Per Go component: (label, a function name fragment) whose cumulative CPU is reported."""
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def _seconds(text: str) -> float | None:
+    m = re.fullmatch(r"([0-9.]+)(ns|us|µs|ms|s|min|h)", text)
+    return float(m.group(1)) * _UNITS[m.group(2)] if m else None
+
+
+def pprof_cum(top: str, needles: Sequence[str]) -> tuple[float | None, dict[str, float]]:
+    """(total CPU-s, needle -> cumulative CPU-s of the first function naming it) from the
+    text of ``go tool pprof -top -cum -nodecount=0``.
+
+    The first match is the outermost frame naming the needle, so nested calls (a recursive
+    walk, wrappers) are not counted twice. A needle no function names gets 0."""
+    total = None
+    m = re.search(r"Total samples = ([0-9.]+\S*)", top)
+    if m:
+        total = _seconds(m.group(1))
+    found: dict[str, float] = {n: 0.0 for n in needles}
+    seen: set[str] = set()
+    for line in top.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or _seconds(parts[3]) is None:
+            continue
+        cum, func = _seconds(parts[3]), parts[5]
+        for n in needles:
+            if n not in seen and n in func:
+                seen.add(n)
+                found[n] = round(cum or 0.0, 6)
+    return total, found
+
+
+def _go() -> str | None:
+    return shutil.which("go") or next(
+        (str(p) for p in (Path("/usr/local/go/bin/go"),) if p.exists()), None)
+
+
+def _pprof_lines(files: Mapping[str, str], base: Path) -> list[str]:
+    out: list[str] = []
+    go = _go()
+    for component, name in files.items():
+        path = Path(name) if Path(name).is_absolute() else base / name
+        areas = GO_AREAS.get(component, ())
+        if go is None or not path.exists() or not areas:
+            out.append(f"  Go CPU profile of {component}: {path} "
+                       "(read it with `go tool pprof -top -cum FILE`)")
+            continue
+        top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=0", str(path)],
+                             capture_output=True, text=True, timeout=120).stdout
+        total, cum = pprof_cum(top, [n for _, n in areas])
+        out.append(f"  Go CPU profile of {component} ({path.name}): {total} CPU-s sampled")
+        for label, needle in areas:
+            out.append(f"    {cum[needle]:6.2f} s  {label}")
+    return out
 
 
 def pyspy_shares(lines: Iterable[str], needles: Sequence[str]) -> tuple[int, dict[str, int]]:
@@ -130,6 +215,12 @@ def report(doc: Mapping[str, Any], base: Path) -> str:
                        f"{100 * total / possible if possible else 0:.0f}% of the batch")
             for label, needle in ACTIVITIES:
                 out.append(f"    {100 * hits[needle] / max(1, total):5.1f}%  {label}")
+        if row.get("watchers_terminated"):
+            out.append(f"  watches the API server cut off (client too slow): "
+                       f"{row['watchers_terminated']}")
+        out.extend(_pprof_lines(row.get("pprof_files") or {}, base))
+        for component, err in (row.get("pprof_errors") or {}).items():
+            out.append(f"  Go CPU profile of {component} failed: {err}")
     return "\n".join(out)
 
 

@@ -372,6 +372,31 @@ def request_delta(before: Sequence[tuple[str, dict[str, str], float]],
     return {k: int(b[k] - a.get(k, 0.0)) for k in sorted(b) if b[k] - a.get(k, 0.0) >= 1}
 
 
+API_SERIES = ("apiserver_request_total", "apiserver_terminated_watchers_total")
+"""kube-apiserver series read before and after the batch."""
+
+
+def watchers_terminated(before: Sequence[tuple[str, dict[str, str], float]],
+                        after: Sequence[tuple[str, dict[str, str], float]]) -> dict[str, int]:
+    """Watches the API server closed because their client fell behind, by resource.
+
+    The watch cache gives each watcher a buffer of about a second of the resource's recent
+    event rate (22 pod events on a young test bed); a client that lets it fill past the
+    dispatch budget is cut off and must watch again. A burst of pod writes on busy cores
+    (800 gate lifts, say) cuts off every slow pod watcher: kube-scheduler's, KWOK's, Lockstep's."""
+
+    def fold(samples: Sequence[tuple[str, dict[str, str], float]]) -> dict[str, float]:
+        acc: dict[str, float] = {}
+        for name, lab, v in samples:
+            if name == "apiserver_terminated_watchers_total":
+                res = lab.get("resource", "")
+                acc[res] = acc.get(res, 0.0) + v
+        return acc
+
+    a, b = fold(before), fold(after)
+    return {k: int(b[k] - a.get(k, 0.0)) for k in sorted(b) if b[k] - a.get(k, 0.0) >= 1}
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -546,7 +571,11 @@ class RunOptions:
     stall: float = 45.0
     """Stop waiting for the batch after this many seconds without a new binding."""
     profile: bool = False
-    """Scrape kube-scheduler and Lockstep metrics over time and run py-spy on Lockstep."""
+    """Scrape kube-scheduler and Lockstep metrics over time, run py-spy on Lockstep and take
+    Go CPU profiles of kube-apiserver and the scheduler (``pprof_seconds`` from t0)."""
+    pprof_seconds: int = 10
+    """Length of the Go CPU profiles: they cannot be stopped early, so choose more than the
+    batch's span; the harness waits for them before the arrival phase."""
     out: Path = Path("bench-results")
     lockstep_overrides: dict[str, Any] = field(default_factory=dict)
     """KubeSchedulerConfiguration keys to override for the Lockstep run (experiments)."""
@@ -635,6 +664,31 @@ def _pending_sample(url: str) -> dict[str, float]:
             parse_prometheus(text, ("scheduler_pending_pods",)) if name == "scheduler_pending_pods"}
 
 
+def _fetch_pprof(url: str, out: Path, token: str | None, timeout: float) -> str:
+    """GET a Go ``/debug/pprof/profile`` into ``out``; returns the path written."""
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
+        out.write_bytes(r.read())
+    return str(out)
+
+
+_PPROF = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pprof")
+"""Fetches the Go CPU profiles (each GET lasts the profile's length)."""
+
+
+def _pprof(base: str, component: str, scheduler: str, opts: RunOptions, seconds: float,
+           token: str | None = None) -> tuple[str, concurrent.futures.Future[str]]:
+    out = opts.out / f"pprof-{scheduler}{'-' + opts.tag if opts.tag else ''}-{component}.pb.gz"
+    secs = max(1, math.ceil(seconds))
+    return component, _PPROF.submit(_fetch_pprof, f"{base}/debug/pprof/profile?seconds={secs}",
+                                    out, token, secs + 60.0)
+
+
 def _spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes] | None:
     exe = Path(REPO / ".venv" / "bin" / "py-spy")
     if not exe.exists():
@@ -643,6 +697,24 @@ def _spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes] | None:
         [str(exe), "record", "-p", str(pid), "-r", "100", "-d", str(int(seconds)), "-f", "raw",
          "-o", str(out), "--nonblocking"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _ready_nodes(kube: Kube) -> int:
+    return sum(1 for n in kube.list("/api/v1/nodes")
+               if any(c.get("type") == "Ready" and c.get("status") == "True"
+                      for c in (n.get("status") or {}).get("conditions") or ()))
+
+
+def _wait_nodes_ready(kube: Kube, nodes: int, timeout: float) -> float:
+    """Wait until KWOK has marked every node Ready; returns the seconds waited.
+
+    KWOK patches each new node's status once (1,000 nodes take it a few seconds). Unwaited,
+    a few hundred of those patches, and every node watcher's share of them, fell inside some
+    runs' measured span and not others' (0 to 530 per run)."""
+    start = time.monotonic()
+    kube.wait(f"{nodes} nodes Ready", lambda: _ready_nodes(kube) >= nodes, timeout=timeout,
+              interval=0.5)
+    return round(time.monotonic() - start, 2)
 
 
 def _bindings(rec: BindingRecorder) -> dict[str, Binding]:
@@ -655,16 +727,17 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
     row: dict[str, Any] = {"key": scheduler, "scheduler": LABELS[scheduler]
                            + (f" [{opts.tag}]" if opts.tag else ""),
                            "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
-    with TestBed() as bed:
+    with TestBed(profiling=opts.profile) as bed:
         kube = Kube(bed.api_url, bed.token)
         create_nodes(kube, nodes_from_topology(load_topology("bench-64x8"), nodes=opts.nodes))
         kube.ensure_namespace(NS)
         pods, pgs = _objects(wl.groups, scheduler)
         _create_all(kube, pgs)
         _create_all(kube, pods)
+        row["nodes_ready_wait_s"] = _wait_nodes_ready(kube, opts.nodes, opts.timeout)
         rec = BindingRecorder(kube).start()
         api_metrics = f"{bed.api_url}/metrics"
-        before = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
+        before = parse_prometheus(_get_text(api_metrics, bed.token), API_SERIES)
         # The rest of the machine's CPU per run: every scheduler's writes cost the API server,
         # etcd and KWOK too, on the same two cores. Counted from t0, like the schedulers'.
         infra: dict[str, int | None] = {
@@ -675,6 +748,8 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         # "the scheduler"): with its gate it admits gangs as soon as it has listed the
         # cluster, and that work must be timed too.
         t0 = time.monotonic()
+        pprofs = [_pprof(bed.api_url, "kube-apiserver", scheduler, opts, opts.pprof_seconds,
+                         bed.token)] if opts.profile else []
         ls_url = None
         ls_start: concurrent.futures.Future[str] | None = None
         if scheduler in LOCKSTEPS:
@@ -699,6 +774,9 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             row["lockstep_healthz_idle_ms"] = {"p50": _r(percentile(idle, 50)),
                                                "p95": _r(percentile(idle, 95))}
         sched_metrics = str(proc.ready_url).replace("/healthz", "/metrics")
+        if opts.profile:  # from its /healthz answering to the apiserver profile's end
+            pprofs.append(_pprof(str(proc.ready_url).removesuffix("/healthz"), "scheduler",
+                                 scheduler, opts, opts.pprof_seconds - (time.monotonic() - t0)))
         pending = Sampler(lambda: _pending_sample(sched_metrics)).start() if opts.profile \
             else None
         lag = Sampler(lambda: _latency_ms(f"{ls_url}/healthz"), 0.2).start() \
@@ -744,12 +822,17 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                     row["pyspy_error"] = err.decode(errors="replace")[-500:]
             except subprocess.TimeoutExpired:
                 spy.kill()
+        for component, fut in pprofs:
+            try:
+                row.setdefault("pprof_files", {})[component] = fut.result()
+            except Exception as err:  # a missing profile must not lose the run
+                row.setdefault("pprof_errors", {})[component] = repr(err)[:300]
         busy, steal = ((machine1[0] - machine0[0], machine1[1] - machine0[1])
                        if machine0 is not None and machine1 is not None else (None, None))
         row["cpu_s"] = cpu_breakdown(cpu0, cpu1, busy, len(rec.bound(NS)), steal)
         row["machine_cpu_ms_per_pod"] = row["cpu_s"]["machine_ms_per_pod"]
         sched_text = _get_text(sched_metrics)
-        after = parse_prometheus(_get_text(api_metrics, bed.token), ("apiserver_request_total",))
+        after = parse_prometheus(_get_text(api_metrics, bed.token), API_SERIES)
         ls_text = _get_text(f"{ls_url}/metrics") if ls_url else ""
         bound = _bindings(rec)
         row.update(summarize(wl.groups, bound, t0))
@@ -784,6 +867,7 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             row.update(_rss_mb(ls_pid))
         row["scheduler_rss_mb"] = _rss_mb(proc.pid)["rss_mb"]
         row["api_requests"] = request_delta(before, after)
+        row["watchers_terminated"] = watchers_terminated(before, after)
         row["kube_scheduler"] = _scheduler_summary(parse_prometheus(sched_text, ("scheduler_",)))
         if ls_text:
             row["lockstep"] = _lockstep_summary(parse_prometheus(ls_text, ("lockstep_",)))

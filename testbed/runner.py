@@ -231,6 +231,9 @@ class TestBed:
     startup_seconds: dict[str, float] = field(default_factory=dict)
     webhooks: dict[str, str] = field(default_factory=dict)
     """Lockstep instance name -> the base URL of its webhook server (``webhook=True``)."""
+    profiling: bool = False
+    """Serve Go's ``/debug/pprof`` on kube-apiserver (admin token) and on every
+    kube-scheduler (no token), for ``benchmarks throughput --profile``."""
     _own_dir: bool = field(default=False, init=False, repr=False)
 
     __test__ = False  # not a pytest test class
@@ -400,7 +403,7 @@ class TestBed:
             f"--service-account-signing-key-file={sa_key}",
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
-            "--enable-priority-and-fairness=false", "--profiling=false",
+            "--enable-priority-and-fairness=false", f"--profiling={str(self.profiling).lower()}",
             "--event-ttl=1h", "--v=1", *self._upstream_gang_args(),
         ], ready_url=f"{self.api_url}/readyz", token=ADMIN_TOKEN, timeout=90.0,
            # Graceful termination waits for every open watch to end (clients of a test bed
@@ -501,7 +504,8 @@ class TestBed:
         return self._spawn(name, [
             str(self.bin(binary)), f"--config={path}", "--bind-address=127.0.0.1", *gates,
             f"--secure-port={port}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
+            + (",/debug/pprof/*" if self.profiling else ""),
             "--authentication-skip-lookup=true", "--v=2",
         ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
 

@@ -21,6 +21,7 @@ from benchmarks.throughput import (
     summarize,
     summarize_arrivals,
     uniform,
+    watchers_terminated,
 )
 
 
@@ -185,6 +186,59 @@ def test_prometheus_parsing_and_request_delta() -> None:
         'apiserver_request_total{code="201",resource="events",subresource="",verb="POST"} '
         '5e+02\n')
     assert request_delta(before, after) == {"POST events": 500, "POST pods/binding": 800}
+
+
+def test_watchers_terminated_by_resource() -> None:
+    series = ("apiserver_terminated_watchers_total",)
+    before = parse_prometheus(
+        'apiserver_terminated_watchers_total{group="",resource="pods"} 3\n'
+        'apiserver_request_total{code="200",resource="pods",verb="PATCH"} 1\n', series)
+    after = parse_prometheus(
+        'apiserver_terminated_watchers_total{group="",resource="pods"} 40\n'
+        'apiserver_terminated_watchers_total{group="",resource="nodes"} 2\n'
+        'apiserver_terminated_watchers_total{group="scheduling.x-k8s.io",resource="podgroups"}'
+        ' 0\n', series)
+    assert watchers_terminated(before, after) == {"nodes": 2, "pods": 37}
+    assert watchers_terminated(after, after) == {}
+
+
+PPROF_TOP = """File: kube-apiserver
+Type: cpu
+Duration: 10s, Total samples = 7.24s (72.40%)
+Showing nodes accounting for 4.1s, 56.63% of 7.24s total
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      2.07s 28.59%  handlers.(*patcher).patchResource.func2
+         0     0%     0%      2.06s 28.45%  handlers.(*patcher).patchResource.func3
+     0.01s  0.14%  0.14%      950ms 13.12%  core/pod/storage.(*StatusREST).Update
+         0     0%  0.14%         1s 13.81%  runtime.gcBgMarkWorker
+"""
+
+
+def test_pprof_cum_takes_the_outermost_frame_naming_each_needle() -> None:
+    from benchmarks.profile_report import pprof_cum
+
+    total, cum = pprof_cum(PPROF_TOP, ["patchResource", "pod/storage.(*StatusREST).Update",
+                                       "runtime.gcBgMarkWorker", "BindingREST"])
+    assert total == 7.24
+    assert cum == {"patchResource": 2.07, "pod/storage.(*StatusREST).Update": 0.95,
+                   "runtime.gcBgMarkWorker": 1.0, "BindingREST": 0.0}
+    assert pprof_cum("no profile here", ["x"]) == (None, {"x": 0.0})
+
+
+def test_ready_nodes_counts_only_ready_true() -> None:
+    from benchmarks.throughput import _ready_nodes
+
+    def node(status: str | None) -> dict[str, object]:
+        conds = [] if status is None else [{"type": "MemoryPressure", "status": "False"},
+                                           {"type": "Ready", "status": status}]
+        return {"status": {"conditions": conds}}
+
+    class Nodes:
+        def list(self, path: str) -> list[dict[str, object]]:
+            assert path == "/api/v1/nodes"
+            return [node("True"), node("False"), node(None), {}, node("True")]
+
+    assert _ready_nodes(Nodes()) == 2  # type: ignore[arg-type]
 
 
 def test_pyspy_shares_counts_stacks_containing_each_needle() -> None:
