@@ -105,11 +105,20 @@ def _go() -> str | None:
         (str(p) for p in (Path("/usr/local/go/bin/go"),) if p.exists()), None)
 
 
+def _find(name: str, base: Path) -> Path:
+    """A file a row names: as written (absolute, or from the working directory), else next
+    to the report's JSON (results copied elsewhere keep their files beside them)."""
+    for p in (Path(name), base / Path(name).name):
+        if p.exists():
+            return p
+    return Path(name)
+
+
 def _pprof_lines(files: Mapping[str, str], base: Path) -> list[str]:
     out: list[str] = []
     go = _go()
     for component, name in files.items():
-        path = Path(name) if Path(name).is_absolute() else base / name
+        path = _find(name, base)
         areas = GO_AREAS.get(component, ())
         if go is None or not path.exists() or not areas:
             out.append(f"  Go CPU profile of {component}: {path} "
@@ -206,7 +215,7 @@ def report(doc: Mapping[str, Any], base: Path) -> str:
                        f"{cpu.get('steal')} s stolen by the hypervisor; "
                        f"Lockstep RSS {row.get('rss_mb')} MB")
         spy = row.get("pyspy_file")
-        if spy and (p := Path(spy) if Path(spy).is_absolute() else base / spy).exists():
+        if spy and (p := _find(spy, base)).exists():
             total, hits = pyspy_shares(p.read_text().splitlines(),
                                        [n for _, n in ACTIVITIES])
             possible = 100 * (row.get("batch_wall_s") or 0)
@@ -227,7 +236,7 @@ def report(doc: Mapping[str, Any], base: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     path = Path(args[0] if args else "bench-results/throughput-profile.json")
-    print(report(json.loads(path.read_text()), Path.cwd()))
+    print(report(json.loads(path.read_text()), path.parent))
 
 
 if __name__ == "__main__":

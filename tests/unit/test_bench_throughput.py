@@ -267,3 +267,23 @@ def test_scheduling_budget_splits_the_algorithm_time() -> None:
     assert b["algorithm_share_of_span"] == 0.8
     assert b["pods_per_s_if_bound_by_algorithm"] == 25.0
     assert scheduling_budget({}) == {}
+
+
+def test_report_finds_profiles_copied_beside_the_json(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from benchmarks.profile_report import report
+
+    base = Path(str(tmp_path))
+    (base / "pyspy-lockstep.txt").write_text(
+        "main (a.py:1);Lockstep._bind_one (app/service.py:9) 3\n"
+        "main (a.py:1);ClusterCache.run (app/cache.py:2) 1\n")
+    row = {"scheduler": "Lockstep", "batch_wall_s": 1.0, "pods_per_s": 100.0,
+           "pyspy_file": "/gone/elsewhere/pyspy-lockstep.txt",
+           "watchers_terminated": {"pods": 31},
+           "pprof_errors": {"scheduler": "URLError('refused')"}}
+    text = report({"rows": [row]}, base)
+    assert "py-spy: 4 non-idle samples" in text
+    assert " 75.0%  binding POSTs" in text
+    assert "watches the API server cut off (client too slow): {'pods': 31}" in text
+    assert "Go CPU profile of scheduler failed: URLError('refused')" in text
