@@ -451,7 +451,8 @@ def format_ratios(r: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------- the runs
 
 
-def _get_text(url: str, token: str | None = None, timeout: float = 10.0) -> str:
+def _get_bytes(url: str, token: str | None = None, timeout: float = 10.0) -> bytes:
+    """GET from the test bed's components, whose certificates are their own."""
     req = urllib.request.Request(url)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
@@ -459,7 +460,11 @@ def _get_text(url: str, token: str | None = None, timeout: float = 10.0) -> str:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
-        return str(r.read().decode())
+        return bytes(r.read())
+
+
+def _get_text(url: str, token: str | None = None, timeout: float = 10.0) -> str:
+    return _get_bytes(url, token, timeout).decode()
 
 
 def _latency_ms(url: str) -> float:
@@ -666,14 +671,7 @@ def _pending_sample(url: str) -> dict[str, float]:
 
 def _fetch_pprof(url: str, out: Path, token: str | None, timeout: float) -> str:
     """GET a Go ``/debug/pprof/profile`` into ``out``; returns the path written."""
-    req = urllib.request.Request(url)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
-        out.write_bytes(r.read())
+    out.write_bytes(_get_bytes(url, token, timeout))
     return str(out)
 
 
