@@ -34,6 +34,7 @@ targets=(
   "kwok $KWOK_VERSION kwok sigs.k8s.io/kwok/cmd/kwok"
   "scheduler-plugins $SCHEDULER_PLUGINS_VERSION k8s sigs.k8s.io/scheduler-plugins/cmd/scheduler"
   "training-operator $TRAINING_OPERATOR_VERSION kubeflow github.com/kubeflow/training-operator/cmd/training-operator.v1"
+  "kueue $KUEUE_VERSION kueue sigs.k8s.io/kueue/cmd/kueue"
 )
 
 # Other Kubernetes versions the test bed can run (TestBed(k8s=...), LOCKSTEP_K8S_VERSION):
