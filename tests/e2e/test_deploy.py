@@ -58,7 +58,11 @@ def test_manifests_pass_server_side_dry_run(cluster: ClusterFactory) -> None:
     for want in ("customresourcedefinition.apiextensions.k8s.io/podgroups.scheduling.x-k8s.io",
                  "clusterrole.rbac.authorization.k8s.io/lockstep",
                  "serviceaccount/lockstep-scheduler", "configmap/lockstep-scheduler-config-",
-                 "deployment.apps/lockstep-scheduler"):
+                 "deployment.apps/lockstep-scheduler",
+                 # the webhook, on by default, with the RBAC for its own certificate
+                 "mutatingwebhookconfiguration.admissionregistration.k8s.io/lockstep",
+                 "service/lockstep-webhook", "role.rbac.authorization.k8s.io/lockstep-webhook-cert",
+                 "clusterrole.rbac.authorization.k8s.io/lockstep-webhook-ca-bundle"):
         assert want in out, out
     labeller = c.bed.kubectl("apply", "--server-side", "--dry-run=server", "-k",
                              str(DEPLOY / "labeller")).stdout
