@@ -57,6 +57,14 @@ def main() -> None:
     tp.add_argument("--stall", type=float, default=45.0,
                     help="give up on a scheduler's batch after this many seconds without a "
                          "new binding (default 45)")
+    tp.add_argument("--mode", choices=list(throughput.MODES), default="backlog",
+                    help="backlog: every pod created before the scheduler starts; steady: "
+                         "gangs arrive at --rate per second while every scheduler runs")
+    tp.add_argument("--rate", type=float, default=5.0,
+                    help="gangs (and plain pods) created per second in steady mode")
+    tp.add_argument("--pin", action="store_true",
+                    help="etcd, kube-apiserver and KWOK on CPU 0, the scheduler and Lockstep "
+                         "on CPU 1 (a control plane on machines of its own)")
     tp.add_argument("--rounds", type=int, default=1,
                     help="run every scheduler this many times, alternating their order; the "
                          "ratios are then medians over the rounds (default 1)")
@@ -136,7 +144,7 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
         nodes=nodes, timeout=args.timeout or (120.0 if args.quick else 300.0),
         profile=args.profile, pprof_seconds=args.pprof_seconds, out=out,
         lockstep_overrides=overrides, stall=args.stall,
-        tag=",".join(args.lockstep_override))
+        tag=",".join(args.lockstep_override), mode=args.mode, rate=args.rate, pin=args.pin)
     schedulers = [s for s in args.schedulers.split(",") if s]
     if args.rounds < 1 or (args.profile and args.rounds > 1):
         sys.exit("benchmarks: --rounds must be at least 1, and 1 with --profile")
@@ -150,11 +158,16 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
     measured = _commit()  # at the start: the product code Lockstep runs is read now
     result = throughput.run(wl, opts, schedulers, on_row=progress, rounds=args.rounds)
     name = "throughput.json" if not args.profile else "throughput-profile.json"
+    if args.mode != "backlog" or args.pin:
+        name = name.replace(".json", f"-{args.mode}{'-pinned' if args.pin else ''}.json")
     (out / name).write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:], **result},
                                        indent=2))
     rounds = "one run" if args.rounds == 1 else f"{args.rounds} rounds, median ratios (range)"
-    print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, all created "
-          f"before the scheduler starts; {rounds}, compare ratios)")
+    how = ("all created before the scheduler starts" if args.mode == "backlog" else
+           f"gangs arriving at {args.rate:g}/s while it runs")
+    pinned = "; control plane on CPU 0, scheduler on CPU 1" if args.pin else ""
+    print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, {how}{pinned}; "
+          f"{rounds}, compare ratios)")
     columns = throughput.TABLE_COLUMNS if args.rounds == 1 else (
         ("round", "round"), *throughput.TABLE_COLUMNS)
     print(throughput.format_table(result["rows"], columns))
