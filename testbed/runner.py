@@ -12,9 +12,10 @@ the API server serves the upstream gang API (``scheduling.k8s.io`` Workload/PodG
 gang plugin stays out of the way and Lockstep does the gang scheduling.
 
 ``start_lockstep(webhook=True)`` also serves Lockstep's gang-gate admission webhook over TLS
-(a CA and a serving certificate for 127.0.0.1 from ``testbed.certs``) and registers
-``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration with the webhook's URL and the
-CA as ``caBundle`` (``webhook_configuration``), waiting until the API server calls it.
+and registers ``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration with the webhook's
+URL (``webhook_configuration``), waiting until the API server calls it: Lockstep issues its own
+certificate and sets the ``caBundle``, as deployed, or (``webhook_certs="files"``) serves a
+certificate for 127.0.0.1 from ``testbed.certs`` given as ``caBundle`` here.
 """
 
 from __future__ import annotations
