@@ -7,7 +7,7 @@ its FailedScheduling event), into Lockstep's own Events and into the explain end
 from __future__ import annotations
 
 from coscheduling import Notice, NoticeKind, format_resources
-from coscheduling.planner import NoFit
+from coscheduling.nofit import NoFit
 from coscheduling.reasons import (
     BackingOff,
     BindTargetGone,

@@ -15,9 +15,9 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node"]
+from .keys import GANG_GATE
 
-GANG_GATE = "lockstep.dev/gang"
+__all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node"]
 
 
 def pin_term(node: str) -> dict[str, Any]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from .eligibility import eligible
+from .nofit import NoFit
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import PODS, Resources, fits, sub
 from .topology import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout
@@ -69,20 +70,6 @@ class Plan:
     level: str | None
     """The topology level whose single domain holds the gang; None when spread."""
     domain: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NoFit:
-    members: int
-    shape: Resources
-    """The largest member's request (all members when they are alike)."""
-    free_units: int
-    """How many members of that shape fit in the free capacity, ignoring topology."""
-    eligible_nodes: int
-    required_level: str | None = None
-    widest_domain_fit: int = 0
-    """With a required level: the most members any single domain could hold."""
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def _signature(pod: PodRecord) -> tuple[object, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .planner import NoFit
+from .nofit import NoFit
 from .podgroup import GangKey, InvalidGang
 from .records import NodeName
 from .resources import Resources

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
-from .gating import GANG_GATE
+from .keys import GANG_GATE
 from .resources import Resources, pod_requests, resource_list
 
 __all__ = [
