@@ -23,24 +23,22 @@ from typing import Any
 
 from coscheduling import (
     Coscheduler,
-    NodeRecord,
-    PodRecord,
     RecordError,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
     podgroup_from_json,
 )
-from coscheduling.numa import NumaZones, nrt_from_json
-from coscheduling.podgroup import PodGroupRecord, gang_key, volcano_podgroup_from_json
+from coscheduling.ingest import Kind
+from coscheduling.numa import nrt_from_json
+from coscheduling.podgroup import gang_key, volcano_podgroup_from_json
 from coscheduling.records import NodeName
 from coscheduling.resources import QuantityError
 from coscheduling.upstream import (
     GROUP,
     PODGROUP_VERSIONS,
     WORKLOAD_VERSIONS,
-    UpstreamPodGroup,
-    UpstreamWorkload,
     upstream_podgroup_from_json,
     upstream_workload_from_json,
 )
@@ -58,10 +56,26 @@ VOLCANO_PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 
 
+def _namespaced(ns: str, name: str) -> Any:
+    return gang_key(ns, name)
+
+
+def _cluster_scoped(ns: str, name: str) -> Any:
+    return NodeName(name)
+
+
 @dataclass(slots=True)
 class Resource:
+    """One kind the cache lists and watches: where, how each object is parsed, and the
+    core's table entry (``coscheduling.ingest``) its events go to."""
+
     name: str
     path: str
+    kind: Kind[Any, Any]
+    parse: Callable[[dict[str, Any], str], Any]
+    """Raw JSON (and the served version) to the core's record."""
+    key_of: Callable[[str, str], Any] = _namespaced
+    """(namespace, name) of a deleted object to the core's key for it."""
     optional: bool = False
     """A CRD that may not be installed: a 404 counts as an empty, synced list."""
     synced: bool = False
@@ -95,15 +109,21 @@ class ClusterCache:
 
     def __post_init__(self) -> None:
         for r in (
-            Resource("nodes", "/api/v1/nodes", protobuf=decode_node_list,
-                     first_from_cache=True),
-            Resource("pods", "/api/v1/pods"),
-            Resource("podgroups", PODGROUPS, optional=True),
-            Resource("volcano-podgroups", VOLCANO_PODGROUPS, optional=True),
-            Resource("noderesourcetopologies", NRTS, optional=True),
-            Resource("upstream-podgroups", "", optional=True,
+            Resource("nodes", "/api/v1/nodes", ingest.NODES, lambda o, _: node_from_json(o),
+                     _cluster_scoped, protobuf=decode_node_list, first_from_cache=True),
+            Resource("pods", "/api/v1/pods", ingest.PODS, lambda o, _: pod_from_json(o),
+                     lambda ns, name: pod_key(ns, name)),
+            Resource("podgroups", PODGROUPS, ingest.SP_PODGROUPS,
+                     lambda o, _: podgroup_from_json(o), optional=True),
+            Resource("volcano-podgroups", VOLCANO_PODGROUPS, ingest.VOLCANO_PODGROUPS,
+                     lambda o, _: volcano_podgroup_from_json(o), optional=True),
+            Resource("noderesourcetopologies", NRTS, ingest.NUMA,
+                     lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
+            Resource("upstream-podgroups", "", ingest.UPSTREAM_PODGROUPS,
+                     upstream_podgroup_from_json, optional=True,
                      discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),
-            Resource("upstream-workloads", "", optional=True,
+            Resource("upstream-workloads", "", ingest.WORKLOADS,
+                     upstream_workload_from_json, optional=True,
                      discover=(GROUP, "workloads", WORKLOAD_VERSIONS)),
         ):
             self.resources[r.name] = r
@@ -118,20 +138,9 @@ class ClusterCache:
     # -------------------------------------------------------------- applying objects
 
     def _parse(self, kind: str, obj: dict[str, Any]) -> Any:
+        res = self.resources[kind]
         try:
-            if kind == "nodes":
-                return node_from_json(obj)
-            if kind == "pods":
-                return pod_from_json(obj)
-            if kind == "noderesourcetopologies":
-                return nrt_from_json(obj)
-            if kind == "volcano-podgroups":
-                return volcano_podgroup_from_json(obj)
-            if kind == "upstream-podgroups":
-                return upstream_podgroup_from_json(obj, self.resources[kind].version)
-            if kind == "upstream-workloads":
-                return upstream_workload_from_json(obj, self.resources[kind].version)
-            return podgroup_from_json(obj)
+            return res.parse(obj, res.version)
         except (RecordError, QuantityError, ValueError, TypeError) as e:
             # One malformed object must not stop the cache; it is simply not scheduled around.
             self.parse_errors += 1
@@ -144,58 +153,22 @@ class ClusterCache:
 
     def _apply_all(self, kind: str, records: list[Any]) -> None:
         """Make the core's set of ``kind`` exactly ``records`` (after a list)."""
-        if kind == "nodes":
-            self.core.replace_nodes(records)
-        elif kind == "pods":
-            self.core.replace_pods(records)
-        elif kind == "noderesourcetopologies":
-            self.core.replace_numa(records)
-        elif kind == "volcano-podgroups":
-            self.core.replace_volcano_podgroups(records)
-        elif kind == "upstream-podgroups":
-            self.core.replace_upstream_podgroups(records)
-        elif kind == "upstream-workloads":
-            self.core.replace_workloads(records)
-        else:
-            self.core.replace_podgroups(records)
+        self.core.replace(self.resources[kind].kind, records)
 
     def _apply(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        res = self.resources[kind]
         if event_type == "DELETED":
+            meta = obj.get("metadata") or {}
             name = str(meta.get("name") or "")
             ns = str(meta.get("namespace") or "default")
-            if kind == "nodes":
-                self.core.delete_node(NodeName(name))
-            elif kind == "noderesourcetopologies":
-                self.core.delete_numa(NodeName(name))
-            elif kind == "pods":
+            if res.kind is ingest.PODS:  # the UID tells a stale event from a recreated pod
                 self.core.delete_pod(pod_key(ns, name), str(meta.get("uid") or ""))
-            elif kind == "volcano-podgroups":
-                self.core.delete_volcano_podgroup(gang_key(ns, name))
-            elif kind == "upstream-podgroups":
-                self.core.delete_upstream_podgroup(gang_key(ns, name))
-            elif kind == "upstream-workloads":
-                self.core.delete_workload(gang_key(ns, name))
             else:
-                self.core.delete_podgroup(gang_key(ns, name))
+                self.core.delete(res.kind, res.key_of(ns, name))
             return
         rec = self._parse(kind, obj)
-        if rec is None:
-            return
-        if isinstance(rec, NodeRecord):
-            self.core.upsert_node(rec)
-        elif isinstance(rec, PodRecord):
-            self.core.upsert_pod(rec)
-        elif isinstance(rec, PodGroupRecord) and kind == "volcano-podgroups":
-            self.core.upsert_volcano_podgroup(rec)
-        elif isinstance(rec, PodGroupRecord):
-            self.core.upsert_podgroup(rec)
-        elif isinstance(rec, NumaZones):
-            self.core.upsert_numa(rec)
-        elif isinstance(rec, UpstreamPodGroup):
-            self.core.upsert_upstream_podgroup(rec)
-        elif isinstance(rec, UpstreamWorkload):
-            self.core.upsert_workload(rec)
+        if rec is not None:
+            self.core.upsert(res.kind, rec)
 
     # -------------------------------------------------------------- the loops
 

@@ -69,7 +69,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
                            "schedulerName": pod.scheduler_name}
     m = core.membership(key)
     gang = core.gang_of(key)
-    view = core.gang_view(gang, now) if gang is not None else None
+    view = core.gang_view(gang) if gang is not None else None
     if view is not None:
         out["gang"] = gang_json(view, now)
     if pod.node_name is not None:

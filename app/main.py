@@ -111,7 +111,7 @@ def create_rest_app(
         if (denied := guard(request)) is not None:
             return denied
         now = service.clock()
-        return _json({"gangs": [gang_json(v, now) for v in service.core.gang_views(now)]})
+        return _json({"gangs": [gang_json(v, now) for v in service.core.gang_views()]})
 
     @app.get("/debug/nodes")
     async def debug_nodes(request: Request) -> Response:

@@ -33,7 +33,7 @@ class _StateCollector(Collector):
         gangs = GaugeMetricFamily("lockstep_gangs", "Gangs known to Lockstep, by phase.",
                                   labels=["phase"])
         counts = {p.value: 0 for p in GangPhase}
-        for v in self._core.gang_views(now):
+        for v in self._core.gang_views():
             counts[v.phase.value] += 1
         for phase, n in sorted(counts.items()):
             gangs.add_metric([phase], n)

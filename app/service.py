@@ -512,7 +512,7 @@ class Lockstep:
         if not groups:
             return
         gangs: dict[GangKey, GangProgress] = {}
-        for view in self.core.gang_views(self.clock()):
+        for view in self.core.gang_views():
             if view.key not in groups:
                 continue
             why = view.reason

@@ -15,7 +15,7 @@ is faked with ``httpx.MockTransport`` (bindings succeed), reached through
 Every answer must be a 2xx or a 4xx; a 4xx carries ``{"error": ..., "fields": [...]}`` naming
 at least one field; 2xx answers keep the wire contract (filter returns only names it was
 given, prioritize one score 0..10 per name). A rejected request must leave the service as it
-was: the gang table (``core.gang_views(now)`` with the clock pinned), ``parked_total()``, the
+was: the gang table (``core.gang_views()``), ``parked_total()``, the
 parked calls, and the pod and node caches are compared before and after each 4xx.
 
 Accepted bind calls may park (an admitted gang waiting for its quorum): each request is given
@@ -123,7 +123,7 @@ class Harness:
 
     def state(self) -> tuple[Any, ...]:
         core = self.service.core
-        return (repr(core.gang_views(NOW)), core.parked_total(), core.pod_count(),
+        return (repr(core.gang_views()), core.parked_total(), core.pod_count(),
                 core.node_count(), dict(core.pods), sorted(core.nodes),
                 sorted(self.service._parked), self.api.bindings)
 

@@ -44,6 +44,7 @@ from coscheduling import (
     PodKey,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -567,7 +568,7 @@ class GangModel(RuleBasedStateMachine):
         fresh = Coscheduler(SETTINGS)
         fresh.replace_nodes([node_from_json(n) for n in self.nodes.values()])
         if self.podgroup is not None:
-            fresh.replace_podgroups([podgroup_from_json(self.podgroup)])
+            fresh.replace(ingest.SP_PODGROUPS, [podgroup_from_json(self.podgroup)])
         if self.upstream is not None:
             fresh.replace_upstream_podgroups(
                 [upstream_podgroup_from_json(self.upstream, "v1beta1")])

@@ -403,7 +403,7 @@ def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
     placed = {core.filter(core.pods[pod_key("default", f"w{i}")], sorted(core.nodes),
                           0.0).passed[0] for i in range(3)}
     assert placed <= {"n0", "n2"}
-    view = core.gang_view(KEY, 0.0)
+    view = core.gang_view(KEY)
     assert view is not None and view.phase is GangPhase.ADMITTED and view.plan_level == "zone"
 
 

@@ -1,0 +1,304 @@
+"""Cluster events in: one table entry per resource kind the core reads.
+
+Every kind has the same three events: an object came or changed (``upsert``), went
+(``delete``), or the whole set was listed again after a watch expired (``replace``, which must
+work out the deletions). :data:`KINDS` maps each kind to its entry; the facade routes to it and
+the app's watches feed it. What an event means for the gangs is here too: a lost node gives
+back the slots on it, a PodGroup that came or went re-resolves its pods, a pod that changed
+gang leaves the old one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .admission import reconcile
+from .decisions import NoticeKind, Unparked
+from .gang import Gang
+from .gating import pinned_node
+from .membership import gang_key, refresh_spec, resolve_pod
+from .numa import NumaZones
+from .podgroup import (
+    SP_GROUP_LABEL,
+    VOLCANO_GROUP,
+    GangKey,
+    GangSpec,
+    InvalidGang,
+    PodGroupRecord,
+)
+from .reasons import BindTargetGone, InvalidDeclaration
+from .records import NodeName, NodeRecord, PodKey, PodRecord
+from .state import CoreState
+from .upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
+
+__all__ = [
+    "KINDS",
+    "NODES",
+    "NUMA",
+    "PODS",
+    "SP_PODGROUPS",
+    "UPSTREAM_PODGROUPS",
+    "VOLCANO_PODGROUPS",
+    "WORKLOADS",
+    "Kind",
+    "delete_pod",
+    "upsert_pod",
+]
+
+K = TypeVar("K")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Kind(Generic[K, R]):
+    """How one resource kind's events change the core.
+
+    ``replace`` defaults to: delete what is not listed, upsert what is new or changed; a kind
+    whose store keeps derived caches gives its own."""
+
+    name: str
+    current: Callable[[CoreState], Mapping[K, R]]
+    key: Callable[[R], K]
+    upsert: Callable[[CoreState, R], None]
+    delete: Callable[[CoreState, K], None]
+    replace_all: Callable[[CoreState, Iterable[R]], None] | None = None
+
+    def replace(self, st: CoreState, records: Iterable[R]) -> None:
+        if self.replace_all is not None:
+            self.replace_all(st, records)
+            return
+        fresh = {self.key(r): r for r in records}
+        have = self.current(st)
+        for key in [k for k in have if k not in fresh]:
+            self.delete(st, key)
+        for r in fresh.values():
+            if self.current(st).get(self.key(r)) != r:
+                self.upsert(st, r)
+
+
+# ---------------------------------------------------------------------- nodes
+
+
+def _upsert_node(st: CoreState, node: NodeRecord) -> None:
+    st.store.put_node(node)
+
+
+def _delete_node(st: CoreState, name: NodeName) -> None:
+    if st.store.drop_node(name) is not None:
+        _node_lost(st, name)
+
+
+def _replace_nodes(st: CoreState, nodes: Iterable[NodeRecord]) -> None:
+    """After a relist: the same path as events, so every derived cache is dropped."""
+    for name in st.store.replace_nodes(nodes):
+        _node_lost(st, name)
+
+
+def _node_lost(st: CoreState, name: NodeName) -> None:
+    touched: dict[GangKey, Gang] = {}
+    for r in st.ledger.on_node(name):
+        g = st.gangs[r.gang]
+        if st.waiting.node(r.pod) == name:
+            st.waiting.remove(r.pod)
+            st.outbox.unparked.append(Unparked(g.key, {r.pod: name}, BindTargetGone(
+                g.key, r.pod, f"node {name} was deleted")))
+        g.drop_slot(r.pod)
+        touched[g.key] = g
+    for g in touched.values():
+        reconcile(st, g)
+
+
+# ---------------------------------------------------------------------- PodGroups
+
+
+def _reresolve(st: CoreState, key: GangKey) -> None:
+    """A PodGroup object of this name came, changed or went: re-resolve its pods and wake
+    the members turned away before (kube-scheduler sees no pod event for this)."""
+    ns, name = key.split("/", 1)
+    for pod in list(st.store.pods.values()):
+        if pod.namespace == ns and (
+            pod.labels.get(SP_GROUP_LABEL) == name
+            or any(pod.annotations.get(k) == name for k in VOLCANO_GROUP)
+            or pod.scheduling_group == name
+        ):
+            upsert_pod(st, pod)
+    g = st.gangs.get(key)
+    if g is not None:
+        st.outbox.requeue.update(g.wake())
+
+
+def _group_kind(name: str, table: Callable[[CoreState], dict[GangKey, PodGroupRecord]]
+                ) -> Kind[GangKey, PodGroupRecord]:
+    """A PodGroup CRD (scheduler-plugins' or Volcano's): stored by key, pods re-resolved."""
+    def put(st: CoreState, pg: PodGroupRecord) -> None:
+        table(st)[pg.key] = pg
+        _reresolve(st, pg.key)
+
+    def drop(st: CoreState, key: GangKey) -> None:
+        table(st).pop(key, None)
+        _reresolve(st, key)
+
+    return Kind(name, table, lambda pg: pg.key, put, drop)
+
+
+def _upsert_upstream(st: CoreState, pg: UpstreamPodGroup) -> None:
+    """A scheduling.k8s.io PodGroup. Only a change of what it declares re-resolves its pods:
+    the condition Lockstep writes comes back as an event too."""
+    old = st.store.upstream.get(pg.key)
+    st.store.upstream[pg.key] = pg
+    if old is None or (old.policy, old.error) != (pg.policy, pg.error):
+        _reresolve(st, pg.key)
+
+
+def _delete_upstream(st: CoreState, key: GangKey) -> None:
+    if st.store.upstream.pop(key, None) is not None:
+        _reresolve(st, key)
+
+
+def _upsert_workload(st: CoreState, wl: UpstreamWorkload) -> None:
+    """A 1.35 Workload: its pods' gangs are ``workload/podGroup[/replicaKey]``."""
+    old = st.store.workloads.get(wl.key)
+    st.store.workloads[wl.key] = wl
+    if old is None or old.groups != wl.groups:
+        _reresolve_workload(st, wl.key)
+
+
+def _delete_workload(st: CoreState, key: GangKey) -> None:
+    if st.store.workloads.pop(key, None) is not None:
+        _reresolve_workload(st, key)
+
+
+def _reresolve_workload(st: CoreState, key: GangKey) -> None:
+    ns, name = key.split("/", 1)
+    gangs = set()
+    for pod in list(st.store.pods.values()):
+        ref = pod.workload_ref
+        if pod.namespace == ns and ref is not None and ref[0] == name:
+            upsert_pod(st, pod)
+            gangs.add(workload_gang_key(ns, ref))
+    for k in sorted(gangs):
+        if (g := st.gangs.get(k)) is not None:
+            st.outbox.requeue.update(g.wake())
+
+
+# ---------------------------------------------------------------------- pods
+
+
+def upsert_pod(st: CoreState, pod: PodRecord) -> None:
+    change = st.store.put_pod(pod)
+    if change.replaced is not None:  # same name, new UID: the old pod is gone
+        _pod_left(st, change.replaced)
+    old = change.old
+    membership = resolve_pod(st, pod)
+    old_gang = gang_key(st.membership.get(pod.key))
+    new_gang = gang_key(membership)
+    st.membership[pod.key] = membership
+    if old_gang is not None and old_gang != new_gang:
+        _leave(st, old_gang, pod.key)
+    if new_gang is not None:
+        g = st.gangs.get(new_gang)
+        if g is None:
+            g = st.gangs[new_gang] = Gang(new_gang, st.ledger)
+        g.members.add(pod.key)
+        pin = pinned_node(pod.required_affinity)
+        if pin is not None and g.plan.get(pod.key) not in (None, pin):
+            # Its gate came off with a pin decided on an older plan: the slot must
+            # follow the pin (re-placed on it below, or the gang gives all back).
+            g.drop_slot(pod.key)
+        if pod.node_name is not None or not pod.active:
+            # Bound: the slot became usage. Finished or deleting: it never will be.
+            st.unpark(g, pod.key, f"pod {pod.key} is "
+                      + (f"bound to {pod.node_name}" if pod.node_name else "finishing"))
+            g.drop_slot(pod.key)
+            g.binding.discard(pod.key)
+        refresh_spec(st, g)
+        reconcile(st, g)
+        if isinstance(membership, GangSpec) and membership.capped_from is not None \
+                and old is None:
+            st.notice(NoticeKind.TIMEOUT_CAPPED, g.key, (pod.key,), detail=(
+                f"{membership.capped_from:g}s capped to {membership.timeout_seconds:g}s"))
+    if isinstance(membership, InvalidGang) and (
+        old is None or old.annotations != pod.annotations or old.labels != pod.labels
+    ):
+        st.notice(NoticeKind.INVALID, membership.key, (pod.key,),
+                  InvalidDeclaration(membership))
+    if pod.held:
+        st.outbox.lift.add(pod.key)
+    st.outbox.arrived(pod)
+
+
+def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
+    """The pod is gone; a ``uid`` that is not the cached pod's is a stale event, ignored."""
+    current = st.store.pods.get(key)
+    if current is None or (uid and current.uid and uid != current.uid):
+        return
+    rec = st.store.drop_pod(key)
+    if rec is not None:
+        _pod_left(st, rec)
+
+
+def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
+    """After a relist: make the pod set exactly ``pods``, deletions included."""
+    fresh = {p.key: p for p in pods}
+    for key in [k for k in st.store.pods if k not in fresh]:
+        delete_pod(st, key)
+    for p in fresh.values():
+        if st.store.pods.get(p.key) != p:
+            upsert_pod(st, p)
+        # A (re)list may follow a restart: members the previous process turned away
+        # carry kube-scheduler's Unschedulable condition, and only a nudge wakes them.
+        gang = st.gangs.get(gang_key(st.membership.get(p.key)) or GangKey(""))
+        if gang is not None and p.unschedulable and p.node_name is None and p.active:
+            gang.turned_away.add(p.key)
+
+
+def _pod_left(st: CoreState, rec: PodRecord) -> None:
+    gang = gang_key(st.membership.pop(rec.key, None))
+    if gang is not None:
+        _leave(st, gang, rec.key)
+
+
+def _leave(st: CoreState, gang: GangKey, pod: PodKey) -> None:
+    g = st.gangs.get(gang)
+    if g is None:
+        return
+    g.members.discard(pod)
+    g.turned_away.discard(pod)
+    g.told.pop(pod, None)
+    st.unpark(g, pod, f"pod {pod} was deleted or left the gang")
+    g.drop_slot(pod)
+    g.binding.discard(pod)
+    refresh_spec(st, g)
+    if not g.members and not g.plan and not g.binding:
+        del st.gangs[gang]
+        return
+    reconcile(st, g)
+
+
+# ---------------------------------------------------------------------- the table
+
+NODES: Kind[NodeName, NodeRecord] = Kind(
+    "nodes", lambda st: st.store.nodes, lambda n: n.name,
+    _upsert_node, _delete_node, _replace_nodes)
+NUMA: Kind[NodeName, NumaZones] = Kind(
+    "noderesourcetopologies", lambda st: st.store.numa, lambda z: z.node,
+    lambda st, z: st.store.put_numa(z), lambda st, n: st.store.drop_numa(n),
+    lambda st, items: st.store.replace_numa(items))
+SP_PODGROUPS = _group_kind("podgroups.scheduling.x-k8s.io", lambda st: st.store.podgroups)
+VOLCANO_PODGROUPS = _group_kind("podgroups.scheduling.volcano.sh",
+                                lambda st: st.store.volcano)
+UPSTREAM_PODGROUPS: Kind[GangKey, UpstreamPodGroup] = Kind(
+    "podgroups.scheduling.k8s.io", lambda st: st.store.upstream, lambda pg: pg.key,
+    _upsert_upstream, _delete_upstream)
+WORKLOADS: Kind[GangKey, UpstreamWorkload] = Kind(
+    "workloads.scheduling.k8s.io", lambda st: st.store.workloads, lambda w: w.key,
+    _upsert_workload, _delete_workload)
+PODS: Kind[PodKey, PodRecord] = Kind(
+    "pods", lambda st: st.store.pods, lambda p: p.key, upsert_pod,
+    delete_pod, _replace_pods)
+
+KINDS: dict[str, Kind[Any, Any]] = {k.name: k for k in (
+    NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PODS)}
+"""Every kind the core reads, by its resource name."""
