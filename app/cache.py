@@ -92,7 +92,7 @@ class Resource:
     first_from_cache: bool = False
     """The first list is served by the API server's watch cache (``resourceVersion=0``), as
     client-go's first list is: at 5,000 nodes 0.16-0.26 s and 0.2-0.3 s of API server CPU,
-    against 0.43-0.47 s and 0.4 s paging through consistent reads (issue 12). The cache
+    against 0.43-0.47 s and 0.4 s paging through consistent reads. The cache
     answers whole, so only for kinds whose whole list is small: nodes, not 50,000 pods (the
     RSS the pager avoids). Relists stay consistent: after a watch error, a cache behind what
     was already seen must not take the cache back in time."""

@@ -153,7 +153,7 @@ def _serve(args: argparse.Namespace) -> int:
         service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
                                                                          args.token)))
         # List and watch first: the API server encodes the lists while uvicorn and the verbs
-        # load below (issue 12). Held gangs wait for the verbs to be served: a lifted
+        # load below. Held gangs wait for the verbs to be served: a lifted
         # member's filter call must find them.
         service.verbs_served = False
         await service.start()
@@ -170,7 +170,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         async def load_rest() -> Any:
             await asyncio.to_thread(_import_rest_side)
-            from .main import create_rest_app
+            from .routes import create_rest_app
 
             return create_rest_app(service, debug_token=args.debug_token,
                                    manage_lifecycle=False)
@@ -258,7 +258,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 1 if service.failed is not None or serving_failed else 0
 
     # uvloop when installed (uvicorn[standard] brings it): the event loop runs every verb,
-    # binding and watch, and kube-scheduler's scheduling thread waits on it (issue 12).
+    # binding and watch, and kube-scheduler's scheduling thread waits on it.
     try:
         import uvloop
     except ImportError:  # pragma: no cover
@@ -308,7 +308,7 @@ def _import_verbs_side() -> None:
 
 def _import_rest_side() -> None:
     """FastAPI and the routes beside the verbs: imported in a thread, the verbs answering."""
-    from . import admission, main  # noqa: F401
+    from . import admission, routes  # noqa: F401
 
 
 def _make_server_class() -> Any:
@@ -319,7 +319,7 @@ def _make_server_class() -> Any:
 
         uvicorn waits for in-flight requests before it runs the lifespan shutdown, and a
         parked bind is an in-flight request that may last until its gang's deadline: without
-        this a rolling update would stall for minutes (issue 9). kube-scheduler retries the
+        this a rolling update would stall for minutes. kube-scheduler retries the
         answered calls against the next Lockstep.
         """
 

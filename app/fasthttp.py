@@ -1,4 +1,4 @@
-"""A minimal HTTP/1.1 keep-alive client for Lockstep's own API writes (issue 12).
+"""A minimal HTTP/1.1 keep-alive client for Lockstep's own API writes.
 
 Profiling a loaded Lockstep showed ~47% of its event loop's busy time inside httpx, httpcore
 and h11 (pure Python) for a handful of small requests per gang: bindings, gate-lifting

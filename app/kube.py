@@ -4,7 +4,7 @@ Lockstep needs a handful of calls on its hot path and wants raw JSON (parsed onc
 records), so it talks to the API server directly instead of through the generated client.
 Configuration comes from a kubeconfig (token, client certificate or insecure) or from the
 in-cluster service account. Requests and watches go through ``app.fasthttp``, a client on
-httptools that costs the event loop a fraction of httpx's time per request (issue 12); httpx
+httptools that costs the event loop a fraction of httpx's time per request; httpx
 is used only when a test hands in its own transport.
 """
 
@@ -107,7 +107,7 @@ def _ssl_context(cfg: KubeConfig) -> ssl.SSLContext | bool:
         return False
     if cfg.insecure:
         # Not create_default_context(): it loads the system's CA bundle, which verifies
-        # nothing here and took 70-130 ms of a start-up on two busy cores (issue 12).
+        # nothing here and took 70-130 ms of a start-up on two busy cores.
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -135,7 +135,7 @@ class KubeClient:
             "timeout": timeout, "transport": transport}
         self._httpx: httpx.AsyncClient | None = None
         # Requests and watches take the fast path (app.fasthttp): httpx's pure-Python
-        # HTTP stack was ~47% of the loaded event loop's time (issue 12). A caller-given
+        # HTTP stack was ~47% of the loaded event loop's time. A caller-given
         # transport (the unit tests' httpx.MockTransport) keeps everything on httpx.
         self._fast = None if transport is not None else FastHTTP(
             cfg.server, headers=headers,
@@ -157,7 +157,7 @@ class KubeClient:
 
             a = self._httpx_args
             # Few idle connections: httpcore polls every pooled connection on each request,
-            # which at 50 was the largest single cost on the event loop under load (issue 12).
+            # which at 50 was the largest single cost on the event loop under load.
             self._httpx = httpx.AsyncClient(
                 base_url=a["base_url"], headers=a["headers"], verify=a["verify"],
                 timeout=httpx.Timeout(a["timeout"], connect=min(5.0, a["timeout"])),
@@ -240,7 +240,7 @@ class KubeClient:
         """``list``, with every page parsed into records (None dropped) as it arrives.
 
         The raw pages are dropped one by one, so a relist of 50,000 pods never holds them
-        all at once: holding the whole raw list first cost 1 GB of RSS (issue 12). The next
+        all at once: holding the whole raw list first cost 1 GB of RSS. The next
         page is asked for before this one is parsed, so the API server encodes it meanwhile
         (at start-up, listing 5,000 nodes page after page took 0.8 s on two busy cores).
 
@@ -305,7 +305,7 @@ class KubeClient:
     async def _watch_fast(self, path: str, params: Mapping[str, str], read_timeout: float,
                           ) -> AsyncIterator[dict[str, Any]]:
         """``watch`` on the C-parsed client: h11 and httpx's line decoder were about half
-        of the watch processing's share of the event loop under load (issue 12)."""
+        of the watch processing's share of the event loop under load."""
         assert self._fast is not None
         try:
             stream = await self._fast.stream(path, params=params, read_timeout=read_timeout)

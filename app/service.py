@@ -61,7 +61,7 @@ LIFTERS = 64
 """Gate lifts in flight at once. A lift waits 50-200 ms on a loaded API server, mostly in
 queues rather than on a CPU, so the lifts in flight set the pace at which kube-scheduler
 gets pods: 8 capped Lockstep at ~140 pods/s; from 32 to 64, four interleaved pairs of
-1,000-node runs gave 147-176 pods/s against 131-153 (issue 12)."""
+1,000-node runs gave 147-176 pods/s against 131-153."""
 LIFT_RETRIES = 5
 _WARNING = {NoticeKind.TIMED_OUT, NoticeKind.INVALID, NoticeKind.TIMEOUT_CAPPED,
             NoticeKind.PARTIALLY_BOUND}
@@ -276,7 +276,7 @@ class Lockstep:
         placed = Counter(binds[o.pod] for o in outcomes if isinstance(o, Bound))
         if placed:
             # One Event for the group, on the member whose call released it: per member it
-            # was 8 writes per 8-pod gang competing with the bindings (issue 12), and each
+            # was 8 writes per 8-pod gang competing with the bindings, and each
             # member gets kube-scheduler's own Scheduled Event anyway.
             where = ", ".join(f"{n} x{c}" for n, c in sorted(placed.items()))
             detail = f"{placed.total()} of {len(keys)} member(s) bound together ({where})"

@@ -37,7 +37,7 @@ def main() -> None:
                     help=f"any of {', '.join(BENCHMARKS)} (default: all)")
     ap.add_argument("--quick", action="store_true", help="fewer requests and sizes")
     ap.add_argument("--out", default="bench-results")
-    tp = ap.add_argument_group("throughput (issue 12: stock vs Lockstep vs scheduler-plugins)")
+    tp = ap.add_argument_group("throughput (stock vs Lockstep vs scheduler-plugins)")
     tp.add_argument("--nodes", type=int, default=None,
                     help="KWOK nodes x 8 GPUs (default 1000; 200 with --quick; try 5000)")
     tp.add_argument("--gangs", type=int, default=None, help="gangs (default 100; 20 quick)")
@@ -77,7 +77,7 @@ def main() -> None:
     tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
                     help="experiment: override a top-level KubeSchedulerConfiguration key of "
                          "the Lockstep run (e.g. percentageOfNodesToScore=0); repeatable")
-    mem = ap.add_argument_group("memory (issue 12: Lockstep RSS <= 300 MB at 5,000 nodes and "
+    mem = ap.add_argument_group("memory (goal: Lockstep RSS <= 300 MB at 5,000 nodes and "
                                 "50,000 pods cached)")
     mem.add_argument("--mem-nodes", type=int, default=None,
                      help="KWOK nodes x 8 GPUs (default 5000; 1000 with --quick)")
@@ -187,7 +187,7 @@ def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
                         log=lambda s: print(s, flush=True))
     (out / "memory.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
                                                  **result}, indent=2))
-    print(f"\nLockstep memory ({nodes} nodes, {pods} pods cached; goal, issue 12: RSS <= "
+    print(f"\nLockstep memory ({nodes} nodes, {pods} pods cached; goal: RSS <= "
           f"{memory.GOAL_MB:g} MB at 5,000 nodes and 50,000 pods)")
     print(memory.format_result(result))
 

@@ -1,4 +1,4 @@
-"""Gang throughput side by side (issue 12): three schedulers, one workload, one invocation.
+"""Gang throughput side by side: three schedulers, one workload, one invocation.
 
 Each scheduler gets a fresh test bed with the same node count (``bench-64x8`` scaled: racks of
 8 nodes x 8 GPUs) and the same seeded pods, all created *before* the scheduler starts:
@@ -419,7 +419,7 @@ def format_table(rows: Sequence[Mapping[str, Any]],
 def median_ratios(per_round: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
     """Each ratio's median over the rounds, and its range under ``<ratio>_range``.
 
-    The machine's speed drifts by a third between runs of the same code (issue 12), so one
+    The machine's speed drifts by a third between runs of the same code, so one
     round's ratio is one sample; rounds alternate the schedulers' order."""
     out: dict[str, Any] = {}
     for k in (per_round[0] if per_round else {}):
@@ -446,7 +446,7 @@ def format_ratios(r: Mapping[str, Any]) -> str:
             f"{f('gang_done_p50_lockstep_over_stock')}   "
             f"Lockstep/scheduler-plugins: pods/s {f('pods_per_s_lockstep_over_sp')}, gang done "
             f"p50 {f('gang_done_p50_lockstep_over_sp')}\n"
-            "(goal, issue 12: pods/s >= 0.6x stock and >= 1.0x scheduler-plugins)")
+            "(goal: pods/s >= 0.6x stock and >= 1.0x scheduler-plugins)")
 
 
 # ---------------------------------------------------------------------------- the runs

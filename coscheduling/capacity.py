@@ -2,7 +2,7 @@
 
 One read-only window over the cluster store and the ledger. It is the planner's
 :class:`~coscheduling.planner.CapacityView`: free capacity means *outside every reservation*,
-the planned gang's own included (issue 9, case 2: a re-placed member gives its own slot back
+the planned gang's own included (a re-placed member gives its own slot back
 first, so nothing is ever counted free twice). Plain-pod scores are cached per GPU count in the
 store, which drops a node's entries whenever its usage, labels or reservations change.
 """

@@ -2,7 +2,7 @@
 
 Each reservation names its pod, gang, node and the exact requests it holds, so giving one
 back is exact: no "None means everything on that node" rule that could drop a sibling's share
-(issue 9, case 1). Per-node totals are an index over the reservations, kept in step here and
+. Per-node totals are an index over the reservations, kept in step here and
 nowhere else; :func:`check_ledger` (run by the model test after every step) proves that they
 and the gangs' plans agree.
 """

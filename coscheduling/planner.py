@@ -95,7 +95,7 @@ class _Context:
     """Everything one planning call reads more than once, computed at most once per node.
 
     Lazily: a 5,000-node cluster must not pay for eligibility or free capacity of nodes the
-    plan never looks at (issue 12: planning was O(levels x nodes) per admission)."""
+    plan never looks at (planning was O(levels x nodes) per admission)."""
 
     def __init__(self, todo: Sequence[Member], view: CapacityView,
                  levels: Sequence[Level]) -> None:

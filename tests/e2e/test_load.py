@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import (
     Coscheduler,

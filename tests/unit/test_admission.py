@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from app.admission import MAX_BODY, create_webhook_app
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, pod_from_json
 from coscheduling.gating import GANG_GATE, declares_gang

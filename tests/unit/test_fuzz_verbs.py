@@ -48,7 +48,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
 from tests.builders import node, pod

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from app.wire import BindingArgs, ExtenderArgs
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json

@@ -1,7 +1,7 @@
 """HTTP routes beside the verbs: metrics, debug, the admission webhook and routing errors.
 
 The verbs and probes are answered by ``app.verbs.VerbsApp`` before a request reaches
-FastAPI (issue 12); ``create_app`` puts the two together, and the CLI serves the verbs
+FastAPI; ``create_app`` puts the two together, and the CLI serves the verbs
 before this module is even imported. Bad input is answered with a 4xx that names the
 offending field.
 """
