@@ -141,7 +141,7 @@ class KubeClient:
             cfg.server, headers=headers,
             ssl_context=verify if isinstance(verify, ssl.SSLContext) else None,
             timeout=timeout, connect_timeout=min(5.0, timeout),
-            # 64 gate lifts in flight (service.LIFTERS) leave 16 connections to bindings and
+            # 64 gate lifts in flight (poster.LIFTERS) leave 16 connections to bindings and
             # Events. Each connection is a TLS handshake that costs both sides more CPU than
             # a write, and they are all made in the run's busiest second.
             max_connections=80,

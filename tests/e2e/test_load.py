@@ -145,7 +145,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
             await asyncio.sleep(0.01)
         park_s, park_cpu = time.perf_counter() - t1, cpu_seconds() - c1
         rss_parked = rss_mib()
-        assert core.parked_total() == PARKED and len(service._parked) == PARKED
+        assert core.parked_total() == PARKED and len(service.parked) == PARKED
         assert not bindings, "something bound before its gang's quorum"
         t_idle = time.perf_counter()
         await asyncio.sleep(1.0)  # holding 2,000 parked calls should cost the loop nothing
@@ -166,7 +166,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
     assert len(answers) == GANGS * SIZE
     assert sum(bindings.values()) == GANGS * SIZE and set(bindings.values()) == {1}
     assert dict(bindings) == {(n, plan[n]): 1 for n in plan}
-    assert core.parked_total() == 0 and not service._parked
+    assert core.parked_total() == 0 and not service.parked
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {
         "gangs": GANGS, "members": SIZE, "parked_at_once": PARKED, "nodes": NODES,

@@ -276,7 +276,7 @@ def test_report_finds_profiles_copied_beside_the_json(tmp_path: object) -> None:
 
     base = Path(str(tmp_path))
     (base / "pyspy-lockstep.txt").write_text(
-        "main (a.py:1);Lockstep._bind_one (app/service.py:9) 3\n"
+        "main (a.py:1);Binder._bind_one (app/binder.py:9) 3\n"
         "main (a.py:1);ClusterCache.run (app/cache.py:2) 1\n")
     row = {"scheduler": "Lockstep", "batch_wall_s": 1.0, "pods_per_s": 100.0,
            "pyspy_file": "/gone/elsewhere/pyspy-lockstep.txt",

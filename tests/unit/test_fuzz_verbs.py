@@ -125,7 +125,7 @@ class Harness:
         core = self.service.core
         return (repr(core.gang_views()), core.parked_total(), core.pod_count(),
                 core.node_count(), dict(core.pods), sorted(core.nodes),
-                sorted(self.service._parked), self.api.bindings)
+                sorted(self.service.parked), self.api.bindings)
 
     def send(self, verb: str, method: str, path: str, content: Any = None,
              headers: dict[str, str] | None = None) -> httpx.Response | None:

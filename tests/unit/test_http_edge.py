@@ -168,11 +168,11 @@ async def test_deadline_answers_parked_binds_with_the_reason(
         service.core.upsert_pod(pod_from_json(
             pod(f"p{i}").gang("g", min_member=2, timeout=10).gpu(1).build()))
     n0 = service.filter(service.core.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
-    timer = asyncio.ensure_future(service._timer())
+    timer = asyncio.ensure_future(service.binder.expire_loop())
     parked = asyncio.ensure_future(service.bind("default", "p0", "", n0))
     await asyncio.sleep(0.05)
     clock[0] = 111.0
-    service._kick.set()
+    service.kick.set()
     err = await asyncio.wait_for(parked, 5)
     timer.cancel()
     assert err.startswith("gang default/g timed out after 10s with 1/2 members ready to bind")
@@ -263,8 +263,8 @@ async def test_a_gang_left_partly_bound_is_reported_everywhere(
     assert await first == "" and "403" in err
     assert ("p0", nodes[0]) in api.bindings()
     events = []
-    while not service._out.events.empty():
-        events.append(service._out.events.get_nowait()[1])
+    while not service.poster.events.empty():
+        events.append(service.poster.events.get_nowait()[1])
     partial = [e for e in events if e.kind.value == "GangPartiallyBound"]
     assert {k for e in partial for k in e.pods} == {"default/p0", "default/p1"}
     assert "lockstep_partial_gangs_total 1.0" in (await client.get("/metrics")).text

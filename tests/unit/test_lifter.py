@@ -56,7 +56,7 @@ def held(svc: Lockstep, n: int, gang: str = "g") -> None:
 
 
 async def run_lifters(svc: Lockstep, seconds: float) -> None:
-    tasks = [asyncio.create_task(svc._lift()) for _ in range(4)]
+    tasks = [asyncio.create_task(svc.poster.lift()) for _ in range(4)]
     await asyncio.sleep(seconds)
     for t in tasks:
         t.cancel()
@@ -67,14 +67,14 @@ async def test_each_member_is_lifted_once_pinned_to_its_planned_node() -> None:
     api = PatchAPI()
     svc = service(api)
     held(svc, 3)
-    svc._flush()
-    svc._flush()  # the same targets again: nothing more to write
+    svc.flush()
+    svc.flush()  # the same targets again: nothing more to write
     await run_lifters(svc, 0.1)
     # Events on the gang before the watch shows the gates gone re-queue its held members.
     again = svc.core.pod(next(iter(sorted(svc.core.gangs()["default/g"].members))))
     assert again is not None and again.held
     svc.core.upsert_pod(again)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
     plan = svc.core.plans()[next(iter(svc.core.plans()))]
@@ -91,7 +91,7 @@ async def test_a_transient_failure_is_retried_and_a_conflict_is_dropped() -> Non
     api = PatchAPI({"g-0": [503], "g-1": [409]})
     svc = service(api)
     held(svc, 3)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.6)  # the retry comes 0.2 s after the 503
     assert api.names() == ["g-0", "g-0", "g-1", "g-2"]
     samples = {s.labels.get("outcome"): s.value for m in svc.metrics.registry.collect()
@@ -107,7 +107,7 @@ async def test_nothing_is_lifted_before_the_verbs_are_served() -> None:
     svc = service(api)
     svc.verbs_served = False
     held(svc, 3)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.patches == [] and not svc.core.plans()
     svc.serve_verbs()  # admits at once, without waiting for another event
@@ -119,11 +119,11 @@ async def test_nothing_is_admitted_or_lifted_before_the_cache_has_synced() -> No
     api = PatchAPI()
     svc = service(api, synced=False)
     held(svc, 3)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.patches == [] and not svc.core.plans()
     for res in svc.cache.resources.values():
         res.synced = True
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
