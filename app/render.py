@@ -13,6 +13,7 @@ from coscheduling.reasons import (
     BindTargetGone,
     DoesNotFit,
     ExtraMemberWaits,
+    HigherPriorityPodsWaiting,
     InvalidDeclaration,
     MembersLost,
     NotEnoughMinResources,
@@ -102,6 +103,12 @@ def render(reason: Reason) -> str:
                     f"failed after its siblings bound: {why}")
         case UnknownNode(node):
             return f"node {node} is not in Lockstep's cache yet"
+        case HigherPriorityPodsWaiting(gang, priority, pods, count):
+            listed = ", ".join(pods) + (f" and {count - len(pods)} more" if count > len(pods)
+                                        else "")
+            return (f"gang {gang} (priority {priority}) waits for {count} pod(s) of higher "
+                    f"priority that kube-scheduler is placing and that would not fit beside "
+                    f"it: {listed}")
     raise AssertionError(f"unrendered reason {reason!r}")
 
 

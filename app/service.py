@@ -16,15 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, cast
 
-from coscheduling import Coscheduler, FilterDecision, NodeName, PodRecord, pod_key
+from coscheduling import (
+    Coscheduler,
+    FilterDecision,
+    NodeName,
+    PodRecord,
+    RecordError,
+    pod_from_json,
+    pod_key,
+)
 
 from . import STARTED
 from .binder import Binder
 from .cache import ClusterCache
+from .errors import APIError, APIUnreachable, NotFound
 from .kube import KubeClient
 from .metrics import Metrics
 from .parked import ParkedCalls
@@ -35,6 +45,10 @@ from .status_writer import StatusWriter
 __all__ = ["Lockstep", "UnknownObject"]
 
 log = logging.getLogger("lockstep")
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+"""What the API server accepts as a namespace (DNS label) and a pod name (DNS subdomain)."""
 
 
 class UnknownObject(LookupError):
@@ -167,10 +181,34 @@ class Lockstep:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""
         key = pod_key(namespace, name)
         if self.core.pod(key) is None:
-            raise UnknownObject("pod", key)
+            try:
+                await self._read_pod(namespace, name, uid)
+            except (APIError, APIUnreachable) as e:
+                return f"pod {key} is not in Lockstep's cache yet and reading it failed: {e}"
         if not self.core.has_node(node):
             raise UnknownObject("node", node)
         return await self.binder.bind(key, NodeName(node), uid)
+
+    async def _read_pod(self, namespace: str, name: str, uid: str) -> None:
+        """A bind for a pod the watch has not shown yet: read it from the API server (one
+        GET) and decide as usual; unknown only when it does not exist, or is not the pod
+        kube-scheduler means (another UID)."""
+        key = pod_key(namespace, name)
+        if not (_NAMESPACE.fullmatch(namespace) and _NAME.fullmatch(name)):
+            raise UnknownObject("pod", key)  # no such pod can exist: nothing to read
+        try:
+            obj = await self.kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except NotFound:
+            raise UnknownObject("pod", key) from None
+        try:
+            rec = pod_from_json(obj)
+        except (RecordError, ValueError, TypeError) as e:
+            raise APIError(200, "BadResponse", f"unreadable pod: {e}") from None
+        if uid and rec.uid != uid:
+            raise UnknownObject("pod", key)
+        if self.core.pod(key) is None:  # the watch may have delivered it meanwhile
+            self.core.upsert_pod(rec)
+            self.flush()
 
     # ------------------------------------------------------------------ side effects
 

@@ -9,9 +9,10 @@ what makes admission atomic under asyncio.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .decisions import FilterDecision, NoticeKind, Unparked
+from .eligibility import eligible
 from .gang import Gang, GangPhase
 from .membership import countable, departed, meets_quorum, pick
 from .nofit import NoFit
@@ -22,6 +23,7 @@ from .reasons import (
     DoesNotFit,
     ExtraMemberWaits,
     GangReason,
+    HigherPriorityPodsWaiting,
     InvalidDeclaration,
     MembersLost,
     NotEnoughMinResources,
@@ -29,9 +31,9 @@ from .reasons import (
     WaitingForMembers,
 )
 from .records import NodeName, PodKey, PodRecord
-from .resources import Resources, add, fits
+from .resources import Resources, add, fits, sub
 from .state import CoreState
-from .topology import Level, level_by_name
+from .topology import GPU, Level, level_by_name
 
 __all__ = [
     "TOPOLOGY_REQUIRED",
@@ -207,6 +209,8 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
     if isinstance(result, NoFit):
         return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
     requests = {k: st.store.pods[k].requests for k in result.assignments}
+    if (waits := _outranked(st, g, result.assignments, requests)) is not None:
+        return waits
     g.admit(result.assignments, requests, result.level, now, spec.timeout_seconds)
     first = pod.key if pod is not None else (members[0].key if members else live[0].key)
     # One Event per admission, on the member whose filter call admitted the gang.
@@ -216,6 +220,47 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
     st.outbox.requeue.update(k for k in g.wake() if k != first or pod is None)
     st.outbox.lift.update(p.key for p in live if p.held)
     return result.assignments
+
+
+MAX_OUTRANKING_CHECKED = 64
+"""Above this many higher-priority pods in flight the gang simply waits for them: checking
+where each would fit costs a pass over the nodes per pod, and they are placed in seconds."""
+
+
+def _outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
+               requests: Mapping[PodKey, Resources]) -> HigherPriorityPodsWaiting | None:
+    """Why the gang must wait for plain pods of higher priority that kube-scheduler is
+    placing now, or None when they all still fit beside ``plan``.
+
+    kube-scheduler's queue pops the higher-priority pods first; admitting the gang onto the
+    room they need would make the outcome depend on which event reached Lockstep first.
+    The check places them (highest priority first, then largest) on the capacity left
+    outside every reservation once the plan is taken, each on the first node it fits."""
+    priority = st.gang_priority(g)
+    ahead = sorted(((p, k) for k, p in st.pending_plain.items() if p > priority),
+                   key=lambda t: (-t[0], t[1]))
+    if not ahead:
+        return None
+    pods = [pod for _, k in ahead if (pod := st.store.pods.get(k)) is not None]
+    if len(pods) <= MAX_OUTRANKING_CHECKED:
+        taken: dict[NodeName, Resources] = {}
+        for key, node in plan.items():
+            taken[node] = add(taken.get(node, {}), requests[key])
+        free = {n: sub(st.capacity.free_unreserved(n), taken.get(n, {}))
+                for n in st.store.nodes}
+        stuck: list[PodRecord] = []
+        for pod in sorted(pods, key=lambda p: (-p.priority, -p.requests.get(GPU, 0), p.key)):
+            at = next((n for n, left in free.items()
+                       if fits(pod.requests, left) and eligible(pod, st.store.nodes[n])), None)
+            if at is None:
+                stuck.append(pod)
+            else:
+                free[at] = sub(free[at], pod.requests)
+        if not stuck:
+            return None
+        pods = stuck
+    return HigherPriorityPodsWaiting(g.key, priority, tuple(p.key for p in pods[:5]),
+                                     len(pods))
 
 
 def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]

@@ -26,6 +26,7 @@ from .decisions import (
 )
 from .filtering import filter_pod
 from .gang import Gang, GangPhase
+from .ingest import assume_bound, forget_assumed
 from .membership import bound_count, gang_key, meets_quorum
 from .podgroup import GangKey, InvalidGang, MatchPolicy, MissingPodGroup
 from .reasons import (
@@ -42,6 +43,7 @@ from .reasons import (
 from .records import NodeName, PodKey, PodRecord
 from .resources import fits, shortfall
 from .state import CoreState
+from .topology import GPU
 
 __all__ = ["bind", "bind_outcomes"]
 
@@ -53,7 +55,17 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
         return Reject(PodNotInCache(key, uid, pod.uid if pod is not None else None))
     m = st.membership.get(key)
     if m is None:
-        return _bind_unplanned(st, pod, node) or BindNow(key, node)
+        refused, displaced = _bind_unplanned(st, pod, node)
+        st.verdict(key, bind_at=now, bind_node=node,
+                   bind_refused=refused.reason if refused is not None else None)
+        if refused is not None:
+            return refused
+        # Assumed on the node from now, as kube-scheduler assumes a pod it is binding:
+        # nothing is planned onto this room while the binding is in flight.
+        assume_bound(st, key, node)
+        for gang in displaced:
+            reconcile(st, st.gangs[gang])
+        return BindNow(key, node)
     if isinstance(m, InvalidGang):
         return Reject(InvalidDeclaration(m))
     if isinstance(m, MissingPodGroup):
@@ -69,8 +81,12 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
         if decision.passed != [node]:
             return Reject(decision.unresolvable or WrongNode(g.key, None, node))
     if g.phase is GangPhase.RELEASED:
-        if planned is None and (no := _bind_unplanned(st, pod, node)) is not None:
-            return no
+        if planned is None:
+            no, displaced = _bind_unplanned(st, pod, node)
+            for gang in displaced:
+                reconcile(st, st.gangs[gang])
+            if no is not None:
+                return no
         g.binding.add(key)
         return BindNow(key, node)
     if g.phase is not GangPhase.ADMITTED:
@@ -110,19 +126,49 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
     return BindGroup(g.key, binds)
 
 
-def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName) -> Reject | None:
-    """A pod no plan holds may not bind into capacity reserved since its filter call.
+def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
+                    ) -> tuple[Reject | None, list[GangKey]]:
+    """A pod no plan holds may not bind into capacity a gang of its priority or higher
+    reserved since its filter call; a gang of lower priority makes room.
 
     Between kube-scheduler's filter and bind calls Lockstep may admit a gang (another
-    member's filter, or a held gang) onto the node the pod was then free to use; binding
-    it anyway would over-commit the node and strand the gang's pinned members."""
+    member's filter, or a held gang) onto the node the pod was then free to use. kube-
+    scheduler's queue served the pod first, so when it outranks every gang holding the
+    node, the pod binds and those gangs' slots there are planned again elsewhere (or the
+    gangs give all back); binding it over a gang of its own priority or higher would
+    over-commit the node and strand that gang's members, so that is refused.
+
+    Returns the refusal, or the gangs that lost slots (the caller re-plans them once the pod
+    is counted on the node)."""
     if not st.ledger.reserved_on(node):
-        return None
+        return None, []
     free = st.capacity.free_unreserved(node)
     if fits(pod.requests, free):
-        return None
-    return Reject(ReservedForGangs(node, tuple(sorted(st.ledger.gangs_on(node))),
-                                   shortfall(pod.requests, free)))
+        return None, []
+    holders = sorted(st.ledger.gangs_on(node))
+    if any(st.gang_priority(st.gangs[k]) >= pod.priority for k in holders):
+        return Reject(ReservedForGangs(node, tuple(holders), shortfall(pod.requests, free))), []
+    return None, _make_room(st, pod, node)
+
+
+def _make_room(st: CoreState, pod: PodRecord, node: NodeName) -> list[GangKey]:
+    """Take lower-priority gangs' slots off ``node`` (lowest priority first, then the
+    largest slot) until ``pod`` fits; the gangs that lost one."""
+    slots = sorted(((st.gang_priority(st.gangs[k]), -r.requests.get(GPU, 0), r.pod, k)
+                    for r in st.ledger.on_node(node) for k in (r.gang,)),
+                   key=lambda t: (t[0], t[1], t[2]))
+    touched: list[GangKey] = []
+    for _, _, member, gang in slots:
+        if fits(pod.requests, st.capacity.free_unreserved(node)):
+            break
+        g = st.gangs[gang]
+        if member in g.binding:
+            continue  # a binding in flight cannot be taken back
+        st.unpark(g, member, f"node {node} was taken by {pod.key} (priority {pod.priority})")
+        g.drop_slot(member)
+        if gang not in touched:
+            touched.append(gang)
+    return touched
 
 
 def _check_quorum(st: CoreState, g: Gang) -> dict[PodKey, GangReason]:
@@ -148,6 +194,11 @@ def _check_quorum(st: CoreState, g: Gang) -> dict[PodKey, GangReason]:
 
 def bind_outcomes(st: CoreState, outcomes: Sequence[BindOutcome]) -> PartiallyBound | None:
     """What the API said to bindings the core asked for; a partial gang is reported."""
+    for o in outcomes:
+        if isinstance(o, Bound):
+            assume_bound(st, o.pod, o.node)
+        elif o.pod in st.assumed:
+            forget_assumed(st, o.pod)
     by_gang: dict[GangKey, list[BindOutcome]] = {}
     for o in outcomes:
         gang = gang_key(st.membership.get(o.pod))

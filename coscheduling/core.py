@@ -50,7 +50,7 @@ from .podgroup import GangKey, GangSpec, Membership, PodGroupRecord
 from .reasons import PartiallyBound
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources
-from .state import CoreState, Settings
+from .state import CoreState, PlainVerdict, Settings
 from .status import PodGroupStatus
 from .topology import GPU, Score
 from .upstream import UpstreamPodGroup, UpstreamWorkload
@@ -141,6 +141,10 @@ class Coscheduler:
 
     def membership(self, pod: PodKey) -> Membership:
         return self.state.membership.get(pod)
+
+    def plain_verdict(self, pod: PodKey) -> PlainVerdict | None:
+        """The last filter and bind answers for a pod outside any gang."""
+        return self.state.plain_verdicts.get(pod)
 
     def gang_of(self, pod: PodKey) -> GangKey | None:
         return gang_key(self.state.membership.get(pod))

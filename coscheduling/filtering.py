@@ -13,6 +13,7 @@ from itertools import filterfalse
 from .admission import admit, extend, replan, turn_away
 from .decisions import FilterDecision
 from .gang import Gang, GangPhase
+from .ingest import upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup
 from .reasons import (
@@ -35,18 +36,24 @@ def filter_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName], no
                ) -> FilterDecision:
     """Which candidates ``pod`` may use; for gang pods exactly the planned node."""
     cached = st.store.pods.get(pod.key)
+    if cached is None and pod.uid and pod.uid not in st.gone:
+        # The watch has not delivered this pod yet: the call carries it, as the API server
+        # gave it to kube-scheduler, so learn it now rather than turn it away for a backoff
+        # (the watch's own event for it follows and replaces it).
+        upsert_pod(st, pod)
+        cached = st.store.pods.get(pod.key)
     if cached is None or (pod.uid and cached.uid and pod.uid != cached.uid):
-        # The watch has not delivered this pod yet, or it was deleted: answer from the
-        # request alone and never write it into the store.
+        # Deleted (or recreated) since kube-scheduler saw it: answer from the request alone
+        # and never write it into the store.
         if resolve_pod(st, pod) is None:
-            return filter_plain(st, pod, candidates)
+            return _filter_plain_pod(st, pod, candidates, now)
         st.outbox.awaited.add(pod.key)
         return FilterDecision([], unresolvable=PodNotInCache(
             pod.key, pod.uid, cached.uid if cached is not None else None))
     pod = cached
     m = st.membership.get(pod.key)
     if m is None:
-        return filter_plain(st, pod, candidates)
+        return _filter_plain_pod(st, pod, candidates, now)
     if isinstance(m, InvalidGang | MissingPodGroup):
         if m.key is not None and m.key in st.gangs:
             # Woken when its PodGroup appears or changes (no pod event would do it).
@@ -94,6 +101,15 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
         return FilterDecision([], unresolvable=turn_away(
             st, pod.key, g, WaitingForMembers(g.key, len(live), spec.min_member)))
     return admit(st, g, spec, pod, candidates, live, now)
+
+
+def _filter_plain_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName],
+                      now: float) -> FilterDecision:
+    """A pod outside any gang; its answer is kept for ``explain``."""
+    decision = filter_plain(st, pod, candidates)
+    st.verdict(pod.key, filtered_at=now, passed=len(decision.passed),
+               refused=dict(decision.failed))
+    return decision
 
 
 def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]

@@ -11,7 +11,7 @@ gang leaves the old one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .admission import reconcile
@@ -28,7 +28,7 @@ from .podgroup import (
     InvalidGang,
     PodGroupRecord,
 )
-from .reasons import BindTargetGone, InvalidDeclaration
+from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .state import CoreState
 from .upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
@@ -43,7 +43,9 @@ __all__ = [
     "VOLCANO_PODGROUPS",
     "WORKLOADS",
     "Kind",
+    "assume_bound",
     "delete_pod",
+    "forget_assumed",
     "upsert_pod",
 ]
 
@@ -187,8 +189,10 @@ def _reresolve_workload(st: CoreState, key: GangKey) -> None:
 
 
 def upsert_pod(st: CoreState, pod: PodRecord) -> None:
+    pod = _with_assumption(st, pod)
     change = st.store.put_pod(pod)
     if change.replaced is not None:  # same name, new UID: the old pod is gone
+        st.forget_gone(change.replaced.uid)
         _pod_left(st, change.replaced)
     old = change.old
     membership = resolve_pod(st, pod)
@@ -226,7 +230,60 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
                   InvalidDeclaration(membership))
     if pod.held:
         st.outbox.lift.add(pod.key)
+    _track_pending(st, pod, membership is None)
     st.outbox.arrived(pod)
+
+
+def assume_bound(st: CoreState, key: PodKey, node: NodeName) -> None:
+    """Lockstep bound ``key`` to ``node`` (the API server said so): count it there now,
+    before the watch shows it, as kube-scheduler's cache assumes a pod it bound."""
+    pod = st.store.pods.get(key)
+    if pod is None or pod.node_name is not None:
+        return
+    st.assumed[key] = (pod.uid, node)
+    upsert_pod(st, pod)
+
+
+def forget_assumed(st: CoreState, key: PodKey) -> None:
+    """The binding Lockstep assumed failed: the pod is pending again."""
+    if st.assumed.pop(key, None) is None:
+        return
+    pod = st.store.pods.get(key)
+    if pod is not None and pod.node_name is not None:
+        upsert_pod(st, replace(pod, node_name=None))
+
+
+def _with_assumption(st: CoreState, pod: PodRecord) -> PodRecord:
+    """The pod as the core must count it: a watch event older than Lockstep's own binding
+    (no ``nodeName`` yet, same UID, still running) keeps the assumed node; an event that
+    shows it bound, finished or replaced ends the assumption."""
+    assumed = st.assumed.get(pod.key)
+    if assumed is None:
+        return pod
+    uid, node = assumed
+    if pod.uid == uid and pod.node_name is None and not pod.terminal and not pod.deleting:
+        return replace(pod, node_name=node)
+    del st.assumed[pod.key]
+    return pod
+
+
+def _track_pending(st: CoreState, pod: PodRecord, plain: bool) -> None:
+    """Keep ``pending_plain`` (plain pods kube-scheduler is placing); when one leaves it,
+    gangs that waited for it are tried again."""
+    placing = (plain and pod.scheduler_name in st.settings.scheduler_names
+               and pod.node_name is None and pod.active and not pod.held
+               and not pod.unschedulable)
+    if placing:
+        st.pending_plain[pod.key] = pod.priority
+    elif st.pending_plain.pop(pod.key, None) is not None:
+        _wake_deferred(st)
+
+
+def _wake_deferred(st: CoreState) -> None:
+    for g in st.gangs.values():
+        if isinstance(g.reason, HigherPriorityPodsWaiting):
+            st.outbox.requeue.update(g.wake())
+            st.held_touched.add(g.key)
 
 
 def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
@@ -236,6 +293,7 @@ def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
         return
     rec = st.store.drop_pod(key)
     if rec is not None:
+        st.forget_gone(rec.uid)
         _pod_left(st, rec)
 
 
@@ -255,6 +313,9 @@ def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
 
 
 def _pod_left(st: CoreState, rec: PodRecord) -> None:
+    st.assumed.pop(rec.key, None)
+    if st.pending_plain.pop(rec.key, None) is not None:
+        _wake_deferred(st)
     gang = gang_key(st.membership.pop(rec.key, None))
     if gang is not None:
         _leave(st, gang, rec.key)

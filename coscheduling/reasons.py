@@ -20,6 +20,7 @@ __all__ = [
     "DoesNotFit",
     "ExtraMemberWaits",
     "GangReason",
+    "HigherPriorityPodsWaiting",
     "InvalidDeclaration",
     "MembersLost",
     "NodeReason",
@@ -115,6 +116,18 @@ class ReservedForGangs:
 
 
 @dataclass(frozen=True, slots=True)
+class HigherPriorityPodsWaiting:
+    """Pods of higher priority that kube-scheduler is placing now would not fit beside the
+    gang: as kube-scheduler's queue serves them first, the gang waits for them."""
+
+    gang: GangKey
+    priority: int
+    pods: tuple[str, ...]
+    """Up to five of them, highest priority first."""
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class MembersLost:
     """An admitted or released gang fell below minMember: its reservation was given back."""
 
@@ -172,6 +185,7 @@ GangReason = (
     | PodNotInCache
     | BindTargetGone
     | PartiallyBound
+    | HigherPriorityPodsWaiting
 )
 NodeReason = ReservedForGangs | UnknownNode
 Reason = GangReason | NodeReason

@@ -14,8 +14,9 @@ them. Three owners keep their own invariants inside it:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from .capacity import Capacity
 from .decisions import NoticeKind, Unparked
@@ -23,13 +24,16 @@ from .gang import Gang
 from .ledger import Ledger
 from .outbox import Outbox
 from .podgroup import GangDefaults, GangKey, Membership
-from .reasons import BindTargetGone, GangReason
-from .records import PodKey, PodRecord
+from .reasons import BindTargetGone, GangReason, NodeReason
+from .records import NodeName, PodKey, PodRecord
 from .store import ClusterStore
 from .topology import DEFAULT_LEVELS, Level
 from .waiting import WaitingMap
 
-__all__ = ["CoreState", "Settings"]
+__all__ = ["GONE_REMEMBERED", "VERDICTS_REMEMBERED", "CoreState", "PlainVerdict", "Settings"]
+
+GONE_REMEMBERED = 10000
+VERDICTS_REMEMBERED = 10000
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,20 @@ class Settings:
     defaults: GangDefaults = GangDefaults()
     backoff_seconds: float = 30.0
     levels: tuple[Level, ...] = DEFAULT_LEVELS
+
+
+@dataclass(frozen=True, slots=True)
+class PlainVerdict:
+    """What Lockstep last answered for a pod outside any gang."""
+
+    filtered_at: float | None = None
+    passed: int = 0
+    """Candidate nodes the filter passed."""
+    refused: Mapping[NodeName, NodeReason] = field(default_factory=dict)
+    """Candidates the filter turned away, and why (another gang's reservation)."""
+    bind_at: float | None = None
+    bind_node: NodeName | None = None
+    bind_refused: GangReason | NodeReason | None = None
 
 
 class CoreState:
@@ -60,6 +78,40 @@ class CoreState:
         self.held_swept = float("-inf")
         self.partial_gangs = 0
         """Gangs left partly bound by a permanently failed binding (a counter for metrics)."""
+        self.assumed: dict[PodKey, tuple[str, NodeName]] = {}
+        """Pods Lockstep bound (uid, node) that the watch has not shown bound yet: counted on
+        their node at once, as kube-scheduler's cache assumes a pod, so no plan is made on
+        the room they took; kept until the watch confirms or contradicts it."""
+        self.gone: OrderedDict[str, None] = OrderedDict()
+        """UIDs of pods the watch showed deleted (the latest ``GONE_REMEMBERED``): a filter
+        call for one is kube-scheduler's stale view, never a pod to learn from the call."""
+        self.pending_plain: dict[PodKey, int] = {}
+        """Pods of Lockstep's schedulers outside any gang that kube-scheduler is placing now
+        (unbound, ungated, not marked unschedulable), with their priority: a gang of lower
+        priority is not admitted onto the room they need."""
+        self.plain_verdicts: OrderedDict[PodKey, PlainVerdict] = OrderedDict()
+        """The last filter and bind answer for each pod outside a gang (the latest
+        ``VERDICTS_REMEMBERED``), for ``explain``."""
+
+    def forget_gone(self, uid: str) -> None:
+        if uid:
+            self.gone[uid] = None
+            while len(self.gone) > GONE_REMEMBERED:
+                self.gone.popitem(last=False)
+
+    def verdict(self, pod: PodKey, **changes: object) -> None:
+        """Record part of a plain pod's last answer (filter or bind)."""
+        old = self.plain_verdicts.pop(pod, None) or PlainVerdict()
+        fields = {k: getattr(old, k) for k in PlainVerdict.__slots__}
+        fields.update(changes)
+        self.plain_verdicts[pod] = PlainVerdict(**fields)
+        while len(self.plain_verdicts) > VERDICTS_REMEMBERED:
+            self.plain_verdicts.popitem(last=False)
+
+    def gang_priority(self, g: Gang) -> int:
+        """A gang's priority: its highest member's, as kube-scheduler's queue orders it."""
+        return max((p.priority for k in g.members if (p := self.store.pods.get(k))),
+                   default=0)
 
     def live(self, g: Gang) -> list[PodRecord]:
         """The gang's members that exist and are not finishing, in name order."""

@@ -22,6 +22,7 @@ USES = [
     ("list", "nodes", "", "cache: node capacity and topology labels"),
     ("watch", "nodes", "", "cache"),
     ("list", "pods", "", "cache: usage and gang members"),
+    ("get", "pods", "", "a pod named in a bind call before the watch shows it"),
     ("watch", "pods", "", "cache"),
     ("patch", "pods", "", "requeue annotation that wakes parked pods"),
     ("create", "pods/binding", "", "binding gang members"),

@@ -52,7 +52,8 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
            for r in rule["resources"] for v in rule["verbs"]}
     assert got == {
         ("", "nodes", "list"), ("", "nodes", "watch"),
-        ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+        ("", "pods", "patch"),
         ("", "pods/binding", "create"), ("", "events", "create"),
         ("scheduling.x-k8s.io", "podgroups", "list"), ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("scheduling.x-k8s.io", "podgroups/status", "patch"),

@@ -67,7 +67,8 @@ counts: dict[str, Counter[str]] = {}
 # ---------------------------------------------------------------------------- the service
 
 class FakeAPI:
-    """Every call succeeds; bindings are counted."""
+    """Every write succeeds; bindings are counted; a pod the cache does not know does not
+    exist at the API server either (a read of it is a 404)."""
 
     def __init__(self) -> None:
         self.bindings = 0
@@ -75,6 +76,8 @@ class FakeAPI:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/binding"):
             self.bindings += 1
+        if request.method == "GET" and "/pods/" in request.url.path:
+            return httpx.Response(404, json={"reason": "NotFound", "message": "not found"})
         return httpx.Response(201, json={})
 
 

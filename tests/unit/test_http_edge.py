@@ -16,21 +16,29 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.routes import create_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from tests.builders import node, pod
 
 
 class FakeAPI:
-    """Records every call; bindings succeed unless the pod name is in ``fail``."""
+    """Records every call; bindings succeed unless the pod name is in ``fail``; a pod is read
+    from ``pods`` (404 otherwise)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.fail: set[str] = set()
         self.forbid: set[str] = set()
+        self.pods: dict[str, dict[str, Any]] = {}
+        """Pods the API server has that the watch may not have shown yet (by name)."""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
         self.calls.append((request.method, request.url.path, body))
+        if request.method == "GET" and "/pods/" in request.url.path:
+            name = request.url.path.rsplit("/", 1)[1]
+            if name in self.pods:
+                return httpx.Response(200, json=self.pods[name])
+            return httpx.Response(404, json={"reason": "NotFound", "message": "not found"})
         if request.url.path.endswith("/binding"):
             name = request.url.path.split("/")[-2]
             if name in self.fail:
@@ -308,3 +316,33 @@ async def test_a_409_for_our_own_earlier_binding_counts_as_bound() -> None:
     other = await kube.bind_retrying(key, "default", "p", "u1", NodeName("n2"))
     assert not isinstance(other, Bound) and other.permanent
     await kube.aclose()
+
+
+async def test_bind_for_a_pod_the_watch_has_not_shown_reads_it_and_binds(
+    client: httpx.AsyncClient, service: Lockstep, api: FakeAPI,
+) -> None:
+    p = pod("early").gpu(1).build()
+    api.pods["early"] = p
+    r = await client.post("/bind", json={"PodName": "early", "PodNamespace": "default",
+                                         "PodUID": p["metadata"]["uid"], "Node": "n1"})
+    assert r.status_code == 200 and r.json() == {"Error": ""}
+    assert ("GET", "/api/v1/namespaces/default/pods/early", None) in api.calls
+    assert api.bindings() == [("early", "n1")]
+    # Assumed on n1 at once, before any watch event says so.
+    assert service.core.pod(pod_key("default", "early")).node_name == "n1"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("exists", "uid"), [
+    pytest.param(False, "", id="gone-from-the-api-server"),
+    pytest.param(True, "another-uid", id="recreated-under-the-same-name"),
+])
+async def test_bind_for_a_pod_that_is_not_there_is_a_404(
+    client: httpx.AsyncClient, api: FakeAPI, exists: bool, uid: str,
+) -> None:
+    if exists:
+        api.pods["ghost"] = pod("ghost").gpu(1).build()
+    r = await client.post("/bind", json={"PodName": "ghost", "PodNamespace": "default",
+                                         "PodUID": uid or "u-1", "Node": "n1"})
+    assert r.status_code == 404, r.text
+    assert "pod default/ghost is not known" in r.text
+    assert api.bindings() == []
