@@ -231,10 +231,17 @@ class ClusterCache:
             from_cache=res.first_from_cache and res.relists == 0)
         self._apply_all(res.name, records)
         res.resource_version = rv
+        self._reached(res, rv)
         res.synced = True
         res.last_sync = time.monotonic()
         res.relists += 1
         self.on_change()
+
+    def _reached(self, res: Resource, rv: str) -> None:
+        """Tell the core how far the pod stream has read (a list's or a bookmark's
+        revision), so it tells a pod not watched yet from one already gone."""
+        if res.kind is ingest.PODS and rv.isdigit():
+            self.core.pods_listed(int(rv))
 
     async def _watch(self, res: Resource) -> None:
         while True:
@@ -257,6 +264,7 @@ class ClusterCache:
                         res.resource_version = str(rv)
                     res.last_sync = time.monotonic()
                     if etype == "BOOKMARK":
+                        self._reached(res, str(rv or ""))
                         continue
                     if etype not in ("ADDED", "MODIFIED", "DELETED"):
                         log.warning("%s: unknown watch event %r skipped", res.name, etype)

@@ -174,7 +174,12 @@ class Coscheduler:
         kind.replace(self.state, records)
 
     def upsert_pod(self, pod: PodRecord) -> None:
-        ingest.upsert_pod(self.state, pod)
+        """A pod as the watch delivers it."""
+        self.upsert(ingest.PODS, pod)
+
+    def pods_listed(self, revision: int) -> None:
+        """The pod list or a watch bookmark reached ``revision``."""
+        ingest.pods_listed(self.state, revision)
 
     def delete_pod(self, key: PodKey, uid: str = "") -> None:
         """The pod is gone; a ``uid`` that is not the cached pod's is a stale event, ignored."""

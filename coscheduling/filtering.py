@@ -36,10 +36,12 @@ def filter_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName], no
                ) -> FilterDecision:
     """Which candidates ``pod`` may use; for gang pods exactly the planned node."""
     cached = st.store.pods.get(pod.key)
-    if cached is None and pod.uid and pod.uid not in st.gone:
-        # The watch has not delivered this pod yet: the call carries it, as the API server
-        # gave it to kube-scheduler, so learn it now rather than turn it away for a backoff
-        # (the watch's own event for it follows and replaces it).
+    if cached is None and pod.uid and pod.uid not in st.gone \
+            and pod.resource_version > st.pods_revision:
+        # The watch has not reached this pod yet (it is newer than anything delivered): the
+        # call carries it, as the API server gave it to kube-scheduler, so learn it now
+        # rather than turn it away for a backoff (the watch's own event replaces it). An
+        # older pod absent from the store was deleted, and is not brought back.
         upsert_pod(st, pod)
         cached = st.store.pods.get(pod.key)
     if cached is None or (pod.uid and cached.uid and pod.uid != cached.uid):

@@ -46,6 +46,8 @@ __all__ = [
     "assume_bound",
     "delete_pod",
     "forget_assumed",
+    "pods_listed",
+    "watched_pod",
     "upsert_pod",
 ]
 
@@ -297,9 +299,21 @@ def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
         _pod_left(st, rec)
 
 
+def watched_pod(st: CoreState, pod: PodRecord) -> None:
+    """A pod as the watch delivers it: it also moves how far the watch has read."""
+    st.pods_revision = max(st.pods_revision, pod.resource_version)
+    upsert_pod(st, pod)
+
+
+def pods_listed(st: CoreState, revision: int) -> None:
+    """A list or bookmark at ``revision``: everything up to it has been seen."""
+    st.pods_revision = max(st.pods_revision, revision)
+
+
 def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
     """After a relist: make the pod set exactly ``pods``, deletions included."""
     fresh = {p.key: p for p in pods}
+    st.pods_revision = max([st.pods_revision, *(p.resource_version for p in fresh.values())])
     for key in [k for k in st.store.pods if k not in fresh]:
         delete_pod(st, key)
     for p in fresh.values():
@@ -357,7 +371,7 @@ WORKLOADS: Kind[GangKey, UpstreamWorkload] = Kind(
     "workloads.scheduling.k8s.io", lambda st: st.store.workloads, lambda w: w.key,
     _upsert_workload, _delete_workload)
 PODS: Kind[PodKey, PodRecord] = Kind(
-    "pods", lambda st: st.store.pods, lambda p: p.key, upsert_pod,
+    "pods", lambda st: st.store.pods, lambda p: p.key, watched_pod,
     delete_pod, _replace_pods)
 
 KINDS: dict[str, Kind[Any, Any]] = {k.name: k for k in (

@@ -108,6 +108,10 @@ class PodRecord:
     workload_ref: tuple[str, str, str] | None = None
     """``spec.workloadRef`` (Kubernetes 1.35 only): Workload name, pod group in it, and
     ``podGroupReplicaKey`` ("" when unset)."""
+    resource_version: int = field(default=0, compare=False)
+    """``metadata.resourceVersion`` when it is a number (the API server's etcd revision), else
+    0: tells a pod the watch has not reached yet from one it has already seen go. Not part of
+    equality, so an unchanged pod relisted is not an update."""
 
     @property
     def key(self) -> PodKey:
@@ -173,6 +177,11 @@ def _unschedulable(status: Any) -> bool:
         for c in conds)
 
 
+def _revision(raw: object) -> int:
+    text = str(raw or "")
+    return int(text) if text.isdigit() and len(text) < 20 else 0
+
+
 def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
     meta = _meta(obj, "Pod")
     spec = obj.get("spec")
@@ -206,6 +215,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         phase=str(status.get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp") or ""),
+        resource_version=_revision(meta.get("resourceVersion")),
         node_selector=_str_map(spec.get("nodeSelector"), "Pod.spec.nodeSelector"),
         required_affinity=tuple(affinity.get("nodeSelectorTerms") or ()),
         tolerations=tolerations,

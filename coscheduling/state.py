@@ -82,6 +82,10 @@ class CoreState:
         """Pods Lockstep bound (uid, node) that the watch has not shown bound yet: counted on
         their node at once, as kube-scheduler's cache assumes a pod, so no plan is made on
         the room they took; kept until the watch confirms or contradicts it."""
+        self.pods_revision = 0
+        """The newest pod resourceVersion the watch (or a list) has delivered: a pod in a verb
+        call that is newer is one the watch has not reached yet; an older one absent from the
+        store is gone."""
         self.gone: OrderedDict[str, None] = OrderedDict()
         """UIDs of pods the watch showed deleted (the latest ``GONE_REMEMBERED``): a filter
         call for one is kube-scheduler's stale view, never a pod to learn from the call."""

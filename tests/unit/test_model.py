@@ -132,8 +132,11 @@ class GangModel(RuleBasedStateMachine):
         self.disrupted: set[str] = set()
         self.lifts: list[Lift] = []
         """Gate lifts the app has drained and not yet sent (kube-scheduler cannot see them)."""
-        self.lagging: list[dict[str, Any]] = []
-        """Pod states the API server holds that the core's watch has not delivered yet."""
+        self.lagging: list[tuple[dict[str, Any], bool]] = []
+        """Pod events the core's watch has not delivered yet: (pod, deleted)."""
+        self.behind = False
+        """The pod watch is behind: every pod event waits for ``watch_catches_up``."""
+        self.revision = 0
         self.inflight: list[tuple[PodKey, NodeName, str, int, bool]] = []
         """Pods kube-scheduler filtered and has not bound yet: (pod, node, uid, fate, lag)."""
         """Gangs the cluster itself left short (a bound member deleted/failed, a bind failed)."""
@@ -152,25 +155,35 @@ class GangModel(RuleBasedStateMachine):
         watch catches up. Events stay in order: a pod event that does not lag delivers the
         lagging ones first."""
         key = pod_key("default", obj["metadata"]["name"])
+        self.revision += 1  # every write is a new resourceVersion, as etcd's revision
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.revision)}}
         self.pods[key] = obj
-        if lag:
-            self.lagging.append(obj)
+        if lag or self.behind:
+            self.lagging.append((obj, False))
             return
         self._deliver()
         self.core.upsert_pod(pod_from_json(obj))
 
     def _deliver(self) -> None:
         events, self.lagging = self.lagging, []
-        for obj in events:
-            self.core.upsert_pod(pod_from_json(obj))
+        for obj, deleted in events:
+            if deleted:
+                self.core.delete_pod(pod_key("default", obj["metadata"]["name"]),
+                                     obj["metadata"]["uid"])
+            else:
+                self.core.upsert_pod(pod_from_json(obj))
 
     def _delete_pod(self, key: PodKey) -> None:
-        self._deliver()
         obj = self.pods.pop(key)
         self.graveyard.append(obj)
         if obj["spec"].get("nodeName"):
             self.disrupted.add(self._gang(obj))
+        if self.behind:  # its parked call, if any, is let go when the core hears of it
+            self.revision += 1
+            self.lagging.append((obj, True))
+            return
         self.parked.pop(key, None)
+        self._deliver()
         self.core.delete_pod(key, obj["metadata"]["uid"])
 
     @staticmethod
@@ -484,13 +497,19 @@ class GangModel(RuleBasedStateMachine):
 
     @rule()
     def relist_pods(self) -> None:
-        self.lagging = []  # the list is the API server's state now
+        self.lagging, self.behind = [], False  # the list is the API server's state now
         self.core.replace_pods([pod_from_json(p) for p in self.pods.values()])
+        self.core.pods_listed(self.revision)
         self._answered()
 
-    @precondition(lambda self: self.lagging)
+    @rule()
+    def watch_falls_behind(self) -> None:
+        self.behind = True
+
+    @precondition(lambda self: self.lagging or self.behind)
     @rule()
     def watch_catches_up(self) -> None:
+        self.behind = False
         self._deliver()
         self._answered()
 

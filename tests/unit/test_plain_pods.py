@@ -97,6 +97,7 @@ def test_a_gang_member_the_watch_has_not_shown_is_learnt_from_the_filter_call() 
     core = cluster(4)
     first = add(core, pod("g-0").gang("g", 2).gpu(1).build())
     early = pod("g-1").gang("g", 2).gpu(1).build()  # not delivered by the watch yet
+    early["metadata"]["resourceVersion"] = "7"  # newer than anything the watch delivered
     decision = core.filter(pod_from_json(early), [NodeName("n0")], 0.0)
     assert decision.unresolvable is None and decision.passed == ["n0"]
     assert core.pod(pod_key("default", "g-1")) is not None
@@ -104,10 +105,19 @@ def test_a_gang_member_the_watch_has_not_shown_is_learnt_from_the_filter_call() 
     assert first  # the first member was there all along
 
 
-def test_a_filter_call_for_a_deleted_pod_is_not_learnt() -> None:
+@pytest.mark.parametrize("seen", [
+    pytest.param(True, id="its-deletion-was-watched"),
+    pytest.param(False, id="deleted-before-the-watch-or-list-reached-it"),
+])
+def test_a_filter_call_for_a_deleted_pod_is_not_learnt(seen: bool) -> None:
     core = cluster(4)
-    gone = add(core, pod("g-0").gang("g", 2).gpu(1).build())
-    core.delete_pod(pod_key("default", "g-0"), gone["metadata"]["uid"])
+    gone = pod("g-0").gang("g", 2).gpu(1).build()
+    gone["metadata"]["resourceVersion"] = "7"
+    if seen:
+        add(core, gone)
+        core.delete_pod(pod_key("default", "g-0"), gone["metadata"]["uid"])
+    else:
+        core.pods_listed(9)  # a list at revision 9 did not hold it: it went before that
     decision = core.filter(pod_from_json(gone), [NodeName("n0")], 0.0)
     assert isinstance(decision.unresolvable, PodNotInCache)
     assert core.pod(pod_key("default", "g-0")) is None
