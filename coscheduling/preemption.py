@@ -1,0 +1,599 @@
+"""Gang-aware preemption: which bound pods to evict so a waiting gang (or plain pod) fits.
+
+A pure decision. The caller hands in a :class:`~coscheduling.planner.CapacityView` (free
+capacity outside every reservation, as the planner reads it), the preemptor and the bound
+pods that could be victims; :func:`choose_victims` returns :class:`Victims` or a reason why
+not. Nothing is evicted here, nothing is reserved, no clock is read.
+
+The rules:
+
+* Only a preemptor whose ``preemptionPolicy`` is ``PreemptLowerPriority`` preempts.
+* A victim *unit* is a whole gang (every bound member, on every node) or one plain pod, and
+  a unit is eligible only when every pod of it has a priority strictly below the
+  preemptor's. Equal priority is never a victim: that alone makes two gangs evicting each
+  other impossible (each eviction goes strictly down in priority).
+* The whole victim set is chosen first, and only if the whole gang fits once every victim's
+  requests are returned; a gang that would not fit after evicting every eligible unit
+  evicts nothing.
+* The victims' capacity is checked with the planner itself (:func:`plan_gang` on a view
+  with the victims' requests given back): there is one notion of "fits".
+
+Which set, among the placements the gang may use:
+
+1. Topology first, as the planner does: the tightest level (node, clique, rack, ...) at
+   which some single domain can be made to hold the gang wins, never spreading wider than
+   the gang's required level. Spread placement is the last resort of a gang without one.
+2. Among the candidate sets at that level, the smallest :class:`Cost`, compared in order:
+   pods whose PodDisruptionBudget would be violated, the highest victim priority, the number
+   of victim units, their GPUs, then the set whose earliest start is latest (the least work
+   lost). kube-scheduler's ``pickOneNodeForPreemption`` uses the same order for nodes, with
+   the sum of priorities where this uses GPUs.
+
+The search, and why it is bounded on a 5,000-node cluster. Choosing the cheapest set is a
+knapsack problem; like kube-scheduler's ``SelectVictimsOnNode`` this does not search it:
+
+* Per level, domains are screened by arithmetic only: a domain is a candidate when its free
+  capacity plus what its eligible units would free covers the gang's total request. Each
+  candidate gets an *estimate* (the cheapest units, cheapest first, until the sums cover the
+  deficit), and only the :data:`DOMAINS_TRIED` best estimates are planned for real. That is
+  O(candidate pods + nodes of touched domains) arithmetic per level, like kube-scheduler's
+  ``minCandidateNodesAbsolute`` bound on dry runs.
+* For a domain tried, every eligible unit touching it is evicted, the gang is planned (no
+  plan: the domain is dropped), and then units are *reprieved* in order of value (PDB
+  protected first, then higher priority, smaller, older) while the gang still plans: units
+  with no pod on a planned node in one batch, then one at a time. That is kube-scheduler's
+  "remove all lower-priority pods, then reprieve the most important first", with whole
+  units in place of pods. A final pass tries to drop each remaining victim once more, until
+  none can be: the planner is a heuristic and not monotone in free capacity, and this pass
+  makes "no single victim unit can be spared" true by construction.
+* Planner calls: one per domain screened in, plus one per unit touching it, plus the final
+  pass (usually one per victim): O(DOMAINS_TRIED x units per domain) plans, each over one
+  domain's nodes. Only a spread gang plans over the whole cluster, once per unit on the
+  planned nodes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .planner import CapacityView, Member, NoFit, Plan, plan_gang
+from .podgroup import GangKey
+from .records import NodeName, NodeRecord, PodKey
+from .resources import PODS, Resources, add
+from .topology import GPU, Level, domain_of
+
+__all__ = [
+    "DOMAINS_TRIED",
+    "AlreadyFits",
+    "Candidate",
+    "Cost",
+    "NoLowerPriority",
+    "NoPreemption",
+    "PolicyNever",
+    "PreemptionPolicy",
+    "Preemptor",
+    "VictimUnit",
+    "Victims",
+    "WouldNotFit",
+    "choose_victims",
+    "describe",
+    "freed_view",
+    "victim_units",
+]
+
+_FreeFn = Callable[[NodeName], Resources]
+
+DOMAINS_TRIED = 16
+"""Candidate domains planned for real per topology level, best estimates first."""
+
+
+class PreemptionPolicy(enum.Enum):
+    """``spec.preemptionPolicy`` of a pod (``PreemptLowerPriority`` when unset)."""
+
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A bound pod that might be evicted."""
+
+    key: PodKey
+    node: NodeName
+    requests: Mapping[str, int]
+    priority: int
+    gang: GangKey | None
+    """The gang it belongs to: the whole gang is evicted, or none of it. None: a plain pod."""
+    started: float
+    """When it started (seconds, any epoch the caller uses consistently)."""
+    pdb_protected: bool = False
+    """Evicting it would violate a PodDisruptionBudget (as the disruption controller counts
+    ``disruptionsAllowed`` now)."""
+    grace_seconds: float = 30.0
+    """``terminationGracePeriodSeconds``: how long it may take to go."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """The gang (or plain pod) that cannot be admitted."""
+
+    name: str
+    """Its gang key, or its pod key when it is a plain pod: used in reasons only."""
+    members: tuple[Member, ...]
+    """Members to place. Build them without kube-scheduler's candidate nodes: its filters
+    ran against the capacity the victims still hold."""
+    priority: int
+    policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    required: Level | None = None
+    """``topology-required``: the gang never spreads wider than one domain of this level."""
+    gang: GangKey | None = None
+    """Its own gang, whose bound members are never its victims."""
+
+
+@dataclass(frozen=True, slots=True)
+class VictimUnit:
+    """What is evicted together: a whole gang's bound members, or one plain pod."""
+
+    key: str
+    """The gang key, or the pod key of a plain pod."""
+    gang: GangKey | None
+    pods: tuple[Candidate, ...]
+
+    @property
+    def priority(self) -> int:
+        return max(p.priority for p in self.pods)
+
+    @property
+    def pdb_pods(self) -> int:
+        return sum(1 for p in self.pods if p.pdb_protected)
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.requests.get(GPU, 0) for p in self.pods)
+
+    @property
+    def started(self) -> float:
+        """When the unit began running: its earliest pod's start."""
+        return min(p.started for p in self.pods)
+
+    def reprieve_order(self) -> tuple[int, int, int, int, float, str]:
+        """Most worth keeping first: PDB-protected, higher priority, smaller, older."""
+        return (-self.pdb_pods, -self.priority, self.gpus, len(self.pods), self.started,
+                self.key)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Cost:
+    """How bad a victim set is; smaller is better, compared field by field in this order."""
+
+    pdb_violations: int
+    highest_priority: int
+    units: int
+    gpus: int
+    neg_earliest_start: float
+    """Minus the earliest start among the victims: the set whose oldest victim is youngest
+    loses the least work."""
+
+    @staticmethod
+    def of(units: Iterable[VictimUnit]) -> Cost:
+        us = list(units)
+        if not us:
+            return Cost(0, 0, 0, 0, 0.0)
+        return Cost(
+            pdb_violations=sum(u.pdb_pods for u in us),
+            highest_priority=max(u.priority for u in us),
+            units=len(us),
+            gpus=sum(u.gpus for u in us),
+            neg_earliest_start=-min(u.started for u in us),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    """Evict exactly these, and the preemptor fits as ``plan`` says."""
+
+    gangs: tuple[GangKey, ...]
+    """Victim gangs, every bound member of each in ``evict``."""
+    pods: tuple[PodKey, ...]
+    """Victim plain pods."""
+    evict: tuple[Candidate, ...]
+    """Every pod to evict (gang members and plain pods), sorted by key."""
+    plan: Plan
+    """Where the preemptor's members go once the victims are gone."""
+    freed: dict[NodeName, Resources]
+    """What the victims give back, per node."""
+    cost: Cost
+    level: str | None = None
+    """The topology level the victims were chosen at: one domain of it holds the gang.
+    None: the gang spreads over the cluster (it has no required level)."""
+    domain: tuple[str, ...] | None = None
+    """That domain (None with a spread gang, or when the last resort chose over the whole
+    cluster at the gang's required level)."""
+    units: tuple[VictimUnit, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyNever:
+    """The preemptor has ``preemptionPolicy: Never``: it waits for capacity instead."""
+
+    preemptor: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoLowerPriority:
+    """No bound pod has a priority below the preemptor's (equal priority is never evicted)."""
+
+    preemptor: str
+    priority: int
+    bound: int
+    """Bound pods looked at."""
+    lowest: int | None
+    """The lowest priority among them (None when there are none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WouldNotFit:
+    """Even with every lower-priority unit evicted, the gang would not fit: nothing is
+    evicted."""
+
+    preemptor: str
+    priority: int
+    units: int
+    """Eligible victim units (gangs and plain pods) that were all counted as gone."""
+    pods: int
+    nofit: NoFit
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyFits:
+    """The preemptor fits without evicting anything: admit it instead."""
+
+    preemptor: str
+    plan: Plan
+
+
+NoPreemption = PolicyNever | NoLowerPriority | WouldNotFit | AlreadyFits
+
+
+def describe(reason: NoPreemption) -> str:
+    """One sentence a person can act on."""
+    match reason:
+        case PolicyNever(p):
+            return (f"{p} does not preempt: its preemptionPolicy is Never "
+                    f"(it waits for free capacity)")
+        case NoLowerPriority(p, prio, bound, lowest):
+            low = f"the lowest is {lowest}" if lowest is not None else "none is bound"
+            return (f"{p} (priority {prio}) cannot preempt: no bound pod has a lower "
+                    f"priority ({bound} looked at, {low})")
+        case WouldNotFit(p, prio, units, pods, nofit):
+            where = f" in one {nofit.required_level}" if nofit.required_level else ""
+            return (f"{p} (priority {prio}) would not fit{where} even after evicting all "
+                    f"{units} lower-priority gangs and pods ({pods} pods): nothing evicted; "
+                    f"{nofit.free_units} of {nofit.members} members would fit")
+        case AlreadyFits(p, _):
+            return f"{p} fits without preemption"
+
+
+# ---------------------------------------------------------------------------- views
+
+
+class _Freed:
+    """A :class:`CapacityView` with victims' requests given back, optionally limited to the
+    nodes of one domain. Built per trial; reads the base view for everything else."""
+
+    def __init__(self, base: CapacityView, levels: Sequence[Level],
+                 victims: Iterable[Candidate], region: _Region | None = None) -> None:
+        self._base = base
+        self._levels = levels
+        self._region = region
+        freed: dict[NodeName, Resources] = {}
+        gone: dict[NodeName, list[int]] = {}
+        for c in victims:
+            freed[c.node] = add(freed.get(c.node, {}), c.requests)
+            if g := c.requests.get(GPU, 0):
+                gone.setdefault(c.node, []).append(g)
+        self.freed = freed
+        self._gone = gone
+        self._ranked: dict[int, Sequence[tuple[int, tuple[str, ...]]]] = {}
+
+    @property
+    def nodes(self) -> Mapping[NodeName, NodeRecord]:
+        return self._region.nodes if self._region is not None else self._base.nodes
+
+    def free_for_gang(self, node: NodeName) -> Resources:
+        back = self.freed.get(node)
+        base = self._base.free_for_gang(node)
+        return add(base, back) if back else base
+
+    def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
+        pods = list(self._base.gpu_pods_on(node))
+        for g in self._gone.get(node, ()):
+            if g in pods:
+                pods.remove(g)
+        return pods
+
+    def free_gpus(self, node: NodeName) -> int:
+        return self._base.free_gpus(node) + self.freed.get(node, {}).get(GPU, 0)
+
+    def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
+        if self._region is not None:
+            return self._region.domains(self._levels, index)
+        return self._base.domains(index)
+
+    def domains_by_free_gpus(self, index: int) -> Sequence[tuple[int, tuple[str, ...]]]:
+        got = self._ranked.get(index)
+        if got is not None:
+            return got
+        if self._region is not None:
+            ranked = sorted((sum(self.free_gpus(n) for n in ns), d)
+                            for d, ns in self.domains(index).items())
+        else:
+            # The whole cluster: adjust the base ranking for the domains victims touch only.
+            base = self._base.domains_by_free_gpus(index)
+            delta: dict[tuple[str, ...], int] = {}
+            nodes = self._base.nodes
+            for n, back in self.freed.items():
+                g = back.get(GPU, 0)
+                rec = nodes.get(n)
+                if g and rec is not None:
+                    d = domain_of(self._levels, index, rec)
+                    if d is not None:
+                        delta[d] = delta.get(d, 0) + g
+            ranked = sorted((t + delta.get(d, 0), d) for t, d in base) if delta else list(base)
+        self._ranked[index] = ranked
+        return ranked
+
+
+class _Region:
+    """The nodes of one domain, grouped per level once and reused by every trial on it."""
+
+    def __init__(self, nodes: Mapping[NodeName, NodeRecord]) -> None:
+        self.nodes = nodes
+        self._domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = {}
+
+    def domains(self, levels: Sequence[Level], index: int
+                ) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
+        got = self._domains.get(index)
+        if got is None:
+            got = {}
+            for n in sorted(self.nodes):
+                d = domain_of(levels, index, self.nodes[n])
+                if d is not None:
+                    got.setdefault(d, []).append(n)
+            self._domains[index] = got
+        return got
+
+
+def freed_view(view: CapacityView, levels: Sequence[Level], victims: Iterable[Candidate],
+               within: Iterable[NodeName] | None = None) -> CapacityView:
+    """``view`` with ``victims``' requests given back, limited to the nodes ``within`` when
+    given: what the planner sees once they are gone (tests and the core's re-check)."""
+    region = None
+    if within is not None:
+        nodes = view.nodes
+        region = _Region({n: nodes[n] for n in within if n in nodes})
+    return _Freed(view, levels, victims, region)
+
+
+# ---------------------------------------------------------------------------- units
+
+
+def victim_units(preemptor: Preemptor, candidates: Iterable[Candidate]
+                 ) -> tuple[list[VictimUnit], int | None, int]:
+    """Eligible units, the lowest priority seen, and how many candidates there were.
+
+    A gang is eligible only when *every* bound member is strictly lower than the preemptor:
+    one member of equal or higher priority protects the whole gang, as evicting the rest
+    would leave it partial."""
+    gangs: dict[GangKey, list[Candidate]] = {}
+    plain: list[Candidate] = []
+    lowest: int | None = None
+    count = 0
+    for c in candidates:
+        count += 1
+        lowest = c.priority if lowest is None else min(lowest, c.priority)
+        if c.gang is None:
+            plain.append(c)
+        elif c.gang != preemptor.gang:
+            gangs.setdefault(c.gang, []).append(c)
+    units = [VictimUnit(str(c.key), None, (c,)) for c in plain
+             if c.priority < preemptor.priority]
+    units += [VictimUnit(str(g), g, tuple(sorted(ps, key=lambda p: p.key)))
+              for g, ps in gangs.items() if all(p.priority < preemptor.priority for p in ps)]
+    units.sort(key=lambda u: u.key)
+    return units, lowest, count
+
+
+def _pods(units: Iterable[VictimUnit]) -> list[Candidate]:
+    return [p for u in units for p in u.pods]
+
+
+def _total(members: Sequence[Member]) -> Resources:
+    total: Resources = {}
+    for m in members:
+        total = add(total, m.pod.requests)
+    return total
+
+
+# ---------------------------------------------------------------------------- search
+
+
+def _plan(members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
+          required: Level | None) -> Plan | None:
+    got = plan_gang(members, view, levels, required=required)
+    return got if isinstance(got, Plan) else None
+
+
+def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Level],
+              required: Level | None, units: Sequence[VictimUnit],
+              region: _Region | None) -> tuple[list[VictimUnit], Plan] | None:
+    """Evict all of ``units``, then keep back as many as the plan allows (see module doc)."""
+
+    def attempt(vs: Sequence[VictimUnit]) -> Plan | None:
+        return _plan(members, _Freed(base, levels, _pods(vs), region), levels, required)
+
+    victims = sorted(units, key=VictimUnit.reprieve_order)
+    plan = attempt(victims)
+    if plan is None:
+        return None
+    used = set(plan.assignments.values())
+    idle = [u for u in victims if not any(p.node in used for p in u.pods)]
+    if idle:
+        rest = [u for u in victims if u not in idle]
+        p2 = attempt(rest)
+        if p2 is not None:
+            victims, plan = rest, p2
+    for u in list(victims):
+        trial = [v for v in victims if v is not u]
+        p2 = attempt(trial)
+        if p2 is not None:
+            victims, plan = trial, p2
+    changed = True
+    while changed:  # until no single victim can be spared (the planner is not monotone)
+        changed = False
+        for u in victims:
+            trial = [v for v in victims if v is not u]
+            p2 = attempt(trial)
+            if p2 is not None:
+                victims, plan, changed = trial, p2, True
+                break
+    return victims, plan
+
+
+def _estimate(units: Sequence[tuple[VictimUnit, Resources]], deficit: Mapping[str, int]
+              ) -> Cost | None:
+    """Cheapest units first until their in-domain requests cover ``deficit`` (by sums)."""
+    left = {k: v for k, v in deficit.items() if v > 0}
+    taken: list[VictimUnit] = []
+    for u, here in sorted(units, key=lambda t: (Cost.of([t[0]]), t[0].key)):
+        if not left:
+            break
+        if not any(here.get(k, 0) > 0 for k in left):
+            continue
+        taken.append(u)
+        for k in list(left):
+            left[k] -= here.get(k, 0)
+            if left[k] <= 0:
+                del left[k]
+    return None if left else Cost.of(taken)
+
+
+def _victims(units: Sequence[VictimUnit], plan: Plan, level: Level | None = None,
+             domain: tuple[str, ...] | None = None) -> Victims:
+    units = sorted(units, key=lambda u: u.key)
+    evict = tuple(sorted(_pods(units), key=lambda p: p.key))
+    freed: dict[NodeName, Resources] = {}
+    for p in evict:
+        freed[p.node] = add(freed.get(p.node, {}), p.requests)
+    return Victims(
+        gangs=tuple(u.gang for u in units if u.gang is not None),
+        pods=tuple(u.pods[0].key for u in units if u.gang is None),
+        evict=evict,
+        plan=plan,
+        freed=freed,
+        cost=Cost.of(units),
+        level=level.name if level is not None else None,
+        domain=domain,
+        units=tuple(units),
+    )
+
+
+def choose_victims(
+    preemptor: Preemptor,
+    candidates: Iterable[Candidate],
+    view: CapacityView,
+    levels: Sequence[Level],
+    *,
+    domains_tried: int = DOMAINS_TRIED,
+) -> Victims | NoPreemption:
+    """The victim set that lets ``preemptor`` fit, or why there is none (see module doc).
+
+    ``candidates`` are the bound pods (every bound member of each gang: a gang missing some
+    here would be evicted only in part); pods already terminating should be left out, as
+    their capacity is already on its way back."""
+    if preemptor.policy is PreemptionPolicy.NEVER:
+        return PolicyNever(preemptor.name)
+    members = preemptor.members
+    required = preemptor.required
+    now = _plan(members, view, levels, required)
+    if now is not None:
+        return AlreadyFits(preemptor.name, now)
+    nodes = view.nodes
+    units, lowest, count = victim_units(preemptor, candidates)
+    units = [u for u in units if any(p.node in nodes for p in u.pods)]
+    if not units:
+        return NoLowerPriority(preemptor.name, preemptor.priority, count, lowest)
+    everything = plan_gang(members, _Freed(view, levels, _pods(units)), levels,
+                           required=required)
+    if isinstance(everything, NoFit):
+        return WouldNotFit(preemptor.name, preemptor.priority, len(units),
+                           len(_pods(units)), everything)
+
+    need = {k: v for k, v in _total(members).items() if v > 0 and k != PODS}
+    stop = levels.index(required) if required is not None else 0
+    free_cache: dict[NodeName, Resources] = {}
+
+    def free(n: NodeName) -> Resources:
+        f = free_cache.get(n)
+        if f is None:
+            f = free_cache[n] = view.free_for_gang(n)
+        return f
+
+    for index in range(len(levels) - 1, stop - 1, -1):
+        found = _best_at_level(members, view, levels, index, units, need, free,
+                               domains_tried)
+        if found is not None:
+            return found
+    # No single domain could be made to hold it among those tried (or the gang may spread):
+    # the whole cluster, at the gang's own required level. Evicting every unit fits there,
+    # so this always finds a set.
+    got = _reprieve(members, view, levels, required, units, None)
+    assert got is not None, "evicting every eligible unit fitted a moment ago"
+    return _victims(*got, required)
+
+
+def _best_at_level(
+    members: Sequence[Member], view: CapacityView, levels: Sequence[Level], index: int,
+    units: Sequence[VictimUnit], need: Mapping[str, int],
+    free: _FreeFn, domains_tried: int,
+) -> Victims | None:
+    domains = view.domains(index)
+    nodes = view.nodes
+    # What each unit frees in each domain it touches at this level.
+    here: dict[tuple[str, ...], dict[str, tuple[VictimUnit, Resources]]] = {}
+    for u in units:
+        for p in u.pods:
+            rec = nodes.get(p.node)
+            d = domain_of(levels, index, rec) if rec is not None else None
+            if d is None or d not in domains:
+                continue
+            per = here.setdefault(d, {})
+            was = per.get(u.key)
+            per[u.key] = (u, add(was[1], p.requests) if was else dict(p.requests))
+    screened: list[tuple[Cost, int, tuple[str, ...]]] = []
+    for d, per in here.items():
+        have: Resources = {}
+        for n in domains[d]:
+            for k in need:
+                have[k] = have.get(k, 0) + max(0, free(n).get(k, 0))
+        deficit = {k: v - have.get(k, 0) for k, v in need.items()}
+        est = _estimate(list(per.values()), deficit)
+        if est is None:
+            continue
+        slack = have.get(GPU, 0) + sum(r.get(GPU, 0) for _, r in per.values()) - need.get(GPU, 0)
+        screened.append((est, slack, d))
+    screened.sort()
+    best: tuple[Cost, int, tuple[str, ...], Victims] | None = None
+    for _, slack, d in screened[:domains_tried]:
+        region = _Region({n: nodes[n] for n in domains[d]})
+        got = _reprieve(members, view, levels, levels[index],
+                        [u for u, _ in here[d].values()], region)
+        if got is None:
+            continue
+        v = _victims(*got, levels[index], d)
+        rank = (v.cost, slack, d)
+        if best is None or rank < best[:3]:
+            best = (v.cost, slack, d, v)
+    return best[3] if best is not None else None
