@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from .planner import CapacityView, Member, NoFit, Plan, plan_gang
 from .podgroup import GangKey
 from .records import NodeName, NodeRecord, PodKey
-from .resources import PODS, Resources, add
+from .resources import PODS, Resources, add, sub
 from .topology import GPU, Level, domain_of
 
 __all__ = [
@@ -308,8 +308,11 @@ class _Freed:
         return add(base, back) if back else base
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
+        gone = self._gone.get(node)
+        if not gone:
+            return self._base.gpu_pods_on(node)
         pods = list(self._base.gpu_pods_on(node))
-        for g in self._gone.get(node, ()):
+        for g in gone:
             if g in pods:
                 pods.remove(g)
         return pods
@@ -426,48 +429,149 @@ def _plan(members: Sequence[Member], view: CapacityView, levels: Sequence[Level]
     return got if isinstance(got, Plan) else None
 
 
+class _Bound:
+    """Necessary conditions for the gang to fit, by arithmetic only.
+
+    Every member needs at least the component-wise smallest member request on its node, so
+    the nodes must offer ``len(members)`` such slots, and the sums must cover the total.
+    Failing either, the planner need not run: the reprieve of a unit on a node the plan
+    needs is usually refuted here, in O(the victims' pods), instead of by a plan."""
+
+    def __init__(self, members: Sequence[Member], nodes: Iterable[NodeName],
+                 free: _FreeFn) -> None:
+        shape: Resources | None = None
+        for m in members:
+            r = {k: v for k, v in m.pod.requests.items() if v > 0}
+            shape = r if shape is None else {k: min(v, r.get(k, 0)) for k, v in shape.items()}
+        self.shape = {k: v for k, v in (shape or {}).items() if v > 0}
+        self.count = len(members)
+        self.need = {k: v for k, v in _total(members).items() if v > 0}
+        self.free: dict[NodeName, Resources] = {}
+        self.slots = 0
+        self.sums: Resources = {}
+        for n in nodes:
+            f = self.free[n] = free(n)
+            self.slots += self._slots(f)
+            for k in self.need:
+                # Per node, never below zero: a node over-reserved (a preemptor's room
+                # while its victims terminate) takes nothing from the others.
+                self.sums[k] = self.sums.get(k, 0) + max(0, f.get(k, 0))
+
+    def _slots(self, free: Mapping[str, int]) -> int:
+        if not self.shape:
+            return self.count
+        return max(0, min(free.get(k, 0) // v for k, v in self.shape.items()))
+
+    def state(self, victims: Sequence[VictimUnit]) -> _BoundState:
+        """What ``victims`` give back inside the nodes counted, and the slots and sums."""
+        back: dict[NodeName, Resources] = {}
+        for u in victims:
+            for p in u.pods:
+                if p.node in self.free:
+                    back[p.node] = add(back.get(p.node, {}), p.requests)
+        sums = dict(self.sums)
+        slots = self.slots
+        for n, b in back.items():
+            f = self.free[n]
+            g = add(f, b)
+            slots += self._slots(g) - self._slots(f)
+            for k in self.need:
+                sums[k] = sums.get(k, 0) + max(0, g.get(k, 0)) - max(0, f.get(k, 0))
+        return _BoundState(back, slots, sums)
+
+    def holds(self, st: _BoundState) -> bool:
+        return st.slots >= self.count and all(
+            st.sums.get(k, 0) >= v for k, v in self.need.items())
+
+    def holds_without(self, st: _BoundState, unit: VictimUnit) -> bool:
+        """:meth:`holds` for ``st``'s victims less ``unit``, in O(the unit's pods)."""
+        less: dict[NodeName, Resources] = {}
+        for p in unit.pods:
+            if p.node in self.free:
+                less[p.node] = add(less.get(p.node, {}), p.requests)
+        slots = st.slots
+        sums = dict(st.sums)
+        for n, r in less.items():
+            f = add(self.free[n], st.back.get(n, {}))
+            g = sub(f, r)
+            slots += self._slots(g) - self._slots(f)
+            for k in self.need:
+                sums[k] = sums.get(k, 0) + max(0, g.get(k, 0)) - max(0, f.get(k, 0))
+        return slots >= self.count and all(sums.get(k, 0) >= v for k, v in self.need.items())
+
+
+@dataclass(frozen=True, slots=True)
+class _BoundState:
+    back: dict[NodeName, Resources]
+    slots: int
+    sums: Resources
+
+
 def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Level],
               required: Level | None, units: Sequence[VictimUnit],
-              region: _Region | None) -> tuple[list[VictimUnit], Plan] | None:
+              region: _Region | None, free: _FreeFn) -> tuple[list[VictimUnit], Plan] | None:
     """Evict all of ``units``, then keep back as many as the plan allows (see module doc)."""
+    bound = _Bound(members, region.nodes if region is not None else base.nodes, free)
 
     def attempt(vs: Sequence[VictimUnit]) -> Plan | None:
+        if not bound.holds(bound.state(vs)):
+            return None
         return _plan(members, _Freed(base, levels, _pods(vs), region), levels, required)
+
+    def without(vs: list[VictimUnit], u: VictimUnit) -> tuple[list[VictimUnit], Plan | None]:
+        trial = [v for v in vs if v is not u]
+        if not bound.holds_without(cur, u):
+            return trial, None
+        return trial, _plan(members, _Freed(base, levels, _pods(trial), region), levels,
+                            required)
 
     victims = sorted(units, key=VictimUnit.reprieve_order)
     plan = attempt(victims)
     if plan is None:
         return None
     used = set(plan.assignments.values())
-    idle = [u for u in victims if not any(p.node in used for p in u.pods)]
+    idle = {id(u) for u in victims if not any(p.node in used for p in u.pods)}
     if idle:
-        rest = [u for u in victims if u not in idle]
+        rest = [u for u in victims if id(u) not in idle]
         p2 = attempt(rest)
         if p2 is not None:
             victims, plan = rest, p2
+    cur = bound.state(victims)
+    # One pass in reprieve order. A unit refused was refused against the victims of that
+    # moment; only if a later unit was reprieved after it can the answer have changed (the
+    # planner is not monotone), so the final pass re-tries only those.
+    tried_at: dict[str, int] = {}
+    changes = 0
     for u in list(victims):
-        trial = [v for v in victims if v is not u]
-        p2 = attempt(trial)
+        trial, p2 = without(victims, u)
         if p2 is not None:
             victims, plan = trial, p2
+            cur = bound.state(victims)
+            changes += 1
+        else:
+            tried_at[u.key] = changes
     changed = True
-    while changed:  # until no single victim can be spared (the planner is not monotone)
+    while changed:  # until no single victim can be spared
         changed = False
         for u in victims:
-            trial = [v for v in victims if v is not u]
-            p2 = attempt(trial)
+            if tried_at.get(u.key) == changes:
+                continue
+            trial, p2 = without(victims, u)
             if p2 is not None:
                 victims, plan, changed = trial, p2, True
+                cur = bound.state(victims)
+                changes += 1
                 break
+            tried_at[u.key] = changes
     return victims, plan
 
 
-def _estimate(units: Sequence[tuple[VictimUnit, Resources]], deficit: Mapping[str, int]
-              ) -> Cost | None:
+def _estimate(units: Sequence[tuple[VictimUnit, Resources]], deficit: Mapping[str, int],
+              rank: Mapping[str, tuple[Cost, str]]) -> Cost | None:
     """Cheapest units first until their in-domain requests cover ``deficit`` (by sums)."""
     left = {k: v for k, v in deficit.items() if v > 0}
     taken: list[VictimUnit] = []
-    for u, here in sorted(units, key=lambda t: (Cost.of([t[0]]), t[0].key)):
+    for u, here in sorted(units, key=lambda t: rank[t[0].key]):
         if not left:
             break
         if not any(here.get(k, 0) > 0 for k in left):
@@ -541,15 +645,16 @@ def choose_victims(
             f = free_cache[n] = view.free_for_gang(n)
         return f
 
+    order = {u.key: (Cost.of([u]), u.key) for u in units}
     for index in range(len(levels) - 1, stop - 1, -1):
         found = _best_at_level(members, view, levels, index, units, need, free,
-                               domains_tried)
+                               domains_tried, order)
         if found is not None:
             return found
     # No single domain could be made to hold it among those tried (or the gang may spread):
     # the whole cluster, at the gang's own required level. Evicting every unit fits there,
     # so this always finds a set.
-    got = _reprieve(members, view, levels, required, units, None)
+    got = _reprieve(members, view, levels, required, units, None, free)
     assert got is not None, "evicting every eligible unit fitted a moment ago"
     return _victims(*got, required)
 
@@ -557,17 +662,17 @@ def choose_victims(
 def _best_at_level(
     members: Sequence[Member], view: CapacityView, levels: Sequence[Level], index: int,
     units: Sequence[VictimUnit], need: Mapping[str, int],
-    free: _FreeFn, domains_tried: int,
+    free: _FreeFn, domains_tried: int, order: Mapping[str, tuple[Cost, str]],
 ) -> Victims | None:
     domains = view.domains(index)
     nodes = view.nodes
+    where = {n: d for d, ns in domains.items() for n in ns}
     # What each unit frees in each domain it touches at this level.
     here: dict[tuple[str, ...], dict[str, tuple[VictimUnit, Resources]]] = {}
     for u in units:
         for p in u.pods:
-            rec = nodes.get(p.node)
-            d = domain_of(levels, index, rec) if rec is not None else None
-            if d is None or d not in domains:
+            d = where.get(p.node)
+            if d is None:
                 continue
             per = here.setdefault(d, {})
             was = per.get(u.key)
@@ -579,7 +684,7 @@ def _best_at_level(
             for k in need:
                 have[k] = have.get(k, 0) + max(0, free(n).get(k, 0))
         deficit = {k: v - have.get(k, 0) for k, v in need.items()}
-        est = _estimate(list(per.values()), deficit)
+        est = _estimate(list(per.values()), deficit, order)
         if est is None:
             continue
         slack = have.get(GPU, 0) + sum(r.get(GPU, 0) for _, r in per.values()) - need.get(GPU, 0)
@@ -589,7 +694,7 @@ def _best_at_level(
     for _, slack, d in screened[:domains_tried]:
         region = _Region({n: nodes[n] for n in domains[d]})
         got = _reprieve(members, view, levels, levels[index],
-                        [u for u, _ in here[d].values()], region)
+                        [u for u, _ in here[d].values()], region, free)
         if got is None:
             continue
         v = _victims(*got, levels[index], d)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coscheduling.capacity import Capacity
-from coscheduling.ledger import Ledger
+from coscheduling.ledger import Ledger, Reservation
 from coscheduling.planner import Member, NoFit, Plan, plan_gang
 from coscheduling.podgroup import GangKey
 from coscheduling.preemption import (
@@ -85,8 +85,15 @@ def record(name: str, gpus: int, node_name: str | None = None, prio: int = 0) ->
     )
 
 
-def world(nodes: list[N], bound: list[B]) -> tuple[Capacity, list[Candidate]]:
+def world(nodes: list[N], bound: list[B], reserved: dict[str, int] | None = None
+          ) -> tuple[Capacity, list[Candidate]]:
+    """Nodes, bound pods, and GPUs reserved in the ledger by another gang per node (which
+    can exceed what is free: the room held for a preemptor while its victims terminate)."""
     store = ClusterStore(levels=LEVELS)
+    ledger = Ledger()
+    for n_name, gpus in (reserved or {}).items():
+        ledger.reserve(Reservation(pod_key("other", f"r-{n_name}"), GangKey("other/held"),
+                                   NodeName(n_name), {GPU: gpus}))
     for n in nodes:
         b = node(n.name).gpus(n.gpus)
         if n.rack is not None:
@@ -101,7 +108,7 @@ def world(nodes: list[N], bound: list[B]) -> tuple[Capacity, list[Candidate]]:
             gang=GangKey(f"default/{p.gang}") if p.gang else None, started=p.started,
             pdb_protected=p.pdb, grace_seconds=p.grace,
         ))
-    return Capacity(store, Ledger()), cands
+    return Capacity(store, ledger), cands
 
 
 def gang(members: int, gpus: int, prio: int = 10, *, required: str | None = None,
@@ -199,6 +206,18 @@ def test_victims(nodes: list[N], bound: list[B], preemptor: Preemptor,
     assert set(got.plan.assignments) == {m.key for m in preemptor.members}
     assert isinstance(plan_gang(list(preemptor.members), freed_view(view, LEVELS, got.evict),
                                 LEVELS, required=preemptor.required), Plan)
+
+
+def test_an_over_reserved_node_lends_nothing_to_the_others() -> None:
+    """n1's room is held for somebody else beyond what is free (its pod terminating for
+    another preemptor): evicting there frees nothing usable, and its deficit does not hide
+    the room the other nodes have."""
+    view, cands = world([N("n1"), N("n2"), N("n3")],
+                        [B("x", "n1", 4, 1), B("a", "n2", 4, 1), B("b", "n3", 2, 1)],
+                        reserved={"n1": 4})
+    assert view.free_gpus(NodeName("n1")) == -4
+    got = choose_victims(gang(2, 4), cands, view, LEVELS)
+    assert evicted(got) == keys("a", "b")
 
 
 def test_victims_reports_gangs_pods_and_freed() -> None:
@@ -333,7 +352,7 @@ def test_domains_tried_is_a_bound_not_a_correctness_switch() -> None:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[list[N], list[B], Preemptor]:
+def scenarios(draw: st.DrawFn) -> tuple[list[N], list[B], Preemptor, dict[str, int]]:
     n_nodes = draw(st.integers(1, 6))
     nodes = [N(f"n{i}", gpus=draw(st.sampled_from([2, 4, 8])),
                rack=draw(st.sampled_from([None, "r0", "r1"]))) for i in range(n_nodes)]
@@ -350,7 +369,9 @@ def scenarios(draw: st.DrawFn) -> tuple[list[N], list[B], Preemptor]:
             ))
     pre = gang(draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 7)),
                required=draw(st.sampled_from([None, None, "rack", "hostname"])))
-    return nodes, bound, pre
+    reserved = {nd.name: draw(st.integers(1, nd.gpus)) for nd in nodes
+                if draw(st.integers(0, 4)) == 0}
+    return nodes, bound, pre, reserved
 
 
 def fits_without(preemptor: Preemptor, view: Capacity, evict: list[Candidate],
@@ -369,7 +390,7 @@ def fits_without(preemptor: Preemptor, view: Capacity, evict: list[Candidate],
 
 def check_plan(preemptor: Preemptor, view: Capacity, v: Victims) -> None:
     """The plan fits the freed capacity node by node, by arithmetic of its own."""
-    use: dict[str, dict[str, int]] = {}
+    use: dict[NodeName, dict[str, int]] = {}
     reqs = {m.key: m.pod.requests for m in preemptor.members}
     for k, n in v.plan.assignments.items():
         for r, q in reqs[k].items():
@@ -392,9 +413,9 @@ def check_plan(preemptor: Preemptor, view: Capacity, v: Victims) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_property_any_decision_is_sound_and_minimal(
-        case: tuple[list[N], list[B], Preemptor]) -> None:
-    nodes, bound, pre = case
-    view, cands = world(nodes, bound)
+        case: tuple[list[N], list[B], Preemptor, dict[str, int]]) -> None:
+    nodes, bound, pre, reserved = case
+    view, cands = world(nodes, bound, reserved)
     got = choose_victims(pre, cands, view, LEVELS)
     prio = pre.priority
     by_gang: dict[GangKey, set[PodKey]] = {}
