@@ -10,8 +10,9 @@ The rules:
 * Only a preemptor whose ``preemptionPolicy`` is ``PreemptLowerPriority`` preempts.
 * A victim *unit* is a whole gang (every bound member, on every node) or one plain pod, and
   a unit is eligible only when every pod of it has a priority strictly below the
-  preemptor's. Equal priority is never a victim: that alone makes two gangs evicting each
-  other impossible (each eviction goes strictly down in priority).
+  preemptor's and sits under the same quota (Kueue LocalQueue, or none) as the preemptor.
+  Equal priority is never a victim: that alone makes two gangs evicting each other
+  impossible (each eviction goes strictly down in priority).
 * The whole victim set is chosen first, and only if the whole gang fits once every victim's
   requests are returned; a gang that would not fit after evicting every eligible unit
   evicts nothing.
@@ -113,6 +114,9 @@ class Candidate:
     ``disruptionsAllowed`` now)."""
     grace_seconds: float = 30.0
     """``terminationGracePeriodSeconds``: how long it may take to go."""
+    quota: str | None = None
+    """The quota it was admitted under (Kueue's LocalQueue, ``namespace/queue-name``), None
+    when no quota system manages it. Lockstep never evicts across quota lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +134,10 @@ class Preemptor:
     """``topology-required``: the gang never spreads wider than one domain of this level."""
     gang: GangKey | None = None
     """Its own gang, whose bound members are never its victims."""
+    quota: str | None = None
+    """As :attr:`Candidate.quota`: only pods of the same quota (or both of none) are
+    victims. Which workload runs *within* a quota is the quota system's decision (Kueue
+    preempts for quota); Lockstep only frees node capacity inside the same line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +231,8 @@ class PolicyNever:
 
 @dataclass(frozen=True, slots=True)
 class NoLowerPriority:
-    """No bound pod has a priority below the preemptor's (equal priority is never evicted)."""
+    """No bound pod has a priority below the preemptor's under the same quota (equal
+    priority is never evicted, nor a pod of another quota)."""
 
     preemptor: str
     priority: int
@@ -265,8 +274,8 @@ def describe(reason: NoPreemption) -> str:
                     f"(it waits for free capacity)")
         case NoLowerPriority(p, prio, bound, lowest):
             low = f"the lowest is {lowest}" if lowest is not None else "none is bound"
-            return (f"{p} (priority {prio}) cannot preempt: no bound pod has a lower "
-                    f"priority ({bound} looked at, {low})")
+            return (f"{p} (priority {prio}) cannot preempt: no bound pod of its quota has a "
+                    f"lower priority ({bound} looked at, {low})")
         case WouldNotFit(p, prio, units, pods, nofit):
             where = f" in one {nofit.required_level}" if nofit.required_level else ""
             return (f"{p} (priority {prio}) would not fit{where} even after evicting all "
@@ -387,9 +396,9 @@ def victim_units(preemptor: Preemptor, candidates: Iterable[Candidate]
                  ) -> tuple[list[VictimUnit], int | None, int]:
     """Eligible units, the lowest priority seen, and how many candidates there were.
 
-    A gang is eligible only when *every* bound member is strictly lower than the preemptor:
-    one member of equal or higher priority protects the whole gang, as evicting the rest
-    would leave it partial."""
+    A gang is eligible only when *every* bound member is strictly lower than the preemptor
+    (and under its quota): one member of equal or higher priority protects the whole gang,
+    as evicting the rest would leave it partial."""
     gangs: dict[GangKey, list[Candidate]] = {}
     plain: list[Candidate] = []
     lowest: int | None = None
@@ -401,10 +410,12 @@ def victim_units(preemptor: Preemptor, candidates: Iterable[Candidate]
             plain.append(c)
         elif c.gang != preemptor.gang:
             gangs.setdefault(c.gang, []).append(c)
-    units = [VictimUnit(str(c.key), None, (c,)) for c in plain
-             if c.priority < preemptor.priority]
+    def ok(c: Candidate) -> bool:
+        return c.priority < preemptor.priority and c.quota == preemptor.quota
+
+    units = [VictimUnit(str(c.key), None, (c,)) for c in plain if ok(c)]
     units += [VictimUnit(str(g), g, tuple(sorted(ps, key=lambda p: p.key)))
-              for g, ps in gangs.items() if all(p.priority < preemptor.priority for p in ps)]
+              for g, ps in gangs.items() if all(ok(p) for p in ps)]
     units.sort(key=lambda u: u.key)
     return units, lowest, count
 

@@ -73,6 +73,7 @@ class B:
     started: float = 0.0
     pdb: bool = False
     grace: float = 30.0
+    quota: str | None = None
 
 
 def record(name: str, gpus: int, node_name: str | None = None, prio: int = 0) -> PodRecord:
@@ -106,7 +107,7 @@ def world(nodes: list[N], bound: list[B], reserved: dict[str, int] | None = None
         cands.append(Candidate(
             key=rec.key, node=NodeName(p.node), requests=rec.requests, priority=p.prio,
             gang=GangKey(f"default/{p.gang}") if p.gang else None, started=p.started,
-            pdb_protected=p.pdb, grace_seconds=p.grace,
+            pdb_protected=p.pdb, grace_seconds=p.grace, quota=p.quota,
         ))
     return Capacity(store, ledger), cands
 
@@ -192,6 +193,10 @@ FULL4 = [N("n1"), N("n2")]
         [B(f"{n}-{i}", n, 2, 1, started=float(i)) for n in ("n1", "n2", "n3") for i in (1, 2)],
         plain(4), keys("n1-1", "n1-2"),
         id="a plain pod: victims on one node only"),
+    pytest.param(
+        FULL4, [B("kueue", "n1", 4, 1, quota="team-a/q"), B("mine", "n2", 4, 2)],
+        gang(1, 4), keys("mine"),
+        id="never across quota lines: a pod under another quota stays"),
     pytest.param(
         FULL4, [B("hi-9", "n1", 4, 1, "hi"), B("other", "n2", 4, 1)], gang(1, 4),
         keys("other"),
@@ -366,6 +371,7 @@ def scenarios(draw: st.DrawFn) -> tuple[list[N], list[B], Preemptor, dict[str, i
                 f"p{len(bound)}", nd.name, g, draw(st.integers(0, 6)),
                 gang=draw(st.sampled_from([None, None, "g0", "g1", "g2"])),
                 started=float(draw(st.integers(0, 5))), pdb=draw(st.booleans()),
+                quota=draw(st.sampled_from([None, None, None, "ns/q"])),
             ))
     pre = gang(draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 7)),
                required=draw(st.sampled_from([None, None, "rack", "hostname"])))
@@ -422,13 +428,16 @@ def test_property_any_decision_is_sound_and_minimal(
     for c in cands:
         if c.gang is not None:
             by_gang.setdefault(c.gang, set()).add(c.key)
-    eligible = [c for c in cands if c.gang != pre.gang and c.priority < prio
-                and (c.gang is None or all(o.priority < prio for o in cands
-                                           if o.gang == c.gang))]
+    def ok(c: Candidate) -> bool:
+        return c.priority < prio and c.quota == pre.quota
+
+    eligible = [c for c in cands if c.gang != pre.gang and ok(c)
+                and (c.gang is None or all(ok(o) for o in cands if o.gang == c.gang))]
     if isinstance(got, Victims):
         keys_ = {p.key for p in got.evict}
-        # (a) strictly lower priority only, never the preemptor's own gang
+        # (a) strictly lower priority only, same quota, never the preemptor's own gang
         assert all(p.priority < prio for p in got.evict)
+        assert all(p.quota == pre.quota for p in got.evict)
         assert all(p.gang != pre.gang for p in got.evict)
         # (b) every bound member of each victim gang
         for g in got.gangs:
