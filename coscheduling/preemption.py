@@ -47,10 +47,14 @@ knapsack problem; like kube-scheduler's ``SelectVictimsOnNode`` this does not se
   units in place of pods. A final pass tries to drop each remaining victim once more, until
   none can be: the planner is a heuristic and not monotone in free capacity, and this pass
   makes "no single victim unit can be spared" true by construction.
-* Planner calls: one per domain screened in, plus one per unit touching it, plus the final
-  pass (usually one per victim): O(DOMAINS_TRIED x units per domain) plans, each over one
-  domain's nodes. Only a spread gang plans over the whole cluster, once per unit on the
-  planned nodes.
+* Before any plan, a necessary condition is checked by arithmetic (:class:`_Bound`: slots
+  of the smallest member's shape, per-node capacity summed): most reprieves of a unit on a
+  node the plan needs are refuted in O(the unit's pods) without running the planner.
+* Planner calls: one per domain screened in, plus at most one per unit touching it, plus
+  the final pass (which re-tries only units refused before a later reprieve):
+  O(DOMAINS_TRIED x units per domain) plans, each over one domain's nodes. Only a spread
+  gang plans over the whole cluster, once per unit on the planned nodes. What-if capacity
+  is :class:`~coscheduling.freed.FreedView`.
 """
 
 from __future__ import annotations
@@ -59,11 +63,12 @@ import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .freed import FreedView, Region
 from .planner import CapacityView, Member, NoFit, Plan, plan_gang
 from .podgroup import GangKey
-from .records import NodeName, NodeRecord, PodKey
+from .records import NodeName, PodKey
 from .resources import PODS, Resources, add, sub
-from .topology import GPU, Level, domain_of
+from .topology import GPU, Level
 
 __all__ = [
     "DOMAINS_TRIED",
@@ -80,7 +85,6 @@ __all__ = [
     "WouldNotFit",
     "choose_victims",
     "describe",
-    "freed_view",
     "victim_units",
 ]
 
@@ -285,110 +289,6 @@ def describe(reason: NoPreemption) -> str:
             return f"{p} fits without preemption"
 
 
-# ---------------------------------------------------------------------------- views
-
-
-class _Freed:
-    """A :class:`CapacityView` with victims' requests given back, optionally limited to the
-    nodes of one domain. Built per trial; reads the base view for everything else."""
-
-    def __init__(self, base: CapacityView, levels: Sequence[Level],
-                 victims: Iterable[Candidate], region: _Region | None = None) -> None:
-        self._base = base
-        self._levels = levels
-        self._region = region
-        freed: dict[NodeName, Resources] = {}
-        gone: dict[NodeName, list[int]] = {}
-        for c in victims:
-            freed[c.node] = add(freed.get(c.node, {}), c.requests)
-            if g := c.requests.get(GPU, 0):
-                gone.setdefault(c.node, []).append(g)
-        self.freed = freed
-        self._gone = gone
-        self._ranked: dict[int, Sequence[tuple[int, tuple[str, ...]]]] = {}
-
-    @property
-    def nodes(self) -> Mapping[NodeName, NodeRecord]:
-        return self._region.nodes if self._region is not None else self._base.nodes
-
-    def free_for_gang(self, node: NodeName) -> Resources:
-        back = self.freed.get(node)
-        base = self._base.free_for_gang(node)
-        return add(base, back) if back else base
-
-    def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
-        gone = self._gone.get(node)
-        if not gone:
-            return self._base.gpu_pods_on(node)
-        pods = list(self._base.gpu_pods_on(node))
-        for g in gone:
-            if g in pods:
-                pods.remove(g)
-        return pods
-
-    def free_gpus(self, node: NodeName) -> int:
-        return self._base.free_gpus(node) + self.freed.get(node, {}).get(GPU, 0)
-
-    def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
-        if self._region is not None:
-            return self._region.domains(self._levels, index)
-        return self._base.domains(index)
-
-    def domains_by_free_gpus(self, index: int) -> Sequence[tuple[int, tuple[str, ...]]]:
-        got = self._ranked.get(index)
-        if got is not None:
-            return got
-        if self._region is not None:
-            ranked = sorted((sum(self.free_gpus(n) for n in ns), d)
-                            for d, ns in self.domains(index).items())
-        else:
-            # The whole cluster: adjust the base ranking for the domains victims touch only.
-            base = self._base.domains_by_free_gpus(index)
-            delta: dict[tuple[str, ...], int] = {}
-            nodes = self._base.nodes
-            for n, back in self.freed.items():
-                g = back.get(GPU, 0)
-                rec = nodes.get(n)
-                if g and rec is not None:
-                    d = domain_of(self._levels, index, rec)
-                    if d is not None:
-                        delta[d] = delta.get(d, 0) + g
-            ranked = sorted((t + delta.get(d, 0), d) for t, d in base) if delta else list(base)
-        self._ranked[index] = ranked
-        return ranked
-
-
-class _Region:
-    """The nodes of one domain, grouped per level once and reused by every trial on it."""
-
-    def __init__(self, nodes: Mapping[NodeName, NodeRecord]) -> None:
-        self.nodes = nodes
-        self._domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = {}
-
-    def domains(self, levels: Sequence[Level], index: int
-                ) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
-        got = self._domains.get(index)
-        if got is None:
-            got = {}
-            for n in sorted(self.nodes):
-                d = domain_of(levels, index, self.nodes[n])
-                if d is not None:
-                    got.setdefault(d, []).append(n)
-            self._domains[index] = got
-        return got
-
-
-def freed_view(view: CapacityView, levels: Sequence[Level], victims: Iterable[Candidate],
-               within: Iterable[NodeName] | None = None) -> CapacityView:
-    """``view`` with ``victims``' requests given back, limited to the nodes ``within`` when
-    given: what the planner sees once they are gone (tests and the core's re-check)."""
-    region = None
-    if within is not None:
-        nodes = view.nodes
-        region = _Region({n: nodes[n] for n in within if n in nodes})
-    return _Freed(view, levels, victims, region)
-
-
 # ---------------------------------------------------------------------------- units
 
 
@@ -520,20 +420,20 @@ class _BoundState:
 
 def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Level],
               required: Level | None, units: Sequence[VictimUnit],
-              region: _Region | None, free: _FreeFn) -> tuple[list[VictimUnit], Plan] | None:
+              region: Region | None, free: _FreeFn) -> tuple[list[VictimUnit], Plan] | None:
     """Evict all of ``units``, then keep back as many as the plan allows (see module doc)."""
     bound = _Bound(members, region.nodes if region is not None else base.nodes, free)
 
     def attempt(vs: Sequence[VictimUnit]) -> Plan | None:
         if not bound.holds(bound.state(vs)):
             return None
-        return _plan(members, _Freed(base, levels, _pods(vs), region), levels, required)
+        return _plan(members, FreedView(base, levels, _pods(vs), region), levels, required)
 
     def without(vs: list[VictimUnit], u: VictimUnit) -> tuple[list[VictimUnit], Plan | None]:
         trial = [v for v in vs if v is not u]
         if not bound.holds_without(cur, u):
             return trial, None
-        return trial, _plan(members, _Freed(base, levels, _pods(trial), region), levels,
+        return trial, _plan(members, FreedView(base, levels, _pods(trial), region), levels,
                             required)
 
     victims = sorted(units, key=VictimUnit.reprieve_order)
@@ -640,7 +540,7 @@ def choose_victims(
     units = [u for u in units if any(p.node in nodes for p in u.pods)]
     if not units:
         return NoLowerPriority(preemptor.name, preemptor.priority, count, lowest)
-    everything = plan_gang(members, _Freed(view, levels, _pods(units)), levels,
+    everything = plan_gang(members, FreedView(view, levels, _pods(units)), levels,
                            required=required)
     if isinstance(everything, NoFit):
         return WouldNotFit(preemptor.name, preemptor.priority, len(units),
@@ -703,7 +603,7 @@ def _best_at_level(
     screened.sort()
     best: tuple[Cost, int, tuple[str, ...], Victims] | None = None
     for _, slack, d in screened[:domains_tried]:
-        region = _Region({n: nodes[n] for n in domains[d]})
+        region = Region({n: nodes[n] for n in domains[d]})
         got = _reprieve(members, view, levels, levels[index],
                         [u for u, _ in here[d].values()], region, free)
         if got is None:

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coscheduling.capacity import Capacity
+from coscheduling.freed import freed_view
 from coscheduling.ledger import Ledger, Reservation
 from coscheduling.planner import Member, NoFit, Plan, plan_gang
 from coscheduling.podgroup import GangKey
@@ -29,7 +30,6 @@ from coscheduling.preemption import (
     WouldNotFit,
     choose_victims,
     describe,
-    freed_view,
 )
 from coscheduling.preemption_state import (
     DEFAULT_MARGIN,
@@ -42,7 +42,7 @@ from coscheduling.preemption_state import (
 )
 from coscheduling.records import NodeName, PodKey, PodRecord, node_from_json, pod_key
 from coscheduling.store import ClusterStore
-from coscheduling.topology import DEFAULT_LEVELS, GPU, Level, domain_of, level_by_name
+from coscheduling.topology import DEFAULT_LEVELS, GPU, domain_of, level_by_name
 from tests.builders import node
 
 LEVELS = DEFAULT_LEVELS
@@ -542,4 +542,28 @@ def test_describe_names_what_to_change() -> None:
     assert "none is bound" in describe(NoLowerPriority("default/hi", 3, 0, None))
 
 
-RACK_LEVEL: Level | None = RACK
+
+# ---------------------------------------------------------------------------- the what-if view
+
+
+def test_freed_view_gives_back_exactly_the_leaving_pods() -> None:
+    view, cands = world([N("n1", rack="r1"), N("n2", rack="r1"), N("n3", gpus=8, rack="r2")],
+                        [B("a", "n1", 3, 1), B("b", "n1", 1, 1), B("c", "n3", 8, 1)])
+    a, _, c = cands
+    freed = freed_view(view, LEVELS, [a, c])
+    assert freed.free_for_gang(NodeName("n1"))[GPU] == 3
+    assert freed.free_gpus(NodeName("n1")) == 3
+    assert list(freed.gpu_pods_on(NodeName("n1"))) == [1]
+    assert freed.free_gpus(NodeName("n2")) == 4  # untouched
+    rack = LEVELS.index(RACK) if RACK is not None else -1
+    ranked = dict((d, g) for g, d in freed.domains_by_free_gpus(rack))
+    assert ranked == {("", "b0", "r1"): 7, ("", "b0", "r2"): 8}
+    assert list(freed.domains_by_free_gpus(rack)) == sorted(
+        freed.domains_by_free_gpus(rack))
+    # Limited to one rack: only its nodes, and its domains.
+    within = freed_view(view, LEVELS, [a, c], within=[NodeName("n1"), NodeName("n2")])
+    assert sorted(within.nodes) == ["n1", "n2"]
+    assert list(within.domains(rack)) == [("", "b0", "r1")]
+    assert list(within.domains_by_free_gpus(rack)) == [(7, ("", "b0", "r1"))]
+    # The base view is untouched.
+    assert view.free_gpus(NodeName("n1")) == 0
