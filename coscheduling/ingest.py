@@ -47,8 +47,8 @@ __all__ = [
     "delete_pod",
     "forget_assumed",
     "pods_listed",
-    "watched_pod",
     "upsert_pod",
+    "watched_pod",
 ]
 
 K = TypeVar("K")
