@@ -105,7 +105,6 @@ class ClusterCache:
     on_change: Callable[[], None] = lambda: None
     watch_timeout: int = 300
     resources: dict[str, Resource] = field(default_factory=dict)
-    parse_errors: int = 0
 
     def __post_init__(self) -> None:
         for r in (
@@ -143,7 +142,6 @@ class ClusterCache:
             return res.parse(obj, res.version)
         except (RecordError, QuantityError, ValueError, TypeError) as e:
             # One malformed object must not stop the cache; it is simply not scheduled around.
-            self.parse_errors += 1
             log.warning("skipping unparsable %s %s: %s", kind, _name(obj), e)
             return None
 

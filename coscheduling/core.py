@@ -53,7 +53,7 @@ from .resources import Resources
 from .state import CoreState, PlainVerdict, Settings
 from .status import PodGroupStatus
 from .topology import GPU, Score
-from .upstream import UpstreamPodGroup, UpstreamWorkload
+from .upstream import UpstreamPodGroup
 from .views import GangView
 from .volcano import VolcanoStatus
 
@@ -220,9 +220,6 @@ class Coscheduler:
 
     def replace_upstream_podgroups(self, groups: Iterable[UpstreamPodGroup]) -> None:
         self.replace(ingest.UPSTREAM_PODGROUPS, groups)
-
-    def upsert_workload(self, wl: UpstreamWorkload) -> None:
-        self.upsert(ingest.WORKLOADS, wl)
 
     # ------------------------------------------------------------------ the verbs
 

@@ -266,7 +266,7 @@ class TestBed:
         return self
 
     def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+        self, t: type[BaseException] | None, e: BaseException | None, _tb: TracebackType | None
     ) -> None:
         self.stop()
         # A bed's directory (etcd's data, the logs) is ~80 MB: a suite run left gigabytes
@@ -340,10 +340,6 @@ class TestBed:
             self._wait_ready(proc, 60.0)
         self.startup_seconds[f"{name}-restart"] = time.monotonic() - t0
         log.info("%s restarted in %.1fs", name, self.startup_seconds[f"{name}-restart"])
-
-    def restart_process(self, name: str, *, down_seconds: float = 0.0) -> None:
-        """Same as ``restart``: the API server keeps its port, certificates and etcd data."""
-        self.restart(name, down_seconds=down_seconds)
 
     def stop_process(self, name: str) -> None:
         self.procs[name].stop()

@@ -34,9 +34,8 @@ def test_every_link_resolves(page: Path) -> None:
             continue
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
-        if not dest.exists() or REPO.resolve() not in (dest, *dest.parents):
-            broken.append(target)
-        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+        outside = not dest.exists() or REPO.resolve() not in (dest, *dest.parents)
+        if outside or (anchor and dest.suffix == ".md" and anchor not in anchors(dest)):
             broken.append(target)
     assert not broken, f"{page.name}: broken links {broken}"
 
