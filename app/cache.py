@@ -30,6 +30,7 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
+from coscheduling.conventions import scheduler_plugins, volcano
 from coscheduling.ingest import Kind
 from coscheduling.numa import nrt_from_json
 from coscheduling.podgroup import gang_key, volcano_podgroup_from_json
@@ -51,8 +52,8 @@ __all__ = ["ClusterCache", "Resource"]
 
 log = logging.getLogger("lockstep.cache")
 
-PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
-VOLCANO_PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+PODGROUPS = scheduler_plugins.API.path
+VOLCANO_PODGROUPS = volcano.API.path
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 
 

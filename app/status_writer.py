@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coscheduling import Coscheduler, GangKey
+from coscheduling.conventions import scheduler_plugins, volcano
 from coscheduling.podgroup import InvalidGang
 from coscheduling.reasons import InvalidDeclaration
 from coscheduling.upstream import GROUP, GangProgress, condition_updates
@@ -27,9 +28,6 @@ __all__ = ["FIELD_MANAGER", "StatusWriter"]
 
 log = logging.getLogger("lockstep")
 
-SP_PODGROUP_STATUS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}/status"
-VOLCANO_PODGROUP_STATUS = (
-    "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{name}/status")
 FIELD_MANAGER = "lockstep"
 """Lockstep's name in managedFields: a PodGroup condition another manager wrote (the native
 gang plugin) is not Lockstep's to change."""
@@ -67,7 +65,7 @@ class StatusWriter:
                 continue
             ns, name = key.split("/", 1)
             try:
-                await self.kube.merge_patch(SP_PODGROUP_STATUS.format(ns=ns, name=name),
+                await self.kube.merge_patch(scheduler_plugins.API.status_path(ns, name),
                                             {"status": status})
                 self._written[key] = status
             except (APIError, APIUnreachable) as e:
@@ -87,7 +85,7 @@ class StatusWriter:
                 continue
             ns, name = key.split("/", 1)
             try:
-                await self.kube.merge_patch(VOLCANO_PODGROUP_STATUS.format(ns=ns, name=name),
+                await self.kube.merge_patch(volcano.API.status_path(ns, name),
                                             {"status": status})
                 self._written[key] = status
             except (APIError, APIUnreachable) as e:

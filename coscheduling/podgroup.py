@@ -46,6 +46,11 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, NewType
 
+from .conventions import REGISTRY, Source
+from .conventions import koordinator as conv_koord
+from .conventions import lockstep as conv_lockstep
+from .conventions import scheduler_plugins as conv_sp
+from .conventions import volcano as conv_volcano
 from .records import PodRecord
 from .resources import QuantityError, Resources, resource_list
 
@@ -74,25 +79,15 @@ __all__ = [
 GangKey = NewType("GangKey", str)
 """``namespace/name`` of a gang."""
 
-LOCKSTEP_GROUP = "lockstep.dev/pod-group"
-LOCKSTEP_MIN_MEMBER = "lockstep.dev/min-member"
-LOCKSTEP_TIMEOUT = "lockstep.dev/timeout-seconds"
-SP_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-VOLCANO_GROUP = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
-VOLCANO_MIN = "scheduling.volcano.sh/group-min-member"
-KOORD_GROUP = "gang.scheduling.koordinator.sh/name"
-KOORD_MIN = "gang.scheduling.koordinator.sh/min-available"
-KOORD_WAIT = "gang.scheduling.koordinator.sh/waiting-time"
-KOORD_TOTAL = "gang.scheduling.koordinator.sh/total-number"
-KOORD_MODE = "gang.scheduling.koordinator.sh/mode"
-KOORD_GROUPS = "gang.scheduling.koordinator.sh/groups"
-KOORD_MATCH = "gang.scheduling.koordinator.sh/match-policy"
-KOORD_MATCH_ALIAS = "pod-group.scheduling.sigs.k8s.io/match-policy"
-LIGHT_GROUP = "pod-group.scheduling.sigs.k8s.io/name"
-"""The retired lightweight-coscheduling labels; Koordinator still honours them."""
-LIGHT_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
-KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
-KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+# Each convention's keys live in its own module (``coscheduling.conventions``); these names
+# are the resolver's shorthand for them.
+LOCKSTEP_GROUP, LOCKSTEP_MIN_MEMBER, LOCKSTEP_TIMEOUT = (
+    conv_lockstep.GROUP, conv_lockstep.MIN_MEMBER, conv_lockstep.TIMEOUT)
+SP_GROUP_LABEL = conv_sp.GROUP_LABEL
+VOLCANO_GROUP, VOLCANO_MIN = conv_volcano.GROUP, conv_volcano.MIN_MEMBER
+KOORD_TOTAL, KOORD_MODE, KOORD_GROUPS = conv_koord.TOTAL, conv_koord.MODE, conv_koord.GROUPS
+KOORD_MATCH, KOORD_MATCH_ALIAS = conv_koord.MATCH, conv_koord.MATCH_ALIAS
+LIGHT_GROUP, LIGHT_MIN = conv_koord.LIGHT_GROUP, conv_koord.LIGHT_MIN
 
 
 def gang_key(namespace: str, name: str) -> GangKey:
@@ -103,16 +98,6 @@ def group_key(gangs: tuple[GangKey, ...]) -> GangKey:
     """One key for a Koordinator gang group, whichever member resolves it: its gangs may
     live in several namespaces, so it is filed under the first one's."""
     return GangKey(f"{gangs[0].split('/', 1)[0]}/gang-group[{','.join(gangs)}]")
-
-
-class Source(Enum):
-    LOCKSTEP = "lockstep"
-    SCHEDULER_PLUGINS = "scheduler-plugins"
-    VOLCANO = "volcano"
-    KOORDINATOR = "koordinator"
-    KUEUE = "kueue"
-    UPSTREAM = "scheduling.k8s.io"
-    """Kubernetes' own Workload / PodGroup API (``coscheduling/upstream.py``)."""
 
 
 class MatchPolicy(Enum):
@@ -184,8 +169,8 @@ class InvalidGang:
     problem: str
 
 
-SP_API = "scheduling.x-k8s.io"
-VOLCANO_API = "scheduling.volcano.sh"
+SP_API = conv_sp.API.group
+VOLCANO_API = conv_volcano.API.group
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,20 +272,16 @@ def _lookup(pod: PodRecord, name: str) -> str | None:
 
 
 def _declarations(pod: PodRecord) -> list[tuple[Source, str, str]]:
+    """(convention, key, gang name) for every key by which the pod names a gang."""
     found: list[tuple[Source, str, str]] = []
-    if v := _lookup(pod, LOCKSTEP_GROUP):
-        found.append((Source.LOCKSTEP, LOCKSTEP_GROUP, v))
-    if v := pod.labels.get(SP_GROUP_LABEL):
-        found.append((Source.SCHEDULER_PLUGINS, SP_GROUP_LABEL, v))
-    for name in VOLCANO_GROUP:
-        if v := pod.annotations.get(name):
-            found.append((Source.VOLCANO, name, v))
-    if v := pod.annotations.get(KOORD_GROUP):
-        found.append((Source.KOORDINATOR, KOORD_GROUP, v))
-    if v := pod.labels.get(LIGHT_GROUP):
-        found.append((Source.KOORDINATOR, LIGHT_GROUP, v))
-    if v := _lookup(pod, KUEUE_GROUP):
-        found.append((Source.KUEUE, KUEUE_GROUP, v))
+    for conv in REGISTRY:
+        for key in conv.declares:
+            if key.on == "either":
+                value = _lookup(pod, key.name)
+            else:
+                value = (pod.annotations if key.on == "annotation" else pod.labels).get(key.name)
+            if value:
+                found.append((conv.source, key.name, value))
     return found
 
 
@@ -358,11 +339,8 @@ def resolve(
         min_resources = min_resources or vpg.min_resources
 
     for src, ann_min, ann_timeout in (
-        (Source.LOCKSTEP, LOCKSTEP_MIN_MEMBER, LOCKSTEP_TIMEOUT),
-        (Source.VOLCANO, VOLCANO_MIN, None),
-        (Source.KOORDINATOR, KOORD_MIN, KOORD_WAIT),
-        (Source.KOORDINATOR, LIGHT_MIN, None),
-        (Source.KUEUE, KUEUE_TOTAL, None),
+        (c.source, size.name, timeout.name if timeout is not None else None)
+        for c in REGISTRY for size, timeout in c.size
     ):
         if src not in sources:
             continue
@@ -384,12 +362,7 @@ def resolve(
             timeout = t
 
     if min_member is None:
-        want = {
-            Source.LOCKSTEP: LOCKSTEP_MIN_MEMBER,
-            Source.VOLCANO: VOLCANO_MIN,
-            Source.KOORDINATOR: KOORD_MIN,
-            Source.KUEUE: KUEUE_TOTAL,
-        }.get(source, "minMember")
+        want = next(c.size_key for c in REGISTRY if c.source is source)
         return InvalidGang(key, want, "", f"missing: {fld}={name} needs {want}")
 
     asked = timeout if timeout is not None else defaults.timeout_seconds
@@ -403,7 +376,7 @@ def resolve(
     return spec
 
 
-_KOORD_OPTIONS = (KOORD_TOTAL, KOORD_MODE, KOORD_GROUPS, KOORD_MATCH, KOORD_MATCH_ALIAS)
+_KOORD_OPTIONS = conv_koord.OPTIONS
 
 
 def _koordinator(spec: GangSpec, values: Mapping[str, str]) -> GangSpec | InvalidGang:

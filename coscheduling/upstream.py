@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .conventions import upstream as conv_upstream
 from .podgroup import (
     GangDefaults,
     GangKey,
@@ -88,7 +89,7 @@ __all__ = [
     "workload_gang_key",
 ]
 
-GROUP = "scheduling.k8s.io"
+GROUP = conv_upstream.GROUP
 PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 """Versions serving standalone PodGroups, most preferred first (one is watched)."""
 WORKLOAD_VERSIONS = ("v1alpha1",)
@@ -100,8 +101,8 @@ CONDITION_TYPES = {
     "v1beta1": "PodGroupInitiallyScheduled",
 }
 """The PodGroup condition the native gang plugin writes, by served version."""
-SCHEDULING_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
-WORKLOAD_REF_FIELD = "spec.workloadRef"
+SCHEDULING_GROUP_FIELD = conv_upstream.SCHEDULING_GROUP_FIELD
+WORKLOAD_REF_FIELD = conv_upstream.WORKLOAD_REF_FIELD
 
 
 @dataclass(frozen=True, slots=True)
