@@ -119,3 +119,89 @@ def test_higher_priority_plain_pods_win_every_time_in_every_order(
     after = counters(c)
     assert after == before, f"refused for a reservation or answered unknown: {after}"
     c.recorder.assert_gang_invariants(None)
+
+
+MIXED_SHORT_SECONDS = 60.0
+"""The mixed soak's length in ``make test``; ``make soak`` runs it for ``LOCKSTEP_SOAK_SECONDS``
+(``LOCKSTEP_MIXED_SOAK_SECONDS`` overrides, e.g. 300)."""
+MID = ("e2e-mid", 1000)
+UPPER = ("e2e-upper", 5000)
+"""Plain pods in the soak are of UPPER or HIGH priority, gangs of LOW or MID: every plain pod
+outranks every gang, so any refusal of a plain pod's bind for a reservation is one against a
+lower-priority gang's, which must never happen."""
+
+
+def mixed_soak(c: Cluster, seconds: float, seed: int = 23) -> dict[str, Any]:
+    """Gangs of 2-3 x 1 GPU at low and mid priority and a stream of 1-GPU plain pods at two
+    higher priorities, on a small pool, each deleted a moment after it is bound (its work is
+    done)."""
+    import random
+    import time
+
+    rng = random.Random(seed)
+    ns = "mixed"
+    c.kube.ensure_namespace(ns)
+    priority_classes(c)
+    for name, value in (MID, UPPER):
+        c.kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value})
+    live: dict[str, tuple[list[str], float | None]] = {}  # unit -> (pods, bound at)
+    stats = {"gangs": 0, "plain": 0, "gangs_done": 0, "plain_done": 0}
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+        gangs = sum(1 for u in live if u.startswith("g"))
+        if gangs < 3 and rng.random() < 0.4:
+            size, name = rng.choice((2, 3)), f"g{n}"
+            c.kube.create(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups",
+                          podgroup(name, size, ns, timeout=20))
+            c.recorder.min_member_of[f"{ns}/{name}"] = size
+            cls, value = rng.choice((LOW, MID))
+            names = [f"{name}-{i}" for i in range(size)]
+            for m in names:
+                c.kube.create_pod(pod(m, ns).sp_group(name).gpu(1).priority(value, cls).build())
+            live[name], stats["gangs"] = (names, None), stats["gangs"] + 1
+        if sum(1 for u in live if u.startswith("p")) < 4:
+            name = f"p{n}"
+            cls, value = rng.choice((UPPER, HIGH))
+            c.kube.create_pod(pod(name, ns).gpu(1).priority(value, cls).build())
+            live[name], stats["plain"] = ([name], None), stats["plain"] + 1
+        bound = c.recorder.bound(ns)
+        now = time.monotonic()
+        for unit, (names, at) in list(live.items()):
+            if at is None and all(m in bound for m in names):
+                live[unit] = (names, now)
+            elif at is not None and now - at > rng.uniform(0.5, 2.0):
+                for m in names:
+                    c.kube.delete_pod(ns, m)
+                del live[unit]
+                stats["gangs_done" if unit.startswith("g") else "plain_done"] += 1
+        time.sleep(0.2)
+    return stats
+
+
+def soak_seconds() -> float:
+    import os
+
+    raw = os.environ.get("LOCKSTEP_MIXED_SOAK_SECONDS") or os.environ.get(
+        "LOCKSTEP_SOAK_SECONDS")
+    return float(raw) if raw else MIXED_SHORT_SECONDS
+
+
+def test_mixed_soak_gangs_and_a_stream_of_plain_pods(cluster: ClusterFactory) -> None:
+    """No partial gang, no plain pod refused at bind for a (lower-priority) reservation or
+    answered unknown, no gang timed out (every pod here is placeable: a gang waits only for
+    room), and work keeps flowing: gangs and plain pods complete."""
+    c = cluster("tiny-3x2")
+    before = counters(c)
+    stats = mixed_soak(c, soak_seconds())
+    timeouts = c.metric("lockstep_gang_timeouts_total")
+    after = counters(c)
+    print(f"\nmixed soak: {stats}, gang timeouts {timeouts}, refusals {after}")
+    c.recorder.assert_gang_invariants(None)
+    assert c.metric("lockstep_partial_gangs") == 0
+    assert after == before, f"refused for a reservation or answered unknown: {after}"
+    assert timeouts == 0
+    assert stats["gangs_done"] >= 2 and stats["plain_done"] >= 10, stats
