@@ -7,9 +7,10 @@ stream that cannot resume means: list again. Readiness is reported only after th
 list of every resource.
 
 The upstream gang API (``scheduling.k8s.io`` PodGroups and 1.35 Workloads) is found by API
-discovery: whichever of its versions the server serves (``coscheduling.upstream``), or none
-(Kubernetes before 1.35, or the ``GenericWorkload`` gate off), which counts as synced and
-empty and is looked for again every 30 s. Its absence never fails Lockstep.
+discovery: whichever of its versions the server serves
+(``coscheduling.conventions.upstream``), or none (Kubernetes before 1.35, or the
+``GenericWorkload`` gate off), which counts as synced and empty and is looked for again
+every 30 s. Its absence never fails Lockstep.
 """
 
 from __future__ import annotations
@@ -31,18 +32,19 @@ from coscheduling import (
     podgroup_from_json,
 )
 from coscheduling.conventions import scheduler_plugins, volcano
-from coscheduling.ingest import Kind
-from coscheduling.numa import nrt_from_json
-from coscheduling.podgroup import gang_key, volcano_podgroup_from_json
-from coscheduling.records import NodeName
-from coscheduling.resources import QuantityError
-from coscheduling.upstream import (
+from coscheduling.conventions.upstream import (
     GROUP,
     PODGROUP_VERSIONS,
     WORKLOAD_VERSIONS,
     upstream_podgroup_from_json,
     upstream_workload_from_json,
 )
+from coscheduling.conventions.volcano import volcano_podgroup_from_json
+from coscheduling.ingest import Kind
+from coscheduling.numa import nrt_from_json
+from coscheduling.podgroup import gang_key
+from coscheduling.records import NodeName
+from coscheduling.resources import QuantityError
 
 from .errors import APIError, APIUnreachable, Gone, NotFound
 from .kube import KubeClient

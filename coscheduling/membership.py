@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from .conventions import resolve
+from .conventions.upstream import combine, resolve_upstream
 from .gang import Gang
 from .podgroup import (
     GangKey,
@@ -20,11 +22,9 @@ from .podgroup import (
     MatchPolicy,
     Membership,
     MissingPodGroup,
-    resolve,
 )
 from .records import PodKey, PodRecord
 from .state import CoreState
-from .upstream import combine, resolve_upstream
 
 __all__ = [
     "bound_count",
