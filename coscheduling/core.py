@@ -120,7 +120,7 @@ class Coscheduler:
 
     def free_unreserved(self, node: NodeName) -> Resources:
         """Free capacity on ``node`` that no gang holds."""
-        return self.capacity.free_unreserved(node)
+        return self.capacity.free_for_gang(node)
 
     def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
         return self.ledger.by_gang_on(node)
