@@ -5,7 +5,8 @@ module under ``coscheduling.conventions``, where the resolver also lives); which
 the result is one of the values here: a :class:`GangSpec`, an :class:`InvalidGang` naming the
 field to fix, or a :class:`MissingPodGroup` the gang waits for. The core, the reasons and the
 app read only these, so none of them needs to know which convention a gang came from beyond
-``GangSpec.source``.
+``GangSpec.source``. (``GangKey`` and ``gang_key`` live in the ``keys`` leaf and are
+exported here too, beside the values keyed by them.)
 
 A bad value is never defaulted: the pod gets an :class:`InvalidGang` naming the field, which
 the app turns into a rejection and an Event. (Koordinator itself falls back to its defaults
@@ -18,8 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NewType
 
+from .keys import GangKey, gang_key
 from .resources import Resources
 
 __all__ = [
@@ -36,14 +37,6 @@ __all__ = [
     "int_field",
     "seconds_field",
 ]
-
-GangKey = NewType("GangKey", str)
-"""``namespace/name`` of a gang."""
-
-
-def gang_key(namespace: str, name: str) -> GangKey:
-    return GangKey(f"{namespace}/{name}")
-
 
 class Source(Enum):
     """Which convention a gang was declared by (what its status is written back as)."""
