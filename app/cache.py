@@ -29,7 +29,6 @@ from coscheduling import (
     node_from_json,
     pod_from_json,
     pod_key,
-    podgroup_from_json,
 )
 from coscheduling.conventions import scheduler_plugins, volcano
 from coscheduling.conventions.upstream import (
@@ -39,7 +38,6 @@ from coscheduling.conventions.upstream import (
     upstream_podgroup_from_json,
     upstream_workload_from_json,
 )
-from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.ingest import Kind
 from coscheduling.numa import nrt_from_json
 from coscheduling.podgroup import gang_key
@@ -116,9 +114,9 @@ class ClusterCache:
             Resource("pods", "/api/v1/pods", ingest.PODS, lambda o, _: pod_from_json(o),
                      lambda ns, name: pod_key(ns, name)),
             Resource("podgroups", PODGROUPS, ingest.SP_PODGROUPS,
-                     lambda o, _: podgroup_from_json(o), optional=True),
+                     lambda o, _: scheduler_plugins.API.parse(o), optional=True),
             Resource("volcano-podgroups", VOLCANO_PODGROUPS, ingest.VOLCANO_PODGROUPS,
-                     lambda o, _: volcano_podgroup_from_json(o), optional=True),
+                     lambda o, _: volcano.API.parse(o), optional=True),
             Resource("noderesourcetopologies", NRTS, ingest.NUMA,
                      lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
             Resource("upstream-podgroups", "", ingest.UPSTREAM_PODGROUPS,

@@ -101,7 +101,9 @@ class PodGroupAPI:
     group: str
     version: str
     plural: str
-    parse: Callable[[Mapping[str, Any]], PodGroupRecord] | None = None
+    parse: Callable[[Mapping[str, Any]], PodGroupRecord]
+    """A served object's JSON to the record the store keeps (a bad spec field becomes the
+    record's ``error``, which every member's declaration then reports)."""
 
     @property
     def path(self) -> str:
