@@ -3,9 +3,10 @@
 As data: the keys a pod names its gang by, the keys that give its size and timeout, the pod
 spec fields that point at a gang object, and the API of the PodGroup object it has (where the
 adapter watches it, how its JSON becomes a record, where its status is written). As
-behaviour, two optional steps the resolver (``coscheduling.conventions``) runs for every
-convention a pod declares: ``from_object`` reads the size from the convention's PodGroup
-object, and ``refine`` adds the convention's own options to a resolved spec.
+behaviour, two optional steps of the resolver (``coscheduling.conventions``):
+``from_object`` reads the size from the convention's PodGroup object (run when the pod
+declares the convention), and ``refine`` adds the convention's own options to a resolved spec
+(run for every gang: Koordinator's options may sit on a scheduler-plugins PodGroup).
 
 This module imports only the value modules (the gang declaration, the pod record), so each
 convention module stays near the bottom of the import graph and the webhook, the store and
