@@ -7,9 +7,10 @@ stream that cannot resume means: list again. Readiness is reported only after th
 list of every resource.
 
 The upstream gang API (``scheduling.k8s.io`` PodGroups and 1.35 Workloads) is found by API
-discovery: whichever of its versions the server serves (``coscheduling.upstream``), or none
-(Kubernetes before 1.35, or the ``GenericWorkload`` gate off), which counts as synced and
-empty and is looked for again every 30 s. Its absence never fails Lockstep.
+discovery: whichever of its versions the server serves
+(``coscheduling.conventions.upstream``), or none (Kubernetes before 1.35, or the
+``GenericWorkload`` gate off), which counts as synced and empty and is looked for again
+every 30 s. Its absence never fails Lockstep.
 """
 
 from __future__ import annotations
@@ -28,21 +29,20 @@ from coscheduling import (
     node_from_json,
     pod_from_json,
     pod_key,
-    podgroup_from_json,
 )
 from coscheduling.conventions import scheduler_plugins, volcano
-from coscheduling.ingest import Kind
-from coscheduling.numa import nrt_from_json
-from coscheduling.podgroup import gang_key, volcano_podgroup_from_json
-from coscheduling.records import NodeName
-from coscheduling.resources import QuantityError
-from coscheduling.upstream import (
+from coscheduling.conventions.upstream import (
     GROUP,
     PODGROUP_VERSIONS,
     WORKLOAD_VERSIONS,
     upstream_podgroup_from_json,
     upstream_workload_from_json,
 )
+from coscheduling.ingest import Kind
+from coscheduling.numa import nrt_from_json
+from coscheduling.podgroup import gang_key
+from coscheduling.records import NodeName
+from coscheduling.resources import QuantityError
 
 from .errors import APIError, APIUnreachable, Gone, NotFound
 from .kube import KubeClient
@@ -114,9 +114,9 @@ class ClusterCache:
             Resource("pods", "/api/v1/pods", ingest.PODS, lambda o, _: pod_from_json(o),
                      lambda ns, name: pod_key(ns, name)),
             Resource("podgroups", PODGROUPS, ingest.SP_PODGROUPS,
-                     lambda o, _: podgroup_from_json(o), optional=True),
+                     lambda o, _: scheduler_plugins.API.parse(o), optional=True),
             Resource("volcano-podgroups", VOLCANO_PODGROUPS, ingest.VOLCANO_PODGROUPS,
-                     lambda o, _: volcano_podgroup_from_json(o), optional=True),
+                     lambda o, _: volcano.API.parse(o), optional=True),
             Resource("noderesourcetopologies", NRTS, ingest.NUMA,
                      lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
             Resource("upstream-podgroups", "", ingest.UPSTREAM_PODGROUPS,

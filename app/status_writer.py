@@ -16,9 +16,9 @@ from typing import Any
 
 from coscheduling import Coscheduler, GangKey
 from coscheduling.conventions import scheduler_plugins, volcano
+from coscheduling.conventions.upstream import GROUP, GangProgress, condition_updates
 from coscheduling.podgroup import InvalidGang
 from coscheduling.reasons import InvalidDeclaration
-from coscheduling.upstream import GROUP, GangProgress, condition_updates
 
 from .errors import APIError, APIUnreachable
 from .kube import KubeClient
@@ -93,8 +93,8 @@ class StatusWriter:
 
     async def write_upstream(self) -> None:
         """The scheduling condition on upstream PodGroups whose pods are Lockstep's (rules in
-        ``coscheduling.upstream``). A strategic merge patch touches only that condition; the
-        watch brings it back."""
+        ``coscheduling.conventions.upstream``). A strategic merge patch touches only that
+        condition; the watch brings it back."""
         groups = self.core.store.upstream
         if not groups:
             return

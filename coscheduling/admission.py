@@ -160,7 +160,7 @@ def free_outside_reservations(st: CoreState) -> Resources:
     """The cluster's free capacity that no gang holds, summed over every node."""
     total: Resources = {}
     for n in st.store.nodes:
-        total = add(total, {k: max(0, v) for k, v in st.capacity.free_unreserved(n).items()})
+        total = add(total, {k: max(0, v) for k, v in st.capacity.free_for_gang(n).items()})
     return total
 
 
@@ -246,7 +246,7 @@ def _outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
         taken: dict[NodeName, Resources] = {}
         for key, node in plan.items():
             taken[node] = add(taken.get(node, {}), requests[key])
-        free = {n: sub(st.capacity.free_unreserved(n), taken.get(n, {}))
+        free = {n: sub(st.capacity.free_for_gang(n), taken.get(n, {}))
                 for n in st.store.nodes}
         stuck: list[PodRecord] = []
         for pod in sorted(pods, key=lambda p: (-p.priority, -p.requests.get(GPU, 0), p.key)):

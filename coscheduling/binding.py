@@ -142,7 +142,7 @@ def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
     is counted on the node)."""
     if not st.ledger.reserved_on(node):
         return None, []
-    free = st.capacity.free_unreserved(node)
+    free = st.capacity.free_for_gang(node)
     if fits(pod.requests, free):
         return None, []
     holders = sorted(st.ledger.gangs_on(node))
@@ -159,7 +159,7 @@ def _make_room(st: CoreState, pod: PodRecord, node: NodeName) -> list[GangKey]:
                    key=lambda t: (t[0], t[1], t[2]))
     touched: list[GangKey] = []
     for _, _, member, gang in slots:
-        if fits(pod.requests, st.capacity.free_unreserved(node)):
+        if fits(pod.requests, st.capacity.free_for_gang(node)):
             break
         g = st.gangs[gang]
         if member in g.binding:

@@ -30,10 +30,8 @@ class Capacity:
         return self._store.nodes
 
     def free_for_gang(self, node: NodeName) -> Resources:
-        return self.free_unreserved(node)
-
-    def free_unreserved(self, node: NodeName) -> Resources:
-        """Free capacity on ``node`` that no gang holds."""
+        """Free capacity on ``node`` that no gang holds: what a gang may be planned on, and
+        all a plain pod may use there."""
         return sub(self._store.free(node), self._ledger.reserved_on(node))
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:

@@ -28,6 +28,10 @@ from types import MappingProxyType
 from typing import Any
 
 from . import binding, deadlines, filtering, held, ingest, views
+from .conventions.base import PodGroupRecord
+from .conventions.scheduler_plugins import PodGroupStatus
+from .conventions.upstream import UpstreamPodGroup
+from .conventions.volcano import VolcanoStatus
 from .decisions import (
     BindDecision,
     BindGroup,
@@ -46,16 +50,13 @@ from .gang import Gang, GangPhase
 from .ingest import Kind
 from .membership import gang_key, meets_quorum
 from .numa import NumaZones
-from .podgroup import GangKey, GangSpec, Membership, PodGroupRecord
+from .podgroup import GangKey, GangSpec, Membership
 from .reasons import PartiallyBound
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources
 from .state import CoreState, PlainVerdict, Settings
-from .status import PodGroupStatus
 from .topology import GPU, Score
-from .upstream import UpstreamPodGroup
 from .views import GangView
-from .volcano import VolcanoStatus
 
 __all__ = [
     "BindGroup",
@@ -119,7 +120,7 @@ class Coscheduler:
 
     def free_unreserved(self, node: NodeName) -> Resources:
         """Free capacity on ``node`` that no gang holds."""
-        return self.capacity.free_unreserved(node)
+        return self.capacity.free_for_gang(node)
 
     def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
         return self.ledger.by_gang_on(node)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .podgroup import GangKey
+from .keys import GangKey
 from .reasons import GangReason, NodeReason, TimedOut
 from .records import NodeName, PodKey
 

@@ -130,7 +130,7 @@ def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
         if (cand is not None and node not in cand) or (cand is None
                                                        and node not in everything):
             continue
-        free = st.capacity.free_unreserved(node)
+        free = st.capacity.free_for_gang(node)
         if fits(pod.requests, free):
             continue
         gangs = tuple(sorted(st.ledger.gangs_on(node)))

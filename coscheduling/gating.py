@@ -63,8 +63,8 @@ def lift_patch(uid: str, terms: tuple[Mapping[str, Any], ...], node: str | None
 
 def declares_gang(pod: Mapping[str, Any]) -> bool:
     """Whether a Pod (its API JSON, as an admission request carries it) names a gang by any
-    convention Lockstep reads: the keys ``podgroup.resolve`` and ``upstream.resolve_upstream``
-    look at, with a non-empty value.
+    convention Lockstep reads: the keys and spec fields every registered convention
+    (``coscheduling.conventions``) resolves a gang from, with a non-empty value.
 
     It says nothing about whether the declaration is valid or its PodGroup exists: a held pod
     whose declaration turns out to be no gang (invalid, or an upstream ``basic`` policy) is let

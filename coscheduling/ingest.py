@@ -15,23 +15,18 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .admission import reconcile
+from .conventions import points_at_object
+from .conventions.base import PodGroupRecord
+from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .decisions import NoticeKind, Unparked
 from .gang import Gang
 from .gating import pinned_node
 from .membership import gang_key, refresh_spec, resolve_pod
 from .numa import NumaZones
-from .podgroup import (
-    SP_GROUP_LABEL,
-    VOLCANO_GROUP,
-    GangKey,
-    GangSpec,
-    InvalidGang,
-    PodGroupRecord,
-)
+from .podgroup import GangKey, GangSpec, InvalidGang
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .state import CoreState
-from .upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 
 __all__ = [
     "KINDS",
@@ -122,11 +117,7 @@ def _reresolve(st: CoreState, key: GangKey) -> None:
     the members turned away before (kube-scheduler sees no pod event for this)."""
     ns, name = key.split("/", 1)
     for pod in list(st.store.pods.values()):
-        if pod.namespace == ns and (
-            pod.labels.get(SP_GROUP_LABEL) == name
-            or any(pod.annotations.get(k) == name for k in VOLCANO_GROUP)
-            or pod.scheduling_group == name
-        ):
+        if pod.namespace == ns and points_at_object(pod, name):
             upsert_pod(st, pod)
     g = st.gangs.get(key)
     if g is not None:

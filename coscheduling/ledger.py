@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .podgroup import GangKey
+from .keys import GangKey
 from .records import NodeName, PodKey
 from .resources import Resources, add, sub
 

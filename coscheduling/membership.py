@@ -1,7 +1,8 @@
 """Which gang a pod is in, and whether a gang has enough members: its quorum.
 
-A pod's membership is resolved from every convention it may declare (``podgroup`` for the
-annotation and CRD conventions, ``upstream`` for Kubernetes' own gang API); a gang's spec is
+A pod's membership is resolved from every convention it may declare (``conventions.resolve``
+for the annotation and CRD conventions, combined with ``conventions.upstream`` for Kubernetes'
+own gang API); a gang's spec is
 its members' (a Koordinator gang group sums each gang's own minimum). The quorum rules here
 are the ones admission, binding and release all count by.
 """
@@ -12,6 +13,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from .conventions import resolve
+from .conventions.upstream import combine, resolve_upstream
 from .gang import Gang
 from .podgroup import (
     GangKey,
@@ -20,11 +23,9 @@ from .podgroup import (
     MatchPolicy,
     Membership,
     MissingPodGroup,
-    resolve,
 )
 from .records import PodKey, PodRecord
 from .state import CoreState
-from .upstream import combine, resolve_upstream
 
 __all__ = [
     "bound_count",

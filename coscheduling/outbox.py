@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .decisions import Notice, NoticeKind, Unparked
-from .podgroup import GangKey
+from .keys import GangKey
 from .reasons import GangReason
 from .records import PodKey, PodRecord
 

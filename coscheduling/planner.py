@@ -43,7 +43,8 @@ class CapacityView(Protocol):
     def nodes(self) -> Mapping[NodeName, NodeRecord]: ...
 
     def free_for_gang(self, node: NodeName) -> Resources:
-        """Free capacity on ``node`` outside every other admitted gang's reservation."""
+        """Free capacity on ``node`` outside every gang's reservation (a gang planned again
+        has given its own slots back first)."""
         ...
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:

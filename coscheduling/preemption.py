@@ -64,8 +64,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .freed import FreedView, Region
+from .keys import GangKey
 from .planner import CapacityView, Member, NoFit, Plan, plan_gang
-from .podgroup import GangKey
 from .records import NodeName, PodKey
 from .resources import PODS, Resources, add, sub
 from .topology import GPU, Level

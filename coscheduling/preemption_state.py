@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from .podgroup import GangKey
+from .keys import GangKey
 from .preemption import Victims
 from .records import NodeName, PodKey
 from .resources import Resources

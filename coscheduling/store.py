@@ -17,12 +17,13 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .conventions.base import PodGroupRecord
+from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload
+from .keys import GangKey
 from .numa import NumaZones
-from .podgroup import GangKey, PodGroupRecord
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, sub
 from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout
-from .upstream import UpstreamPodGroup, UpstreamWorkload
 
 __all__ = ["ClusterStore", "PodChange"]
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .admission import free_outside_reservations
+from .conventions.scheduler_plugins import PodGroupStatus, podgroup_status
+from .conventions.volcano import VolcanoStatus, volcano_statuses
 from .gang import GangPhase
 from .membership import part_of
 from .podgroup import GangKey, GangSpec, Source
 from .reasons import GangReason, PartiallyBound
 from .records import NodeName, PodKey, PodRecord
 from .state import CoreState
-from .status import PodGroupStatus, podgroup_status
-from .volcano import VolcanoStatus, volcano_statuses
 
 __all__ = ["GangView", "gang_view", "members_of", "podgroup_status_of",
            "podgroup_statuses", "volcano_status_map"]

@@ -1,30 +1,40 @@
-"""What a gang convention is, as data: the keys a pod names its gang by, the keys that give
-its size and timeout, the pod spec fields that point at a gang object, and the API of the
-PodGroup object it has (where the adapter watches it and writes its status).
+"""What a gang convention is: the small interface every module in this package fills in.
 
-A leaf: it imports nothing from the rest of the package, so the pod record, the webhook's
-decision and the resolver can all read the conventions without a circle.
+As data: the keys a pod names its gang by, the keys that give its size and timeout, the pod
+spec fields that point at a gang object, and the API of the PodGroup object it has (where the
+adapter watches it, how its JSON becomes a record, where its status is written). As
+behaviour, two optional steps of the resolver (``coscheduling.conventions``):
+``from_object`` reads the size from the convention's PodGroup object (run when the pod
+declares the convention), and ``refine`` adds the convention's own options to a resolved spec
+(run for every gang: Koordinator's options may sit on a scheduler-plugins PodGroup).
+
+This module imports only the value modules (the gang declaration, the pod record), so each
+convention module stays near the bottom of the import graph and the webhook, the store and
+the resolver can all read them without a circle.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-__all__ = ["Convention", "Key", "PodGroupAPI", "Source"]
+from ..podgroup import GangKey, GangSpec, InvalidGang, MissingPodGroup, Source
+from ..records import PodRecord
+from ..resources import Resources
 
-
-class Source(Enum):
-    """Which convention a gang was declared by (what its status is written back as)."""
-
-    LOCKSTEP = "lockstep"
-    SCHEDULER_PLUGINS = "scheduler-plugins"
-    VOLCANO = "volcano"
-    KOORDINATOR = "koordinator"
-    KUEUE = "kueue"
-    UPSTREAM = "scheduling.k8s.io"
-    """Kubernetes' own Workload / PodGroup API (``coscheduling/upstream.py``)."""
+__all__ = [
+    "Convention",
+    "Found",
+    "Key",
+    "ObjectStep",
+    "Objects",
+    "PodGroupAPI",
+    "PodGroupRecord",
+    "RefineStep",
+    "Source",
+    "lookup",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +44,67 @@ class Key:
     name: str
     on: Literal["annotation", "label", "either"]
 
+    def value(self, pod: PodRecord) -> str | None:
+        """The key's value on ``pod`` (an annotation wins over a label for ``either``)."""
+        if self.on == "either":
+            return lookup(pod, self.name)
+        return (pod.annotations if self.on == "annotation" else pod.labels).get(self.name)
+
+
+def lookup(pod: PodRecord, name: str) -> str | None:
+    """A key the convention reads from an annotation or, failing that, a label."""
+    return pod.annotations.get(name) or pod.labels.get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupRecord:
+    """A PodGroup object of a CRD convention, parsed (scheduler-plugins' and Volcano's have
+    the same fields Lockstep reads)."""
+
+    key: GangKey
+    min_member: int | None
+    timeout_seconds: float | None
+    min_resources: Resources
+    error: InvalidGang | None = None
+    phase: str = ""
+    """``status.phase`` as last written (Volcano's enqueue state lives there)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Koordinator reads its gang options from the PodGroup's annotations (CRD way)."""
+
+
+Objects = Mapping[Source, Mapping[GangKey, PodGroupRecord]]
+"""The PodGroup objects the store holds, by the convention whose API they belong to."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the resolver knows of a gang so far, convention by convention."""
+
+    source: Source
+    min_member: int | None = None
+    timeout_seconds: float | None = None
+    min_resources: Resources = field(default_factory=dict)
+
+
+ObjectStep = Callable[[PodRecord, GangKey, Found, Objects],
+                      Found | InvalidGang | MissingPodGroup]
+"""Reads the gang's size from the convention's PodGroup object (or says it is missing)."""
+RefineStep = Callable[[GangSpec, PodRecord, frozenset[Source], Objects], GangSpec | InvalidGang]
+"""Adds the convention's own options to a resolved spec (run whether or not it is declared:
+Koordinator's options may sit on a scheduler-plugins PodGroup)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PodGroupAPI:
-    """The convention's PodGroup object: ``/apis/{group}/{version}/{plural}``."""
+    """The convention's PodGroup object: ``/apis/{group}/{version}/{plural}``, and how a
+    served object becomes the record the core stores."""
 
     group: str
     version: str
     plural: str
+    parse: Callable[[Mapping[str, Any]], PodGroupRecord]
+    """A served object's JSON to the record the store keeps (a bad spec field becomes the
+    record's ``error``, which every member's declaration then reports)."""
 
     @property
     def path(self) -> str:
@@ -63,6 +126,8 @@ class Convention:
     """Pod spec paths whose value names a gang object (Kubernetes' own API)."""
     podgroup: PodGroupAPI | None = None
     """Its PodGroup object, when the convention has one Lockstep reads and writes back to."""
+    from_object: ObjectStep | None = None
+    refine: RefineStep | None = None
 
     @property
     def size_key(self) -> str:

@@ -22,8 +22,8 @@ from app.kube import KubeClient, KubeConfig
 from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, pod_from_json
+from coscheduling.conventions import declarations as _declarations
 from coscheduling.gating import GANG_GATE, declares_gang
-from coscheduling.podgroup import _declarations
 
 # ---------------------------------------------------------------------------- the predicate
 

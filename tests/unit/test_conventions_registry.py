@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from coscheduling import pod_from_json
-from coscheduling.conventions import REGISTRY, Key, Source
+from coscheduling.conventions import REGISTRY, Key, Source, resolve
 from coscheduling.gating import declares_gang
-from coscheduling.podgroup import GangDefaults, GangSpec, Membership, MissingPodGroup, resolve
+from coscheduling.podgroup import GangDefaults, GangSpec, Membership, MissingPodGroup
 from tests.builders import pod
 
 KEYS = [pytest.param(c.source, k, id=f"{c.source.value}:{k.name}")

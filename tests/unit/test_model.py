@@ -61,10 +61,10 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
+from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.gating import GANG_GATE, pinned_node
 from coscheduling.invariants import check_invariants, cluster_facts
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
-from coscheduling.upstream import upstream_podgroup_from_json
 from tests.builders import node, pod, podgroup
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))

@@ -219,7 +219,7 @@ def test_volcano_pods_with_only_the_group_name_are_gated_on_their_podgroup() -> 
     """Issue 10: Volcano's controllers put only scheduling.k8s.io/group-name on pods. They
     wait (PodGroup not found) until Volcano's PodGroup exists, then form a gang of its
     minMember; deleting the PodGroup sends them back to waiting."""
-    from coscheduling.podgroup import volcano_podgroup_from_json
+    from coscheduling.conventions.volcano import volcano_podgroup_from_json
     from coscheduling.reasons import PodGroupNotFound
 
     core = cluster(node("n0").gpus(4).build())

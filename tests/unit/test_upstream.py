@@ -15,16 +15,7 @@ import pytest
 from app.cache import ClusterCache
 from app.kube import KubeClient, KubeConfig
 from coscheduling import Coscheduler, GangPhase, Settings, gang_key, node_from_json, pod_key
-from coscheduling.podgroup import GangDefaults, GangSpec, InvalidGang, MissingPodGroup, Source
-from coscheduling.reasons import (
-    DoesNotFit,
-    InvalidDeclaration,
-    PodGroupNotFound,
-    WaitingForMembers,
-)
-from coscheduling.records import PodRecord, pod_from_json
-from coscheduling.topology import DEFAULT_LEVELS
-from coscheduling.upstream import (
+from coscheduling.conventions.upstream import (
     Condition,
     ConditionUpdate,
     GangProgress,
@@ -37,6 +28,15 @@ from coscheduling.upstream import (
     upstream_workload_from_json,
     workload_gang_key,
 )
+from coscheduling.podgroup import GangDefaults, GangSpec, InvalidGang, MissingPodGroup, Source
+from coscheduling.reasons import (
+    DoesNotFit,
+    InvalidDeclaration,
+    PodGroupNotFound,
+    WaitingForMembers,
+)
+from coscheduling.records import PodRecord, pod_from_json
+from coscheduling.topology import DEFAULT_LEVELS
 from tests.builders import node, pod
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
