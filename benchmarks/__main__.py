@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
-``python -m benchmarks [verbs] [placement] [throughput] [memory] [--quick]``; results go to
-bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
+``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [--quick]``; results go
+to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
 (``--mem-nodes``, ``--mem-pods``).
 """
@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import memory, placement, throughput, verbs
+from . import client, memory, placement, throughput, verbs
 
-BENCHMARKS = ("verbs", "placement", "throughput", "memory")
+BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -112,6 +112,8 @@ def main() -> None:
         _throughput(args, out, meta)
     if "memory" in args.which:
         _memory(args, out, meta)
+    if "client" in args.which:
+        _client(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -172,6 +174,18 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
         ("round", "round"), *throughput.TABLE_COLUMNS)
     print(throughput.format_table(result["rows"], columns))
     print(throughput.format_ratios(result["ratios"]))
+
+
+def _client(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    print("\nAPI client: event-loop CPU per request (per event for a watch), app.fasthttp "
+          "against aiohttp", flush=True)
+    measured = _commit()
+    result = client.run(requests=1000 if args.quick else 3000,
+                        events=5000 if args.quick else 20000, rounds=3 if args.quick else 5,
+                        log=lambda s: print(s, flush=True))
+    (out / "client.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                 **result}, indent=2))
+    print(table(result["rows"], client.TABLE_COLUMNS))
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
