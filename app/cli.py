@@ -132,7 +132,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per API call is noise
     if args.default_timeout <= 0 or args.max_timeout <= 0 or args.backoff < 0:
         print("lockstep: timeouts must be positive and --backoff not negative", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Load: 2,000 bind calls parked at once, then every gang released together.
 
 In-process, not on the test bed: the app (``create_app``) on a real ``Lockstep`` service and
-core, its Kubernetes API faked with ``httpx.MockTransport`` (bindings succeed and are
+core, its Kubernetes API faked in memory (``tests.fakeapi.Wire``: bindings succeed and are
 recorded), driven by 2,020 concurrent ``POST /bind`` requests through
 ``httpx.ASGITransport``. What is measured is Lockstep's own work (the verbs, the waiting map,
 the group binds) without a 2-core machine's kube-apiserver and kube-scheduler in the way.
@@ -43,6 +43,7 @@ from coscheduling import (
     pod_from_json,
 )
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 GANGS = 20
 SIZE = 101
@@ -110,7 +111,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
         for m in range(SIZE):
             core.upsert_pod(pod_from_json(
                 pod(f"g{g}-{m}").gang(f"g{g}", min_member=SIZE, timeout=200).gpu(1).build()))
-    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     service = Lockstep(core, kube)
     app = create_app(service, manage_lifecycle=False)
 

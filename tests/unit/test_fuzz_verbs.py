@@ -1,7 +1,7 @@
 """Property-based fuzzing of the HTTP edge: /filter, /prioritize, /bind and the debug GETs.
 
 The in-process app (``create_app``) runs on a real ``Lockstep`` service whose Kubernetes API
-is faked with ``httpx.MockTransport`` (bindings succeed), reached through
+is faked in memory (``tests.fakeapi.Wire``: bindings succeed), reached through
 ``httpx.ASGITransport``. Hypothesis generates request bodies from several families:
 
 * well-formed extender args for pods the cache knows (plain pods, members of a complete gang,
@@ -52,6 +52,7 @@ from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_VERBS_EXAMPLES", "250"))
 SEED = os.environ.get("LOCKSTEP_FUZZ_VERBS_SEED")
@@ -113,7 +114,7 @@ class Harness:
         for p in self.pods:
             core.upsert_pod(pod_from_json(p))
         self.api = FakeAPI()
-        kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(self.api))
+        kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(self.api))
         self.service = Lockstep(core, kube, clock=lambda: NOW)
         app = create_app(self.service, manage_lifecycle=False, max_body=MAX_BODY)
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),

@@ -1,6 +1,7 @@
 """The HTTP edge: wire format, bad input, parked binds, debug endpoints.
 
-The Kubernetes API is faked at the seam with ``httpx.MockTransport``; the core is real.
+The Kubernetes API is faked beneath Lockstep's own HTTP client (``tests.fakeapi.Wire``);
+the core is real.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 
 class FakeAPI:
@@ -62,7 +64,7 @@ def service(api: FakeAPI) -> Lockstep:
     core = Coscheduler(Settings(backoff_seconds=5))
     for i in range(3):
         core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
-    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     return Lockstep(core, kube)
 
 
@@ -309,7 +311,7 @@ async def test_a_409_for_our_own_earlier_binding_counts_as_bound() -> None:
             return httpx.Response(409, json={"reason": "Conflict", "message": "already assigned"})
         return httpx.Response(200, json={"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}})
 
-    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     key = PodKey("default/p")
     assert await kube.bind_retrying(key, "default", "p", "u1", NodeName("n1")) == Bound(
         key, NodeName("n1"))

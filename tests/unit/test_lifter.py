@@ -14,6 +14,7 @@ from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.gating import GANG_GATE, pinned_node
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 
 class PatchAPI:
@@ -42,7 +43,7 @@ def service(api: PatchAPI, *, synced: bool = True) -> Lockstep:
     for i in range(2):
         core.upsert_node(node_from_json(node(f"n{i}").gpus(4).build()))
     svc = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
-                                    transport=httpx.MockTransport(api)))
+                                    connect=Wire(api)))
     for res in svc.cache.resources.values():
         res.synced = synced
     return svc

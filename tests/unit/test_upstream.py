@@ -38,6 +38,7 @@ from coscheduling.reasons import (
 from coscheduling.records import PodRecord, pod_from_json
 from coscheduling.topology import DEFAULT_LEVELS
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
 KEY = gang_key("default", "train")
@@ -473,7 +474,7 @@ async def test_podgroups_are_found_by_discovery_or_synced_empty(
         served: dict[str, list[str]], want_version: str) -> None:
     core = Coscheduler()
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
-                                          transport=httpx.MockTransport(discovery(served))))
+                                          connect=Wire(discovery(served))))
     res = cache.resources["upstream-podgroups"]
     task = asyncio.create_task(cache.run("upstream-podgroups"))
     try:

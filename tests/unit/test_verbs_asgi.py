@@ -21,6 +21,7 @@ from app.service import Lockstep
 from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def service() -> Lockstep:
     for i in range(3):
         core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
     kube = KubeClient(KubeConfig("http://api.test"),
-                      transport=httpx.MockTransport(lambda _: httpx.Response(201, json={})))
+                      connect=Wire(lambda _: httpx.Response(201, json={})))
     return Lockstep(core, kube)
 
 
