@@ -56,17 +56,20 @@ class Poster:
         write it again before the watch shows the gate gone."""
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
 
-    def offer(self, q: asyncio.Queue[Any], item: Any) -> None:
+    def offer(self, q: asyncio.Queue[Any], item: Any) -> bool:
+        """Queue ``item`` unless ``q`` is full (counted in ``dropped``); says whether it was."""
         try:
             q.put_nowait(item)
         except asyncio.QueueFull:
             self.dropped += 1
+            return False
+        return True
 
     def offer_lift(self, pod: PodKey, uid: str, node: NodeName | None) -> None:
         """Queue a lift unless the same one is queued or was written already."""
-        if pod not in self._lift_queued and self._lift_sent.get(pod) != (uid, node):
+        if (pod not in self._lift_queued and self._lift_sent.get(pod) != (uid, node)
+                and self.offer(self.lifts, (pod, 0))):
             self._lift_queued.add(pod)
-            self.offer(self.lifts, (pod, 0))
 
     async def post_events(self) -> None:
         while True:

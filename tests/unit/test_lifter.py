@@ -128,3 +128,22 @@ async def test_nothing_is_admitted_or_lifted_before_the_cache_has_synced() -> No
     svc.flush()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
+
+
+async def test_a_lift_dropped_by_a_full_queue_is_offered_again_on_the_pods_next_event() -> None:
+    """A dropped lift must not stay marked as queued: the member would stay gated for good."""
+    api = PatchAPI()
+    svc = service(api)
+    svc.poster.lifts = asyncio.Queue(1)
+    svc.poster.lifts.put_nowait(("default/other", 0))  # full: every offer is dropped
+    held(svc, 2)
+    svc.flush()
+    assert svc.poster.dropped >= 2 and api.patches == []
+    svc.poster.lifts = asyncio.Queue()
+    for key in sorted(svc.core.gangs()["default/g"].members):  # the next watch event on each
+        again = svc.core.pod(key)
+        assert again is not None
+        svc.core.upsert_pod(again)
+    svc.flush()
+    await run_lifters(svc, 0.1)
+    assert api.names() == ["g-0", "g-1"]
