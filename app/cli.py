@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import ssl
@@ -79,6 +80,10 @@ def _serve_parser(sub: Any) -> None:
     add("--webhook-cert-check", type=float, default=float(_env("webhook-cert-check", 60)),
         help="seconds between checks of the Secret (renewal, another replica's rotation) and "
              "of the caBundle (put back when a re-apply wiped it) (default 60)")
+    add("--topology-levels", default=_env("topology-levels", ""),
+        help="topology levels between nodes, coarse to fine: name=label-key[,label-key...] "
+             "separated by ';', ending with hostname=kubernetes.io/hostname (default: zone, "
+             "block, rack, clique, hostname in the common vendors' label spellings)")
     add("--token", default=_env("token", None),
         help="API bearer token overriding the kubeconfig's (for least-privilege testing)")
     add("--log-level", default=_env("log-level", "info"))
@@ -148,6 +153,14 @@ def _serve(args: argparse.Namespace) -> int:
         defaults=GangDefaults(min(args.default_timeout, args.max_timeout), args.max_timeout),
         backoff_seconds=args.backoff,
     )
+    if args.topology_levels:
+        from .levels import LevelsError, parse_levels
+
+        try:
+            settings = dataclasses.replace(settings, levels=parse_levels(args.topology_levels))
+        except LevelsError as e:
+            print(f"lockstep: --topology-levels: {e}", file=sys.stderr)
+            return 2
 
     async def run() -> int:
         service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
