@@ -33,6 +33,16 @@ def _int_env(name: str) -> int | None:
     return int(value) if value else None
 
 
+def _flag(value: str) -> bool:
+    """A boolean flag's value: --ui=false, LOCKSTEP_UI=0."""
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
+
+
 def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the extender (filter, prioritize, bind) and debug API")
     add = p.add_argument
@@ -84,6 +94,8 @@ def _serve_parser(sub: Any) -> None:
         help="topology levels between nodes, coarse to fine: name=label-key[,label-key...] "
              "separated by ';', ending with hostname=kubernetes.io/hostname (default: zone, "
              "block, rack, clique, hostname in the common vendors' label spellings)")
+    add("--ui", type=_flag, default=_env("ui", "true"),
+        help="serve the read-only web page at /ui on --port (default true; --ui=false)")
     add("--token", default=_env("token", None),
         help="API bearer token overriding the kubeconfig's (for least-privilege testing)")
     add("--log-level", default=_env("log-level", "info"))
@@ -186,7 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
             from .routes import create_rest_app
 
             return create_rest_app(service, debug_token=args.debug_token,
-                                   manage_lifecycle=False)
+                                   manage_lifecycle=False, ui=args.ui)
 
         # The verbs and probes answer from the start. FastAPI (metrics, debug, the webhook)
         # is imported on the first request for another path, or at once for --webhook-port:

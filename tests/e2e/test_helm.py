@@ -179,13 +179,14 @@ def test_values_reach_every_place_they_matter() -> None:
 
 
 def test_webhook_and_labeller_can_be_left_out() -> None:
-    objs = template("webhook.enabled=false", "labeller.enabled=false")
+    objs = template("webhook.enabled=false", "labeller.enabled=false", "lockstep.ui=false")
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
     assert ("MutatingWebhookConfiguration", "lockstep") not in kinds
     assert ("Role", "lockstep-webhook-cert") not in kinds
     assert ("DaemonSet", "lockstep-labeller") not in kinds
     env = lockstep_env(objs)
     assert not any(k.startswith("LOCKSTEP_WEBHOOK") for k in env)
+    assert env["LOCKSTEP_UI"] == "false"
 
 
 def test_a_max_timeout_at_or_above_the_extender_timeout_is_refused() -> None:
