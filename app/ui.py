@@ -22,6 +22,7 @@ The JSON endpoints answer whom ``/debug/*`` answers (loopback, as through
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -33,6 +34,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from coscheduling import Coscheduler, GangKey, GangPhase, GangView, NodeName
+from coscheduling.gang import Gang
 from coscheduling.topology import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
 
 from .render import render
@@ -49,6 +51,7 @@ STATES = ("partial", "timed out", "waiting", "binding", "admitted", "running", "
 _RANK = {s: i for i, s in enumerate(STATES)}
 NO_RACK = "(no rack)"
 MAX_ROWS = 1000
+CACHE_SECONDS = 1.0
 
 
 def gang_state(v: GangView) -> str:
@@ -65,6 +68,32 @@ def gang_state(v: GangView) -> str:
     if v.phase is GangPhase.ADMITTED:
         return "binding" if v.parked or v.bound else "admitted"
     return "running" if v.bound >= need else "binding"
+
+
+def _quick_state(core: Coscheduler, g: Gang) -> str:
+    """``gang_state`` without building a view: the page counts every gang on each poll, and
+    a view sorts and copies each gang's members (48 ms for 6,250 gangs of 8). Members are
+    only counted for the phases whose state depends on them."""
+    if g.spec is None:
+        return "invalid"
+    if g.partial is not None:
+        return "partial"
+    if g.phase is GangPhase.BACKING_OFF:
+        return "timed out"
+    if g.phase is GangPhase.WAITING:
+        return "waiting"
+    pods = core.store.pods  # the dict itself: a read-only proxy's get costs a third more
+    need = g.spec.min_member if g.phase is GangPhase.RELEASED else 1
+    bound = 0
+    for k in g.members:
+        p = pods.get(k)
+        if p is not None and p.node_name is not None and p.active:
+            bound += 1
+            if bound >= need:
+                break
+    if g.phase is GangPhase.ADMITTED:
+        return "binding" if bound or core.waiting.count(g.key) else "admitted"
+    return "running" if bound >= need else "binding"
 
 
 def _created(stamp: str) -> float | None:
@@ -95,28 +124,37 @@ def gang_row(core: Coscheduler, v: GangView, now: float, wall: float) -> dict[st
         "reservedNodes": len(set(v.plan.values())),
         "deadlineInSeconds": round(v.deadline - now, 1) if v.deadline is not None else None,
         "reason": render(v.partial) if v.partial is not None
-        else render(v.reason) if v.reason is not None else None,
+        else render(v.reason) if v.reason is not None else _progress(v, pending),
     }
+
+
+def _progress(v: GangView, pending: int) -> str | None:
+    """Where an admitted gang is when the core has no reason to give (it is not waiting)."""
+    if v.phase is not GangPhase.ADMITTED:
+        return None
+    nodes = len(set(v.plan.values()))
+    return (f"admitted, capacity reserved on {nodes} node(s): {v.parked} member(s) parked, "
+            f"{pending} not yet asked to bind by kube-scheduler")
 
 
 def gangs_page(core: Coscheduler, now: float, wall: float, *, namespace: str = "",
                state: str = "", limit: int = 200) -> dict[str, Any]:
     """Counts for every state (within ``namespace``), and the first ``limit`` matching rows."""
-    views = core.gang_views()
-    namespaces = sorted({_split(v.key)[0] for v in views})
-    if namespace:
-        views = [v for v in views if _split(v.key)[0] == namespace]
-    states = [(gang_state(v), v) for v in views]
+    gangs = core.gangs()
+    namespaces = sorted({_split(k)[0] for k in gangs})
+    keys = [k for k in gangs if _split(k)[0] == namespace] if namespace else list(gangs)
+    states = [(_quick_state(core, gangs[k]), k) for k in keys]
     counts = dict.fromkeys(STATES, 0)
     for s, _ in states:
         counts[s] += 1
-    chosen = sorted(((s, v) for s, v in states if not state or s == state),
-                    key=lambda sv: (_RANK[sv[0]], sv[1].key))
-    return {
-        "counts": counts, "total": len(views), "matching": len(chosen),
-        "namespaces": namespaces,
-        "gangs": [gang_row(core, v, now, wall) for _, v in chosen[:limit]],
-    }
+    chosen = sorted((_RANK[s], k) for s, k in states if not state or s == state)
+    rows = []
+    for _, k in chosen[:limit]:
+        v = core.gang_view(k)
+        if v is not None:
+            rows.append(gang_row(core, v, now, wall))
+    return {"counts": counts, "total": len(keys), "matching": len(chosen),
+            "namespaces": namespaces, "gangs": rows}
 
 
 def _rack_level(core: Coscheduler) -> int | None:
@@ -181,6 +219,11 @@ def racks(core: Coscheduler) -> dict[str, Any]:
     return {"level": level, "racks": out, "totals": totals}
 
 
+def _natural(name: str) -> tuple[Any, ...]:
+    """n2 before n10."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
 def _owners(core: Coscheduler, names: Iterable[NodeName]) -> dict[NodeName, list[str]]:
     """Per node, the gang (or plain pod) of each GPU in use, one entry per GPU."""
     wanted = set(names)
@@ -205,7 +248,7 @@ def rack_nodes(core: Coscheduler, rack_id: str) -> dict[str, Any]:
     levels = core.settings.levels
     clique = level_by_name(levels, "clique")
     nodes = []
-    for n in names:
+    for n in sorted(names, key=_natural):
         node = core.nodes[n]
         alloc, _, _ = _gpus(core, n, reserved)
         slots: list[list[str]] = [["used", o] for o in owners[n][:alloc]]
@@ -284,6 +327,19 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
     """The page and its JSON; ``guard`` is the debug endpoints' access check."""
     router = APIRouter()
     core = service.core
+    answered: dict[tuple[str, str, int], tuple[float, Response]] = {}
+
+    def cached(key: tuple[str, str, int], make: Callable[[], Any]) -> Response:
+        """The gangs answer at most once a second per query, however many pages poll it:
+        counting every gang costs ~15 ms of the event loop at 50,000 pods."""
+        now = service.clock()
+        hit = answered.get(key)
+        if hit is not None and now - hit[0] < CACHE_SECONDS:
+            return hit[1]
+        if len(answered) > 256:
+            answered.clear()
+        answered[key] = (now, _json(make()))
+        return answered[key][1]
 
     @router.get("/ui")
     async def page() -> Response:
@@ -303,8 +359,8 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
                              ["state"])
         if not 0 < limit <= MAX_ROWS:
             raise BadRequest(400, f"limit must be 1..{MAX_ROWS}", ["limit"])
-        return _json(gangs_page(core, service.clock(), wall(), namespace=namespace,
-                                state=state, limit=limit))
+        return cached((namespace, state, limit), lambda: gangs_page(
+            core, service.clock(), wall(), namespace=namespace, state=state, limit=limit))
 
     @router.get("/ui/api/racks")
     async def all_racks(request: Request) -> Response:
