@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from coscheduling import (
     BindFailed,
@@ -39,6 +41,14 @@ from .render import render
 __all__ = ["Binder", "error_text"]
 
 log = logging.getLogger("lockstep")
+
+
+def _created(stamp: str) -> float | None:
+    """``metadata.creationTimestamp`` (RFC 3339) as epoch seconds; None when missing or bad."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
 
 
 def error_text(outcome: BindOutcome) -> str:
@@ -97,6 +107,7 @@ class Binder:
         self.settle(outcomes)
         placed = Counter(binds[o.pod] for o in outcomes if isinstance(o, Bound))
         if placed:
+            self._observe_arrival_to_bound(gang)
             # One Event for the group, on the member whose call released it: per member it
             # was 8 writes per 8-pod gang competing with the bindings, and each
             # member gets kube-scheduler's own Scheduled Event anyway.
@@ -112,6 +123,13 @@ class Binder:
             else:
                 self.parked.answer(k, err)
         return mine
+
+    def _observe_arrival_to_bound(self, gang: GangKey) -> None:
+        """Creation of the gang's first member to now, on the wall clock: the API server
+        stamps creation in whole seconds, so this is what a user waited, give or take one."""
+        created = [c for m in self.core.members_of(gang) if (c := _created(m.created))]
+        if created:
+            self.metrics.arrival_to_bound.observe(max(0.0, time.time() - min(created)))
 
     async def _bind_one(self, key: PodKey, node: NodeName) -> BindOutcome:
         pod = self.core.pod(key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import ssl
@@ -30,6 +31,16 @@ def _env(name: str, default: Any) -> Any:
 def _int_env(name: str) -> int | None:
     value = _env(name, None)
     return int(value) if value else None
+
+
+def _flag(value: str) -> bool:
+    """A boolean flag's value: --ui=false, LOCKSTEP_UI=0."""
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
 
 
 def _serve_parser(sub: Any) -> None:
@@ -79,6 +90,12 @@ def _serve_parser(sub: Any) -> None:
     add("--webhook-cert-check", type=float, default=float(_env("webhook-cert-check", 60)),
         help="seconds between checks of the Secret (renewal, another replica's rotation) and "
              "of the caBundle (put back when a re-apply wiped it) (default 60)")
+    add("--topology-levels", default=_env("topology-levels", ""),
+        help="topology levels between nodes, coarse to fine: name=label-key[,label-key...] "
+             "separated by ';', ending with hostname=kubernetes.io/hostname (default: zone, "
+             "block, rack, clique, hostname in the common vendors' label spellings)")
+    add("--ui", type=_flag, default=_env("ui", "true"),
+        help="serve the read-only web page at /ui on --port (default true; --ui=false)")
     add("--token", default=_env("token", None),
         help="API bearer token overriding the kubeconfig's (for least-privilege testing)")
     add("--log-level", default=_env("log-level", "info"))
@@ -147,6 +164,14 @@ def _serve(args: argparse.Namespace) -> int:
         defaults=GangDefaults(min(args.default_timeout, args.max_timeout), args.max_timeout),
         backoff_seconds=args.backoff,
     )
+    if args.topology_levels:
+        from .levels import LevelsError, parse_levels
+
+        try:
+            settings = dataclasses.replace(settings, levels=parse_levels(args.topology_levels))
+        except LevelsError as e:
+            print(f"lockstep: --topology-levels: {e}", file=sys.stderr)
+            return 2
 
     async def run() -> int:
         service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
@@ -172,7 +197,7 @@ def _serve(args: argparse.Namespace) -> int:
             from .routes import create_rest_app
 
             return create_rest_app(service, debug_token=args.debug_token,
-                                   manage_lifecycle=False)
+                                   manage_lifecycle=False, ui=args.ui)
 
         # The verbs and probes answer from the start. FastAPI (metrics, debug, the webhook)
         # is imported on the first request for another path, or at once for --webhook-port:

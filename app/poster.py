@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,8 @@ gets pods: 8 capped Lockstep at ~140 pods/s; from 32 to 64, four interleaved pai
 1,000-node runs gave 147-176 pods/s against 131-153."""
 LIFT_RETRIES = 5
 QUEUE_SIZE = 20000
+HISTORY_PER_GANG = 20
+HISTORY_GANGS = 5000
 _WARNING = {NoticeKind.TIMED_OUT, NoticeKind.INVALID, NoticeKind.TIMEOUT_CAPPED,
             NoticeKind.PARTIALLY_BOUND}
 
@@ -55,6 +58,8 @@ class Poster:
         """The lift last written per pod: events on a pod still cached as held must not
         write it again before the watch shows the gate gone."""
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
+        self.history: OrderedDict[str, deque[dict[str, str]]] = OrderedDict()
+        """The Events Lockstep posted, newest gangs last, for the web page (app/ui.py)."""
 
     def offer(self, q: asyncio.Queue[Any], item: Any) -> bool:
         """Queue ``item`` unless ``q`` is full (counted in ``dropped``); says whether it was."""
@@ -102,10 +107,22 @@ class Poster:
                 "lastTimestamp": stamp,
                 "count": 1,
             }
+            self._remember(notice.gang, event)
             try:
                 await self.kube.post_event(pod.namespace, event)
             except (APIError, APIUnreachable) as e:
                 log.info("event for %s not posted: %s", key, e)
+
+    def _remember(self, gang: str | None, event: dict[str, Any]) -> None:
+        """Keep the last HISTORY_PER_GANG Events of the last HISTORY_GANGS gangs."""
+        if gang is None:
+            return
+        kept = self.history.pop(gang, None) or deque(maxlen=HISTORY_PER_GANG)
+        kept.append({k: event[k] for k in ("reason", "message", "type", "lastTimestamp")}
+                    | {"pod": event["involvedObject"]["name"]})
+        self.history[gang] = kept
+        while len(self.history) > HISTORY_GANGS:
+            self.history.popitem(last=False)
 
     async def nudge(self) -> None:
         """Touch an annotation so kube-scheduler moves the pod back to its active queue.

@@ -25,6 +25,7 @@ from coscheduling import pod_key
 from .admission import admission_router
 from .explain import explain_pod, gang_json, node_json
 from .service import Lockstep, UnknownObject
+from .ui import ui_router
 from .verbs import DEFAULT_MAX_BODY, BadRequest, VerbsApp
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app", "create_rest_app"]
@@ -59,6 +60,7 @@ def create_rest_app(
     *,
     debug_token: str | None = None,
     manage_lifecycle: bool = True,
+    ui: bool = True,
 ) -> FastAPI:
     """The routes that are not verbs or probes (``VerbsApp`` answers those first)."""
 
@@ -105,6 +107,9 @@ def create_rest_app(
         if debug_token and hmac.compare_digest(auth, f"Bearer {debug_token}"):
             return None
         return _json({"error": "debug endpoints answer loopback clients or a bearer token"}, 403)
+
+    if ui:  # the read-only web page and its JSON, behind the same guard (app/ui.py)
+        app.include_router(ui_router(service, guard))
 
     @app.get("/debug/gangs")
     async def debug_gangs(request: Request) -> Response:
