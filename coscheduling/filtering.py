@@ -13,7 +13,7 @@ from itertools import filterfalse
 from .admission import admit, extend, replan, turn_away
 from .decisions import FilterDecision
 from .gang import Gang, GangPhase
-from .ingest import upsert_pod
+from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup
 from .reasons import (
@@ -43,6 +43,8 @@ def filter_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName], no
         # rather than turn it away for a backoff (the watch's own event replaces it). An
         # older pod absent from the store was deleted, and is not brought back.
         upsert_pod(st, pod)
+        cached = st.store.pods.get(pod.key)
+    elif cached is not None and learn_newer(st, pod):
         cached = st.store.pods.get(pod.key)
     if cached is None or (pod.uid and cached.uid and pod.uid != cached.uid):
         # Deleted (or recreated) since kube-scheduler saw it: answer from the request alone

@@ -41,6 +41,7 @@ __all__ = [
     "assume_bound",
     "delete_pod",
     "forget_assumed",
+    "learn_newer",
     "pods_listed",
     "upsert_pod",
     "watched_pod",
@@ -291,9 +292,30 @@ def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
 
 
 def watched_pod(st: CoreState, pod: PodRecord) -> None:
-    """A pod as the watch delivers it: it also moves how far the watch has read."""
+    """A pod as the watch delivers it: it also moves how far the watch has read. An event
+    older than the version the core holds (a filter call brought a newer one first) is
+    superseded: applying it would take the pod back in time, e.g. put a lifted gate back on
+    a member whose bind is parked."""
     st.pods_revision = max(st.pods_revision, pod.resource_version)
+    if not _superseded(st, pod):
+        upsert_pod(st, pod)
+
+
+def learn_newer(st: CoreState, pod: PodRecord) -> bool:
+    """A scheduler call carried ``pod``: take it when the core holds an older version of the
+    same pod (kube-scheduler's watch ran ahead of Lockstep's). Says whether it was taken."""
+    cached = st.store.pods.get(pod.key)
+    if cached is None or not pod.uid or cached.uid != pod.uid \
+            or not 0 < cached.resource_version < pod.resource_version:
+        return False
     upsert_pod(st, pod)
+    return True
+
+
+def _superseded(st: CoreState, pod: PodRecord) -> bool:
+    cached = st.store.pods.get(pod.key)
+    return (cached is not None and bool(pod.uid) and cached.uid == pod.uid
+            and 0 < pod.resource_version < cached.resource_version)
 
 
 def pods_listed(st: CoreState, revision: int) -> None:
