@@ -94,6 +94,9 @@ def _serve_parser(sub: Any) -> None:
         help="topology levels between nodes, coarse to fine: name=label-key[,label-key...] "
              "separated by ';', ending with hostname=kubernetes.io/hostname (default: zone, "
              "block, rack, clique, hostname in the common vendors' label spellings)")
+    add("--preemption", type=_flag, default=_env("preemption", "true"),
+        help="a gang that does not fit evicts whole gangs and plain pods of strictly lower "
+             "priority (default true; --preemption=false: priority only orders waiting gangs)")
     add("--ui", type=_flag, default=_env("ui", "true"),
         help="serve the read-only web page at /ui on --port (default true; --ui=false)")
     add("--token", default=_env("token", None),
@@ -163,6 +166,7 @@ def _serve(args: argparse.Namespace) -> int:
         scheduler_names=frozenset(n.strip() for n in names if n.strip()),
         defaults=GangDefaults(min(args.default_timeout, args.max_timeout), args.max_timeout),
         backoff_seconds=args.backoff,
+        preemption=args.preemption,
     )
     if args.topology_levels:
         from .levels import LevelsError, parse_levels

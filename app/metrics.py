@@ -103,6 +103,22 @@ class Metrics:
             "node; unpinned: no plan holds the pod; failed: the API refused for good).",
             ["outcome"], registry=self.registry,
         )
+        self.preemptions = Counter(
+            "lockstep_preemptions_total",
+            "Preemptions started: a gang that did not fit evicted lower-priority work.",
+            registry=self.registry,
+        )
+        self.preemption_victims = Counter(
+            "lockstep_preemption_victims_total",
+            "Victims of preemptions, by kind (gang: a whole gang; pod: a plain pod).",
+            ["kind"], registry=self.registry,
+        )
+        self.evictions = Counter(
+            "lockstep_evictions_total",
+            "Victim pods Lockstep deleted, by outcome (deleted; gone: deleted or replaced "
+            "already; failed: the API refused).",
+            ["outcome"], registry=self.registry,
+        )
         self.bind_errors = Counter(
             "lockstep_bind_errors_total", "Bind calls answered with an error, by cause.",
             ["cause"], registry=self.registry,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from coscheduling import Coscheduler, NodeName, Notice, NoticeKind, PodKey
+from coscheduling import Coscheduler, Eviction, NodeName, Notice, NoticeKind, PodKey
 from coscheduling.gating import lift_patch
 
 from .errors import APIError, APIUnreachable, Conflict, NotFound
@@ -50,6 +50,7 @@ class Poster:
         self.events: asyncio.Queue[tuple[PodKey, Notice]] = asyncio.Queue(QUEUE_SIZE)
         self.requeue: asyncio.Queue[PodKey] = asyncio.Queue(QUEUE_SIZE)
         self.lifts: asyncio.Queue[tuple[PodKey, int]] = asyncio.Queue(QUEUE_SIZE)
+        self.evictions: asyncio.Queue[Eviction] = asyncio.Queue(QUEUE_SIZE)
         """Held pods to take Lockstep's gate off, with the attempt number."""
         self.dropped = 0
         self._posted: dict[tuple[PodKey, str, str], float] = {}
@@ -144,6 +145,61 @@ class Poster:
                 await self.kube.merge_patch(path, patch)
             except (APIError, APIUnreachable) as e:
                 log.info("requeue of %s failed: %s", key, e)
+
+    def offer_evictions(self, evictions: list[Eviction]) -> None:
+        """Queue victims to evict, counting each preemption and its victim units once."""
+        if not evictions:
+            return
+        for preemptor in {e.preemptor for e in evictions}:
+            self.metrics.preemptions.inc()
+            mine = [e for e in evictions if e.preemptor == preemptor]
+            gangs = {e.gang for e in mine if e.gang is not None}
+            self.metrics.preemption_victims.labels("gang").inc(len(gangs))
+            self.metrics.preemption_victims.labels("pod").inc(
+                sum(1 for e in mine if e.gang is None))
+        for e in evictions:
+            self.offer(self.evictions, e)
+
+    async def evict(self) -> None:
+        """Evict preemption victims as kube-scheduler does: the ``DisruptionTarget``
+        condition (reason ``PreemptionByScheduler``) so controllers see why the pod went,
+        then a delete with the pod's own grace period. Both carry the victim's UID as a
+        precondition: a pod recreated under the same name (training operators do that) is
+        never touched. Transient failures are retried; a victim that is already gone is
+        done."""
+        while True:
+            ev = await self.evictions.get()
+            namespace, name = ev.pod.split("/", 1)
+            path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            condition = {
+                "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                "message": f"lockstep: preempting to accommodate gang {ev.preemptor} "
+                           f"(priority {ev.priority})",
+                "lastTransitionTime": stamp,
+            }
+            outcome = "failed"
+            for attempt in range(5):
+                try:
+                    await self.kube.strategic_patch(path + "/status", {
+                        "metadata": {"uid": ev.uid}, "status": {"conditions": [condition]}})
+                    await self.kube.request("DELETE", path, json={
+                        "kind": "DeleteOptions", "apiVersion": "v1",
+                        "preconditions": {"uid": ev.uid}})
+                    outcome = "deleted"
+                    break
+                except APIError as e:
+                    if e.status in (404, 409):
+                        outcome = "gone"
+                        break
+                    if e.status < 500 and e.status != 429:
+                        log.warning("eviction of %s for %s refused: %s", ev.pod,
+                                    ev.preemptor, e)
+                        break
+                except APIUnreachable:
+                    pass
+                await asyncio.sleep(0.2 * 2 ** attempt)
+            self.metrics.evictions.labels(outcome).inc()
 
     async def lift(self) -> None:
         """Take Lockstep's gate off a pod, pinning it to its planned node in the same write.

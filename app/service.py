@@ -102,6 +102,7 @@ class Lockstep:
             "deadline-timer": self.binder.expire_loop(),
             "event-poster": self.poster.post_events(),
             "requeue-nudger": self.poster.nudge(),
+            "evictor": self.poster.evict(),
             **{f"gate-lifter-{i}": self.poster.lift() for i in range(LIFTERS)},
             "podgroup-status": self.status.run(),
             "api-probe": self._probe_api(),
@@ -234,4 +235,5 @@ class Lockstep:
             self.poster.offer(self.poster.requeue, pod)
         for lift in self.core.drain_lift():
             self.poster.offer_lift(lift.pod, lift.uid, lift.node)
+        self.poster.offer_evictions(self.core.drain_evictions())
         self.kick.set()

@@ -18,6 +18,7 @@ from .membership import countable, departed, meets_quorum, pick
 from .nofit import NoFit
 from .planner import Member, Plan, plan_gang
 from .podgroup import GangSpec, InvalidGang, MatchPolicy
+from .preempting import blocked, preempting_reason, try_preempt
 from .reasons import (
     BackingOff,
     DoesNotFit,
@@ -170,7 +171,11 @@ def admit(st: CoreState, g: Gang, spec: GangSpec, pod: PodRecord,
     outcome = try_admit(st, g, spec, live, now, pod, candidates)
     if not isinstance(outcome, dict):
         return FilterDecision([], unresolvable=turn_away(st, pod.key, g, outcome))
-    return FilterDecision([outcome[pod.key]])
+    node = outcome[pod.key]
+    if node not in candidates and (waits := preempting_reason(st, g)) is not None:
+        # Admitted by a preemption onto a node its victims still hold.
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
+    return FilterDecision([node])
 
 
 def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now: float,
@@ -184,6 +189,8 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
     required, bad = levels_for(st, g)
     if bad is not None:
         return bad
+    if (waits_for := blocked(st, g)) is not None:
+        return waits_for
     if spec.min_resources:
         total = free_outside_reservations(st)
         if not fits(spec.min_resources, total):
@@ -206,12 +213,25 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
             keep = set(chosen)
             result = plan_gang([m for m in members if m.key in keep], st.capacity, levels,
                                required=required, fixed=fixed)
+    timeout = spec.timeout_seconds
     if isinstance(result, NoFit):
-        return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
+        if fixed:  # bindings still in flight: whatever they leave is planned first
+            return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
+        chosen = pick(st, spec, have, [m.key for m in members]) or [m.key for m in members]
+        found = try_preempt(st, g, [st.store.pods[k] for k in chosen], required, now)
+        if isinstance(found, Plan):
+            result = found
+            if (rec := st.preemptions.get(str(g.key))) is not None:
+                timeout += max(0.0, rec.deadline - now)  # the victims' grace comes first
+        elif found is None or isinstance(found, str):
+            return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key), found or "")
+        else:
+            return found
     requests = {k: st.store.pods[k].requests for k in result.assignments}
-    if (waits := _outranked(st, g, result.assignments, requests)) is not None:
+    if (st.preemptions.get(str(g.key)) is None
+            and (waits := _outranked(st, g, result.assignments, requests)) is not None):
         return waits
-    g.admit(result.assignments, requests, result.level, now, spec.timeout_seconds)
+    g.admit(result.assignments, requests, result.level, now, timeout)
     first = pod.key if pod is not None else (members[0].key if members else live[0].key)
     # One Event per admission, on the member whose filter call admitted the gang.
     st.notice(NoticeKind.ADMITTED, g.key, (first,), detail=_plan_text(result))

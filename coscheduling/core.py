@@ -37,6 +37,7 @@ from .decisions import (
     BindGroup,
     BindNow,
     BindOutcome,
+    Eviction,
     Expired,
     FilterDecision,
     Lift,
@@ -272,6 +273,10 @@ class Coscheduler:
     def drain_unparked(self) -> list[Unparked]:
         """Parked calls let go of by cluster events; the app answers each with its reason."""
         return self.outbox.drain_unparked()
+
+    def drain_evictions(self) -> list[Eviction]:
+        """Victims of preemptions decided since the last drain: the app evicts them."""
+        return self.state.outbox.drain_evictions()
 
     def drain_lift(self) -> list[Lift]:
         """Held pods whose gate comes off now (decided now, from the current plan)."""

@@ -4,11 +4,13 @@ gangs backing off get another try when their backoff ends. The app's timer calls
 
 from __future__ import annotations
 
+from . import preempting
+from .admission import fall_back
 from .decisions import Expired, NoticeKind
 from .gang import GangPhase
 from .held import HELD_RETRY_SECONDS
 from .podgroup import Mode
-from .reasons import DoesNotFit, PlannedNodeLost, TimedOut
+from .reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
 from .state import CoreState
 
 __all__ = ["expire", "next_deadline"]
@@ -19,12 +21,20 @@ def next_deadline(st: CoreState) -> float | None:
              for t in (g.deadline, g.backoff_until) if t is not None]
     if st.held_blocked and st.store.epoch != st.held_epoch:
         times.append(st.held_swept + HELD_RETRY_SECONDS)
+    if (preempting := st.preemptions.next_deadline()) is not None:
+        times.append(preempting)
     return min(times, default=None)
 
 
 def expire(st: CoreState, now: float) -> list[Expired]:
     """Time out admitted gangs past their deadline and end finished backoffs."""
     out = []
+    for stalled in preempting.expired(st, now):
+        # Victims outlived their grace period: the held room goes back, the gang plans anew.
+        g = st.gangs.get(stalled.record.gang) if stalled.record.gang is not None else None
+        if g is not None and g.phase is GangPhase.ADMITTED and not g.binding:
+            fall_back(st, g, PreemptionStalled(g.key, len(stalled.still_there)))
+            st.outbox.requeue.update(g.wake())
     for g in list(st.gangs.values()):
         if g.phase is GangPhase.BACKING_OFF and g.backoff_until is not None \
                 and now >= g.backoff_until:

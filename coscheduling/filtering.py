@@ -16,6 +16,7 @@ from .gang import Gang, GangPhase
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup
+from .preempting import preempting_reason
 from .reasons import (
     BackingOff,
     InvalidDeclaration,
@@ -88,6 +89,10 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
         # The plan holds this pod's slot: hand out exactly that node (idempotent).
         if planned in candidates:
             return FilterDecision([planned])
+        if (preempting := preempting_reason(st, g)) is not None:
+            # Its victims still hold the planned node: kube-scheduler's own filters said
+            # so. The slot stays; the member is woken when the victims are gone.
+            return FilterDecision([], unresolvable=turn_away(st, pod.key, g, preempting))
         return replan(st, g, pod, candidates)
     if g.phase is GangPhase.RELEASED:
         # Elastic extras: ordinary pods, but never on capacity reserved for anyone.

@@ -90,6 +90,8 @@ def lift_target(st: CoreState, key: PodKey) -> Lift | None:
         return None
     node = g.plan.get(key)
     if node is not None:
+        if st.preemptions.get(str(g.key)) is not None:
+            return None  # pinned once its victims are gone, not onto a node they still hold
         return Lift(key, pod.uid, node)
     if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
         return Lift(key, pod.uid, None)

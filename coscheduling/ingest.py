@@ -24,6 +24,7 @@ from .gating import pinned_node
 from .membership import gang_key, refresh_spec, resolve_pod
 from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang
+from .preempting import victims_gone
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .state import CoreState
@@ -224,6 +225,8 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
                   InvalidDeclaration(membership))
     if pod.held:
         st.outbox.lift.add(pod.key)
+    if pod.terminal:
+        victims_gone(st, (pod.key,))
     _track_pending(st, pod, membership is None)
     st.outbox.arrived(pod)
 
@@ -341,6 +344,7 @@ def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
 
 def _pod_left(st: CoreState, rec: PodRecord) -> None:
     st.assumed.pop(rec.key, None)
+    victims_gone(st, (rec.key,))
     if st.pending_plain.pop(rec.key, None) is not None:
         _wake_deferred(st)
     gang = gang_key(st.membership.pop(rec.key, None))

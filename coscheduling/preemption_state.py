@@ -80,6 +80,8 @@ class InFlight:
     started: float
     deadline: float
     gone: frozenset[PodKey] = field(default_factory=frozenset)
+    plain: int = 0
+    """Victim pods outside any gang."""
 
     @property
     def waiting_for(self) -> frozenset[PodKey]:
@@ -164,6 +166,7 @@ class PreemptionBook:
             freed=dict(victims.freed),
             started=now,
             deadline=deadline_for(victims, now, margin),
+            plain=len(victims.pods),
         )
         self.by_preemptor[preemptor] = rec
         for k in rec.victims:

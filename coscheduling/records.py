@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NewType
 
 from .keys import GANG_GATE
@@ -108,6 +109,13 @@ class PodRecord:
     workload_ref: tuple[str, str, str] | None = None
     """``spec.workloadRef`` (Kubernetes 1.35 only): Workload name, pod group in it, and
     ``podGroupReplicaKey`` ("" when unset)."""
+    preempt_never: bool = False
+    """``spec.preemptionPolicy: Never``: it waits for capacity and evicts nobody."""
+    started: float = 0.0
+    """``status.startTime`` in seconds since the epoch (0 when not started): the most
+    recently started victims lose the least work."""
+    grace_seconds: float = 30.0
+    """``spec.terminationGracePeriodSeconds``: how long an evicted pod may take to go."""
     resource_version: int = field(default=0, compare=False)
     """``metadata.resourceVersion`` when it is a number (the API server's etcd revision), else
     0: tells a pod the watch has not reached yet from one it has already seen go. Not part of
@@ -225,7 +233,27 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         unschedulable=_unschedulable(status),
         scheduling_group=_scheduling_group(spec),
         workload_ref=_workload_ref(spec),
+        preempt_never=spec.get("preemptionPolicy") == "Never",
+        started=_timestamp(status.get("startTime")),
+        grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
     )
+
+
+def _timestamp(raw: object) -> float:
+    """An RFC 3339 time as the API server writes it, in seconds since the epoch; 0 if
+    absent or unreadable (a pod whose start is unknown counts as the oldest)."""
+    if not isinstance(raw, str) or not raw:
+        return 0.0
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _grace(raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
+        return 30.0
+    return float(raw)
 
 
 def _scheduling_group(spec: Mapping[str, Any]) -> str | None:

@@ -24,6 +24,7 @@ from .gang import Gang
 from .ledger import Ledger
 from .outbox import Outbox
 from .podgroup import GangDefaults, GangKey, Membership
+from .preemption_state import PreemptionBook
 from .reasons import BindTargetGone, GangReason, NodeReason
 from .records import NodeName, PodKey, PodRecord
 from .store import ClusterStore
@@ -42,6 +43,8 @@ class Settings:
     defaults: GangDefaults = GangDefaults()
     backoff_seconds: float = 30.0
     levels: tuple[Level, ...] = DEFAULT_LEVELS
+    preemption: bool = True
+    """Gangs that do not fit evict whole lower-priority gangs and pods (``--preemption``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,11 @@ class CoreState:
         """Pods of Lockstep's schedulers outside any gang that kube-scheduler is placing now
         (unbound, ungated, not marked unschedulable), with their priority: a gang of lower
         priority is not admitted onto the room they need."""
+        self.preemptions = PreemptionBook()
+        """Preemptions whose victims are terminating, by preemptor gang."""
+        self.preempt_tried: dict[GangKey, tuple[int, str]] = {}
+        """The store epoch at which each gang last looked for victims in vain, and why it
+        found none: it looks again only once capacity or pods changed."""
         self.plain_verdicts: OrderedDict[PodKey, PlainVerdict] = OrderedDict()
         """The last filter and bind answer for each pod outside a gang (the latest
         ``VERDICTS_REMEMBERED``), for ``explain``."""

@@ -53,7 +53,7 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
     assert got == {
         ("", "nodes", "list"), ("", "nodes", "watch"),
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-        ("", "pods", "patch"),
+        ("", "pods", "patch"), ("", "pods", "delete"), ("", "pods/status", "patch"),
         ("", "pods/binding", "create"), ("", "events", "create"),
         ("scheduling.x-k8s.io", "podgroups", "list"), ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("scheduling.x-k8s.io", "podgroups/status", "patch"),

@@ -47,7 +47,10 @@ from coscheduling import (
     BindOutcome,
     Bound,
     Coscheduler,
+    Eviction,
     GangDefaults,
+    GangKey,
+    GangPhase,
     Lift,
     NodeName,
     Park,
@@ -71,8 +74,10 @@ EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))
 GANGS = {"a": (2, 1), "b": (3, 1), "c": (2, 2), "d": (4, 1)}
 """Annotation gangs: name -> (minMember, GPUs per member)."""
-PRIORITY = {"b": 50}
-"""Gangs whose members have a priority (the rest have 0); plain pods get 0, 50 or 100."""
+PRIORITY = {"b": 50, "c": 100, "d": 100}
+"""Gangs whose members have a priority (the rest have 0); plain pods get 0, 50 or 100.
+Gangs c and d preempt: whole lower-priority gangs and plain pods are evicted for them
+(never each other), and the API server lets victims go at once, slowly, or never."""
 KOORD = {"k1": (2, 1), "k2": (1, 2), "ko": (2, 1)}
 """Koordinator gangs: name -> (min-available, GPUs per member). k1 and k2 form the gang
 group KG (each keeps its own minimum; match-policy once-satisfied, Koordinator's default);
@@ -137,6 +142,8 @@ class GangModel(RuleBasedStateMachine):
         self.behind = False
         """The pod watch is behind: every pod event waits for ``watch_catches_up``."""
         self.revision = 0
+        self.evicting: list[Eviction] = []
+        """Victims the app was told to evict and the API server has not deleted yet."""
         self.inflight: list[tuple[PodKey, NodeName, str, int, bool]] = []
         """Pods kube-scheduler filtered and has not bound yet: (pod, node, uid, fate, lag)."""
         """Gangs the cluster itself left short (a bound member deleted/failed, a bind failed)."""
@@ -248,6 +255,34 @@ class GangModel(RuleBasedStateMachine):
         self.core.drain_notices()
         self.core.drain_requeue()
         self.lifts.extend(self.core.drain_lift())
+        evictions = self.core.drain_evictions()
+        if evictions:
+            self._check_evictions(evictions)
+            self.evicting.extend(evictions)
+
+    def _check_evictions(self, batch: list[Eviction]) -> None:
+        """One preemption's victims, as decided: strictly lower priority, victim gangs
+        whole (every member bound at the API server), and the preemptor admitted whole."""
+        saw(f"Preempted:{len(batch)}")
+        keys = {e.pod for e in batch}
+        for e in batch:
+            obj = self.pods.get(e.pod)
+            if obj is None or obj["metadata"]["uid"] != e.uid:
+                continue  # gone already, the core's watch behind: the delete finds nothing
+            prio = int(obj["spec"].get("priority") or 0)
+            if prio >= e.priority:
+                raise AssertionError(f"{e.pod} (priority {prio}) evicted for {e.preemptor} "
+                                     f"(priority {e.priority})")
+            if e.gang is not None:
+                for k, p in self.pods.items():
+                    if p["spec"].get("nodeName") and self.core.gang_of(k) == e.gang \
+                            and k not in keys and not p["metadata"].get("deletionTimestamp") \
+                            and p["status"]["phase"] not in ("Failed", "Succeeded"):
+                        raise AssertionError(f"gang {e.gang} evicted in part: {k} stays")
+        preemptor = self.core.gangs().get(GangKey(batch[0].preemptor))
+        if preemptor is None or preemptor.phase is not GangPhase.ADMITTED:
+            raise AssertionError(f"evicted for {batch[0].preemptor}, which was not admitted "
+                                 f"into the freed room")
 
     def _feasible(self, obj: dict[str, Any]) -> list[NodeName]:
         """kube-scheduler's own filters: free GPUs, and a pin narrows the cycle to its node."""
@@ -628,6 +663,24 @@ class GangModel(RuleBasedStateMachine):
                 saw("PartiallyBound")
         self._answered()
 
+    @precondition(lambda self: self.evicting)
+    @rule(data=st.data(), how=st.sampled_from(["delete", "delete", "terminating", "stuck"]))
+    def victim_terminates(self, data: st.DataObject, how: str) -> None:
+        """The app's eviction lands: the victim goes now, starts its grace period (goes at
+        a later step), or never goes (the preemption expires)."""
+        ev = self.evicting.pop(data.draw(st.integers(0, len(self.evicting) - 1)))
+        obj = self.pods.get(ev.pod)
+        if obj is None or obj["metadata"]["uid"] != ev.uid:
+            return
+        saw(f"victim:{how}")
+        if how == "delete" or obj["metadata"].get("deletionTimestamp"):
+            self._delete_pod(ev.pod)
+        elif how == "terminating":
+            self._put_pod({**obj, "metadata": {**obj["metadata"],
+                                               "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+            self.evicting.append(ev)
+        self._answered()
+
     @precondition(lambda self: self.parked)
     @rule(data=st.data())
     def scheduler_drops_parked_call(self, data: st.DataObject) -> None:
@@ -681,6 +734,9 @@ class GangModel(RuleBasedStateMachine):
                 continue
             reserved = sum(r.requests.get("nvidia.com/gpu", 0)
                            for r in self.core.ledger.on_node(n) if r.pod not in api_bound)
+            # Room a preemption frees is reserved for its preemptor while victims go.
+            reserved -= sum(gpu(self.pods[k]) for k in self.core.state.preemptions.terminating()
+                            if k in self.pods and self.pods[k]["spec"].get("nodeName") == n)
             if reserved and self._raw_free(n) + sum(
                     gpu(self.pods[k]) for k in self.parked
                     if self.core.waiting.node(k) == n and k in self.pods) < reserved:
