@@ -39,6 +39,7 @@ from .topology import GPU, Level, level_by_name
 __all__ = [
     "TOPOLOGY_REQUIRED",
     "admit",
+    "admit_by_preemption",
     "extend",
     "fall_back",
     "free_outside_reservations",
@@ -240,6 +241,43 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
     st.outbox.requeue.update(k for k in g.wake() if k != first or pod is None)
     st.outbox.lift.update(p.key for p in live if p.held)
     return result.assignments
+
+
+def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: float) -> bool:
+    """Admit a waiting gang whose members kube-scheduler found no node for by its own
+    filters (so no filter call reaches Lockstep) into room a preemption frees. Says whether
+    the gang is admitted (its members are woken once the victims are gone).
+
+    Only for a gang that does not fit Lockstep's view either: one that does was turned
+    away by something Lockstep does not model, which no eviction would fix."""
+    spec = g.spec
+    if spec is None or g.phase is not GangPhase.WAITING or g.binding or g.plan:
+        return False
+    if not meets_quorum(st, spec, countable(spec, live)):
+        return False
+    required, bad = levels_for(st, g)
+    if bad is not None or blocked(st, g) is not None:
+        return False
+    pending = [p for p in live if p.node_name is None and not p.held]
+    have = [p.key for p in live if p.node_name is not None] \
+        if spec.match_policy is not MatchPolicy.ONLY_WAITING else []
+    chosen = pick(st, spec, have, [p.key for p in pending]) or [p.key for p in pending]
+    members = [st.store.pods[k] for k in chosen]
+    nofit = plan_gang([Member(p) for p in members], st.capacity, st.settings.levels,
+                      required=required)
+    if not isinstance(nofit, NoFit):
+        return False
+    found = try_preempt(st, g, members, required, now)
+    if not isinstance(found, Plan):
+        if isinstance(found, str):
+            g.reason = DoesNotFit(g.key, nofit, st.ledger.reserving_gangs(g.key), found)
+        return False
+    rec = st.preemptions.get(str(g.key))
+    timeout = spec.timeout_seconds + (max(0.0, rec.deadline - now) if rec is not None else 0.0)
+    requests = {k: st.store.pods[k].requests for k in found.assignments}
+    g.admit(found.assignments, requests, found.level, now, timeout)
+    st.notice(NoticeKind.ADMITTED, g.key, (members[0].key,), detail=_plan_text(found))
+    return True
 
 
 MAX_OUTRANKING_CHECKED = 64

@@ -8,7 +8,7 @@ the gate, and the node each is pinned to (``coscheduling.gating``).
 
 from __future__ import annotations
 
-from .admission import try_admit, turn_away
+from .admission import admit_by_preemption, try_admit, turn_away
 from .decisions import Lift
 from .gang import GangPhase
 from .membership import countable, meets_quorum
@@ -48,7 +48,14 @@ def admit_held(st: CoreState, now: float) -> None:
         live = st.live(g)
         held = [p.key for p in live if p.held]
         if not held:
-            continue  # members kube-scheduler cycles are admitted by their filter call
+            # Members kube-scheduler cycles are admitted by their filter call, unless its
+            # own filters found no node at all: then no filter call comes, and only a
+            # preemption can make room.
+            if any(p.unschedulable and p.node_name is None for p in live) \
+                    and not admit_by_preemption(st, g, live, now):
+                st.held_blocked.add(key)
+                st.held_epoch, st.held_swept = st.store.epoch, now
+            continue
         spec = g.spec
         if not meets_quorum(st, spec, countable(spec, live)):
             g.reason = WaitingForMembers(g.key, len(live), spec.min_member)

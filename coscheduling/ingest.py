@@ -227,6 +227,8 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
         st.outbox.lift.add(pod.key)
     if pod.terminal:
         victims_gone(st, (pod.key,))
+    elif pod.unschedulable and pod.node_name is None and new_gang is not None:
+        st.held_touched.add(new_gang)  # kube-scheduler found no node: may preempt
     _track_pending(st, pod, membership is None)
     st.outbox.arrived(pod)
 
