@@ -154,7 +154,19 @@ def gangs_page(core: Coscheduler, now: float, wall: float, *, namespace: str = "
         if v is not None:
             rows.append(gang_row(core, v, now, wall))
     return {"counts": counts, "total": len(keys), "matching": len(chosen),
-            "namespaces": namespaces, "gangs": rows}
+            "namespaces": namespaces, "gangs": rows, "preemptions": preemptions(core, now)}
+
+
+def preemptions(core: Coscheduler, now: float) -> list[dict[str, Any]]:
+    """Who is preempting whom: each preemption whose victims are still terminating."""
+    out = []
+    for rec in sorted(core.state.preemptions.by_preemptor.values(), key=lambda r: r.started):
+        out.append({"preemptor": rec.preemptor, "priority": rec.priority,
+                    "victimGangs": sorted(rec.victim_gangs), "plainPods": rec.plain,
+                    "victimPods": len(rec.victims), "waitingFor": len(rec.waiting_for),
+                    "gpus": sum(r.get(GPU, 0) for r in rec.freed.values()),
+                    "ageSeconds": round(max(0.0, now - rec.started), 1)})
+    return out
 
 
 def _rack_level(core: Coscheduler) -> int | None:

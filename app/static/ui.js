@@ -157,6 +157,21 @@ function rackDetail(data) {
            h("div", { class: "nodes" }, groups));
 }
 
+function preemptionsSection(list) {
+  if (!list || !list.length) return null;
+  const rows = list.map((p) => h("tr", { "data-preemptor": p.preemptor },
+    h("td", {}, gangLink({ gang: p.preemptor, namespace: p.preemptor.split("/")[0],
+                           name: p.preemptor.split("/").slice(1).join("/") })),
+    h("td", { class: "num" }, p.priority),
+    h("td", {}, [...p.victimGangs, p.plainPods ? `${p.plainPods} plain pod(s)` : null]
+      .filter(Boolean).join(", ")),
+    h("td", { class: "num" }, p.gpus), h("td", { class: "num" }, `${p.waitingFor}/${p.victimPods}`),
+    h("td", { class: "num" }, age(p.ageSeconds))));
+  return h("section", { id: "preemptions" }, h("h2", {}, "Preemptions in flight"),
+    h("table", {}, h("thead", {}, h("tr", {}, ["preemptor", "priority", "evicting", "GPUs",
+      "pods left", "age"].map((c) => h("th", {}, c)))), h("tbody", {}, rows)));
+}
+
 async function overview(seq) {
   const q = new URLSearchParams();
   if (ui.ns) q.set("namespace", ui.ns);
@@ -166,7 +181,8 @@ async function overview(seq) {
     ui.rack !== null ? get(`ui/api/rack?rack=${encodeURIComponent(ui.rack)}`).catch(() => null)
                      : Promise.resolve(null)]);
   if (seq !== ui.seq) return;
-  const view = h("div", {}, gangsSection(gangs), capacitySection(racks));
+  const view = h("div", {}, gangsSection(gangs), preemptionsSection(gangs.preemptions),
+                 capacitySection(racks));
   if (rack) view.querySelector("#rack-detail").append(rackDetail(rack));
   swap(view);
 }

@@ -48,11 +48,9 @@ def test_panels_tile_the_grid_without_overlap() -> None:
 def test_the_panels_an_operator_asks_for_are_there() -> None:
     titles = " | ".join(p["title"] for p in PANELS).lower()
     for want in ("gangs by state", "admission wait", "arrival to bound", "verb latency",
-                 "bind errors by reason", "reserved vs used", "partial gangs"):
+                 "bind errors by reason", "reserved vs used", "partial gangs",
+                 "preemptions started", "preemption victims by kind"):
         assert want in titles, want
-    # No metric for preemption exists yet: no panel may pretend otherwise.
-    assert "preempt" not in titles
-    assert not any("preempt" in e for _, e in expressions(DASH))
 
 
 def test_partial_gangs_turns_red_above_zero() -> None:

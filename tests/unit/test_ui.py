@@ -184,3 +184,21 @@ def test_ui_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     parser = cli.argparse.ArgumentParser()
     cli._serve_parser(parser.add_subparsers())
     assert parser.parse_args(["serve"]).ui is False
+
+
+async def test_preemptions_in_flight_say_who_evicts_whom(client: httpx.AsyncClient,
+                                                         service: Lockstep) -> None:
+    # A low gang fills all 16 GPUs; a high 2 x 4-GPU gang evicts it whole.
+    add(service, *(pod(f"l{i}", "batch").gang("low", min_member=4).gpu(4).priority(10)
+                   .on(NAMES[i]).build() for i in range(4)))
+    add(service, *(pod(f"h{i}", "prod").gang("high", min_member=2).gpu(4).priority(100)
+                   .build() for i in range(2)))
+    decision = service.filter(service.core.pods["prod/h0"], [])  # type: ignore[index]
+    assert decision.passed == [] and "preempting" in str(decision.unresolvable).lower()
+    data = (await client.get("/ui/api/gangs")).json()
+    (p,) = data["preemptions"]
+    assert p["preemptor"] == "prod/high" and p["priority"] == 100
+    assert p["victimGangs"] == ["batch/low"] and p["plainPods"] == 0
+    assert p["victimPods"] == 4 and p["waitingFor"] == 4 and p["gpus"] == 16
+    row = next(g for g in data["gangs"] if g["gang"] == "prod/high")
+    assert "preempting 1 gang(s) (batch/low), 16 GPUs" in row["reason"]
