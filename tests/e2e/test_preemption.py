@@ -10,6 +10,10 @@ The operator's two cases from the issue, on the 3 x 2-GPU bed:
 * six low-priority 1-GPU plain pods fill the bed; a high-priority 2 x 2-GPU gang arrives:
   exactly four plain pods go, on two nodes (the fewest), and the gang binds in full.
 
+With Kubeflow's real training-operator: a high-priority PyTorchJob preempts a running
+low-priority one; the operator recreates the evicted pods, which wait with zero bound while
+the high job runs, and run in full once it is deleted.
+
 And the guards, each with nothing evicted: a high-priority gang too big even after evicting
 everything, a gang of equal priority, and a high-priority gang whose class says
 ``preemptionPolicy: Never``. The binding recorder asserts no partial gang throughout.
@@ -22,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from testbed.kubeflow import JOBS, delete_job, pytorchjob, start_training_operator
 from testbed.workloads import pod, podgroup
 
 from .conftest import Cluster, ClusterFactory, settle
@@ -147,3 +152,38 @@ def test_nothing_is_evicted_when_preemption_cannot_help_or_is_not_allowed(
     assert "preemptionPolicy is Never" in gang_reason(c, f"{ns}/polite")
     assert metric(c, "lockstep_preemptions_total") == 0.0
     c.recorder.assert_gang_invariants(ns)
+
+
+def test_a_high_priority_pytorchjob_preempts_a_low_one_which_waits_whole_then_runs(
+        cluster: ClusterFactory) -> None:
+    c = cluster("tiny-3x2")
+    c.kube.delete("/api/v1/nodes/" + sorted(
+        n["metadata"]["name"] for n in c.kube.list("/api/v1/nodes"))[-1])  # 4 GPUs left
+    priority_classes(c)
+    start_training_operator(c.bed, "lockstep")
+    pods = {job: [f"{job}-worker-{i}" for i in range(4)] for job in ("low", "high")}
+    c.recorder.min_member_of.update({f"{c.ns}/{job}": 4 for job in pods})
+    c.kube.create(JOBS.format(ns=c.ns), pytorchjob("low", workers=4, scheduler_name=None,
+                                                   priority_class=LOW[0]))
+    c.wait_bound(pods["low"], 60)
+    first = {p["metadata"]["name"]: p["metadata"]["uid"] for p in c.kube.pods(c.ns)}
+    c.kube.create(JOBS.format(ns=c.ns), pytorchjob("high", workers=4, scheduler_name=None,
+                                                   priority_class=HIGH[0]))
+    c.wait_bound(pods["high"], 90)
+    # The low job's pods were evicted (all four) and recreated by the operator: they wait,
+    # none bound, while the high job holds the GPUs.
+    c.kube.wait("the low job's pods recreated", lambda: sorted(
+        p["metadata"]["name"] for p in c.kube.pods(c.ns)
+        if p["metadata"]["name"] in pods["low"]
+        and p["metadata"]["uid"] != first[p["metadata"]["name"]]) == pods["low"], 60)
+    settle(3)
+    now = {p["metadata"]["name"]: p for p in c.kube.pods(c.ns)}
+    assert not any(now[n]["spec"].get("nodeName") for n in pods["low"])
+    assert metric(c, "lockstep_preemption_victims_total", 'kind="gang"') == 1.0
+    c.recorder.assert_gang_invariants(c.ns)
+    delete_job(c.kube, c.ns, "high")
+    c.kube.wait("the low job bound in full again", lambda: all(
+        (p := {q["metadata"]["name"]: q for q in c.kube.pods(c.ns)}.get(n)) is not None
+        and p["spec"].get("nodeName") for n in pods["low"]), 90)
+    assert metric(c, "lockstep_preemptions_total") == 1.0
+    c.recorder.assert_gang_invariants(c.ns)
