@@ -25,6 +25,8 @@ USES = [
     ("get", "pods", "", "a pod named in a bind call before the watch shows it"),
     ("watch", "pods", "", "cache"),
     ("patch", "pods", "", "requeue annotation that wakes parked pods"),
+    ("delete", "pods", "", "preemption victims"),
+    ("patch", "pods/status", "", "the DisruptionTarget condition on preemption victims"),
     ("create", "pods/binding", "", "binding gang members"),
     ("create", "events", "", "GangWaiting / GangAdmitted / GangTimedOut / GangBound"),
     ("list", "podgroups", "scheduling.x-k8s.io", "scheduler-plugins PodGroups"),
@@ -34,7 +36,7 @@ USES = [
     ("watch", "noderesourcetopologies", "topology.node.k8s.io", "cache"),
 ]
 NOT_NEEDED = [
-    ("delete", "pods", ""), ("create", "pods", ""), ("update", "pods", ""),
+    ("create", "pods", ""), ("update", "pods", ""), ("deletecollection", "pods", ""),
     ("get", "secrets", ""), ("list", "secrets", ""), ("patch", "nodes", ""),
     ("update", "nodes", ""), ("delete", "nodes", ""), ("list", "configmaps", ""),
     ("create", "podgroups", "scheduling.x-k8s.io"), ("delete", "podgroups", "scheduling.x-k8s.io"),
