@@ -134,7 +134,8 @@ lower-priority gang's, which must never happen."""
 def mixed_soak(c: Cluster, seconds: float, seed: int = 23) -> dict[str, Any]:
     """Gangs of 2-3 x 1 GPU at low and mid priority and a stream of 1-GPU plain pods at two
     higher priorities, on a small pool, each deleted a moment after it is bound (its work is
-    done)."""
+    done). A mid gang may preempt a low one (Lockstep deletes it whole): counted, not
+    recreated."""
     import random
     import time
 
@@ -147,7 +148,7 @@ def mixed_soak(c: Cluster, seconds: float, seed: int = 23) -> dict[str, Any]:
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": {"name": name}, "value": value})
     live: dict[str, tuple[list[str], float | None]] = {}  # unit -> (pods, bound at)
-    stats = {"gangs": 0, "plain": 0, "gangs_done": 0, "plain_done": 0}
+    stats = {"gangs": 0, "plain": 0, "gangs_done": 0, "plain_done": 0, "preempted": 0}
     end = time.monotonic() + seconds
     n = 0
     while time.monotonic() < end:
@@ -169,9 +170,14 @@ def mixed_soak(c: Cluster, seconds: float, seed: int = 23) -> dict[str, Any]:
             c.kube.create_pod(pod(name, ns).gpu(1).priority(value, cls).build())
             live[name], stats["plain"] = ([name], None), stats["plain"] + 1
         bound = c.recorder.bound(ns)
+        exist = {p["metadata"]["name"] for p in c.kube.pods(ns)}
         now = time.monotonic()
         for unit, (names, at) in list(live.items()):
-            if at is None and all(m in bound for m in names):
+            if not any(m in exist for m in names):
+                # A mid-priority gang preempted this low one: evicted whole, nothing left.
+                del live[unit]
+                stats["preempted"] += 1
+            elif at is None and all(m in bound for m in names):
                 live[unit] = (names, now)
             elif at is not None and now - at > rng.uniform(0.5, 2.0):
                 for m in names:
