@@ -38,6 +38,7 @@ from coscheduling.conventions.upstream import (
     upstream_podgroup_from_json,
     upstream_workload_from_json,
 )
+from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import Kind
 from coscheduling.numa import nrt_from_json
 from coscheduling.podgroup import gang_key
@@ -55,6 +56,7 @@ log = logging.getLogger("lockstep.cache")
 PODGROUPS = scheduler_plugins.API.path
 VOLCANO_PODGROUPS = volcano.API.path
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
+PDBS = "/apis/policy/v1/poddisruptionbudgets"
 
 
 def _namespaced(ns: str, name: str) -> Any:
@@ -119,6 +121,8 @@ class ClusterCache:
                      lambda o, _: volcano.API.parse(o), optional=True),
             Resource("noderesourcetopologies", NRTS, ingest.NUMA,
                      lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
+            Resource("poddisruptionbudgets", PDBS, ingest.PDBS,
+                     lambda o, _: budget_from_json(o), lambda ns, name: f"{ns}/{name}"),
             Resource("upstream-podgroups", "", ingest.UPSTREAM_PODGROUPS,
                      upstream_podgroup_from_json, optional=True,
                      discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),

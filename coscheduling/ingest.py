@@ -19,6 +19,7 @@ from .conventions import points_at_object
 from .conventions.base import PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .decisions import NoticeKind, Unparked
+from .disruption import Budget
 from .gang import Gang
 from .gating import pinned_node
 from .membership import gang_key, refresh_spec, resolve_pod
@@ -33,6 +34,7 @@ __all__ = [
     "KINDS",
     "NODES",
     "NUMA",
+    "PDBS",
     "PODS",
     "SP_PODGROUPS",
     "UPSTREAM_PODGROUPS",
@@ -389,10 +391,20 @@ UPSTREAM_PODGROUPS: Kind[GangKey, UpstreamPodGroup] = Kind(
 WORKLOADS: Kind[GangKey, UpstreamWorkload] = Kind(
     "workloads.scheduling.k8s.io", lambda st: st.store.workloads, lambda w: w.key,
     _upsert_workload, _delete_workload)
+def _put_budget(st: CoreState, b: Budget) -> None:
+    st.budgets[b.key] = b
+
+
+def _drop_budget(st: CoreState, key: str) -> None:
+    st.budgets.pop(key, None)
+
+
+PDBS: Kind[str, Budget] = Kind(
+    "poddisruptionbudgets", lambda st: st.budgets, lambda b: b.key, _put_budget, _drop_budget)
 PODS: Kind[PodKey, PodRecord] = Kind(
     "pods", lambda st: st.store.pods, lambda p: p.key, watched_pod,
     delete_pod, _replace_pods)
 
 KINDS: dict[str, Kind[Any, Any]] = {k.name: k for k in (
-    NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PODS)}
+    NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PDBS, PODS)}
 """Every kind the core reads, by its resource name."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .decisions import Eviction, NoticeKind
+from .disruption import Budget, protected
 from .gang import Gang
 from .keys import GangKey
 from .membership import gang_key
@@ -158,6 +159,9 @@ def _candidates(st: CoreState, below: int) -> list[Candidate]:
     is eligible only when every one of them is below the preemptor). Victims already
     terminating are left out: their room is on its way back to somebody."""
     terminating = st.preemptions.terminating()
+    budgets: dict[str, list[Budget]] = {}
+    for b in st.budgets.values():
+        budgets.setdefault(b.namespace, []).append(b)
     gangs_low: set[GangKey] = set()
     out: list[Candidate] = []
     for pod in st.store.pods.values():
@@ -169,7 +173,8 @@ def _candidates(st: CoreState, below: int) -> list[Candidate]:
         if gang is not None and pod.priority < below:
             gangs_low.add(gang)
         out.append(Candidate(pod.key, pod.node_name, pod.requests, pod.priority, gang,
-                             pod.started, False, pod.grace_seconds, _quota(pod)))
+                             pod.started, protected(pod, budgets.get(pod.namespace, ())),
+                             pod.grace_seconds, _quota(pod)))
     # Gangs with no member below the preemptor are never victims: drop their records.
     return [c for c in out if c.gang is None or c.gang in gangs_low]
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .capacity import Capacity
 from .decisions import NoticeKind, Unparked
+from .disruption import Budget
 from .gang import Gang
 from .ledger import Ledger
 from .outbox import Outbox
@@ -96,6 +97,9 @@ class CoreState:
         """Pods of Lockstep's schedulers outside any gang that kube-scheduler is placing now
         (unbound, ungated, not marked unschedulable), with their priority: a gang of lower
         priority is not admitted onto the room they need."""
+        self.budgets: dict[str, Budget] = {}
+        """PodDisruptionBudgets by ``namespace/name``: preemption spares the pods they
+        protect when it can."""
         self.preemptions = PreemptionBook()
         """Preemptions whose victims are terminating, by preemptor gang."""
         self.preempt_tried: dict[GangKey, tuple[int, str]] = {}

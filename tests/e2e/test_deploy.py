@@ -27,6 +27,8 @@ USES = [
     ("patch", "pods", "", "requeue annotation that wakes parked pods"),
     ("delete", "pods", "", "preemption victims"),
     ("patch", "pods/status", "", "the DisruptionTarget condition on preemption victims"),
+    ("list", "poddisruptionbudgets", "policy", "victims whose budgets allow it first"),
+    ("watch", "poddisruptionbudgets", "policy", "cache"),
     ("create", "pods/binding", "", "binding gang members"),
     ("create", "events", "", "GangWaiting / GangAdmitted / GangTimedOut / GangBound"),
     ("list", "podgroups", "scheduling.x-k8s.io", "scheduler-plugins PodGroups"),
