@@ -1,6 +1,7 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
-``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [--quick]``; results go
+``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [preemption]
+[--quick]``; results go
 to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
 (``--mem-nodes``, ``--mem-pods``).
@@ -17,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import client, memory, placement, throughput, verbs
+from . import client, memory, placement, preemption, throughput, verbs
 
-BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client")
+BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -114,6 +115,8 @@ def main() -> None:
         _memory(args, out, meta)
     if "client" in args.which:
         _client(args, out, meta)
+    if "preemption" in args.which:
+        _preemption(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -186,6 +189,22 @@ def _client(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
     (out / "client.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
                                                  **result}, indent=2))
     print(table(result["rows"], client.TABLE_COLUMNS))
+
+
+def _preemption(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    from testbed.bins import ensure_bins
+
+    ensure_bins()
+    nodes = args.nodes or (200 if args.quick else 1000)
+    rounds = 5 if args.quick else 20
+    print(f"\nPreemption latency: {nodes} nodes x 8 GPUs full of low-priority 2 x 8-GPU gangs; "
+          f"{rounds} high-priority 2 x 8-GPU gangs, one at a time", flush=True)
+    measured = _commit()
+    result = preemption.run(nodes, rounds, log=lambda s: print(s, flush=True))
+    (out / "preemption.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                     **result}, indent=2))
+    print("\nPreemption latency (last member created to all bound, victims' grace 0)")
+    print(table(result["rows"], preemption.TABLE_COLUMNS))
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
