@@ -369,6 +369,7 @@ def _leave(st: CoreState, gang: GangKey, pod: PodKey) -> None:
     refresh_spec(st, g)
     if not g.members and not g.plan and not g.binding:
         del st.gangs[gang]
+        st.preempt_tried.pop(gang, None)
         return
     reconcile(st, g)
 
