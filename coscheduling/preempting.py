@@ -155,26 +155,30 @@ def _quota(pod: PodRecord) -> str | None:
 
 
 def _candidates(st: CoreState, below: int) -> list[Candidate]:
-    """Every bound pod that holds capacity, each gang's bound members all together (a unit
-    is eligible only when every one of them is below the preemptor). Victims already
-    terminating are left out: their room is on its way back to somebody."""
+    """Every bound pod that could be a victim, each gang's bound members all together (a
+    unit is eligible only when every one of them is below the preemptor). Victims already
+    terminating are left out: their room is on its way back to somebody.
+
+    Two cheap passes: the first finds the plain pods and gangs with a pod below ``below``
+    (nothing else is ever a victim, and on most clusters that is nothing at all), only the
+    second builds records."""
     terminating = st.preemptions.terminating()
+    bound = [p for p in st.store.pods.values()
+             if p.holds_capacity and p.priority < below and p.key not in terminating]
+    if not bound:
+        return []
+    gangs_low = {g for p in bound if (g := gang_key(st.membership.get(p.key))) is not None}
+    pods = [p for p in bound if gang_key(st.membership.get(p.key)) is None]
+    for g in sorted(gangs_low):  # every bound member, whatever its own priority
+        gang = st.gangs.get(g)
+        for k in sorted(gang.members) if gang is not None else ():
+            p = st.store.pods.get(k)
+            if p is not None and p.holds_capacity and k not in terminating:
+                pods.append(p)
     budgets: dict[str, list[Budget]] = {}
     for b in st.budgets.values():
         budgets.setdefault(b.namespace, []).append(b)
-    gangs_low: set[GangKey] = set()
-    out: list[Candidate] = []
-    for pod in st.store.pods.values():
-        if pod.node_name is None or not pod.holds_capacity or pod.key in terminating:
-            continue
-        gang = gang_key(st.membership.get(pod.key))
-        if gang is None and pod.priority >= below:
-            continue  # a plain pod that can never be a victim: skip the record
-        if gang is not None and pod.priority < below:
-            gangs_low.add(gang)
-        out.append(Candidate(pod.key, pod.node_name, pod.requests, pod.priority, gang,
-                             pod.started, protected(pod, budgets.get(pod.namespace, ())),
-                             pod.grace_seconds, _quota(pod)))
-    # Gangs with no member below the preemptor are never victims: drop their records.
-    return [c for c in out if c.gang is None or c.gang in gangs_low]
-
+    return [Candidate(p.key, p.node_name, p.requests, p.priority,
+                      gang_key(st.membership.get(p.key)), p.started,
+                      protected(p, budgets.get(p.namespace, ())), p.grace_seconds, _quota(p))
+            for p in pods if p.node_name is not None]
