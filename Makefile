@@ -25,6 +25,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check app coscheduling testbed tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VPY) hack/dead_code.py
+	$(VENV)/bin/deptry .
 
 unit: $(STAMP)
 	$(VPY) -m pytest tests/unit -q

@@ -1,4 +1,4 @@
-"""The mutating admission webhook that puts Lockstep's gate on gang pods (issue 12).
+"""The mutating admission webhook that puts Lockstep's gate on gang pods.
 
 ``POST /mutate/pods`` takes an ``admission.k8s.io/v1`` AdmissionReview. A Pod being created
 whose ``spec.schedulerName`` is one of Lockstep's, that declares a gang by any convention

@@ -7,9 +7,10 @@ stream that cannot resume means: list again. Readiness is reported only after th
 list of every resource.
 
 The upstream gang API (``scheduling.k8s.io`` PodGroups and 1.35 Workloads) is found by API
-discovery: whichever of its versions the server serves (``coscheduling.upstream``), or none
-(Kubernetes before 1.35, or the ``GenericWorkload`` gate off), which counts as synced and
-empty and is looked for again every 30 s. Its absence never fails Lockstep.
+discovery: whichever of its versions the server serves
+(``coscheduling.conventions.upstream``), or none (Kubernetes before 1.35, or the
+``GenericWorkload`` gate off), which counts as synced and empty and is looked for again
+every 30 s. Its absence never fails Lockstep.
 """
 
 from __future__ import annotations
@@ -23,27 +24,26 @@ from typing import Any
 
 from coscheduling import (
     Coscheduler,
-    NodeRecord,
-    PodRecord,
     RecordError,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
-    podgroup_from_json,
 )
-from coscheduling.numa import NumaZones, nrt_from_json
-from coscheduling.podgroup import PodGroupRecord, gang_key, volcano_podgroup_from_json
-from coscheduling.records import NodeName
-from coscheduling.resources import QuantityError
-from coscheduling.upstream import (
+from coscheduling.conventions import scheduler_plugins, volcano
+from coscheduling.conventions.upstream import (
     GROUP,
     PODGROUP_VERSIONS,
     WORKLOAD_VERSIONS,
-    UpstreamPodGroup,
-    UpstreamWorkload,
     upstream_podgroup_from_json,
     upstream_workload_from_json,
 )
+from coscheduling.disruption import budget_from_json
+from coscheduling.ingest import Kind
+from coscheduling.numa import nrt_from_json
+from coscheduling.podgroup import gang_key
+from coscheduling.records import NodeName
+from coscheduling.resources import QuantityError
 
 from .errors import APIError, APIUnreachable, Gone, NotFound
 from .kube import KubeClient
@@ -53,15 +53,32 @@ __all__ = ["ClusterCache", "Resource"]
 
 log = logging.getLogger("lockstep.cache")
 
-PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
-VOLCANO_PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+PODGROUPS = scheduler_plugins.API.path
+VOLCANO_PODGROUPS = volcano.API.path
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
+PDBS = "/apis/policy/v1/poddisruptionbudgets"
+
+
+def _namespaced(ns: str, name: str) -> Any:
+    return gang_key(ns, name)
+
+
+def _cluster_scoped(ns: str, name: str) -> Any:
+    return NodeName(name)
 
 
 @dataclass(slots=True)
 class Resource:
+    """One kind the cache lists and watches: where, how each object is parsed, and the
+    core's table entry (``coscheduling.ingest``) its events go to."""
+
     name: str
     path: str
+    kind: Kind[Any, Any]
+    parse: Callable[[dict[str, Any], str], Any]
+    """Raw JSON (and the served version) to the core's record."""
+    key_of: Callable[[str, str], Any] = _namespaced
+    """(namespace, name) of a deleted object to the core's key for it."""
     optional: bool = False
     """A CRD that may not be installed: a 404 counts as an empty, synced list."""
     synced: bool = False
@@ -78,7 +95,7 @@ class Resource:
     first_from_cache: bool = False
     """The first list is served by the API server's watch cache (``resourceVersion=0``), as
     client-go's first list is: at 5,000 nodes 0.16-0.26 s and 0.2-0.3 s of API server CPU,
-    against 0.43-0.47 s and 0.4 s paging through consistent reads (issue 12). The cache
+    against 0.43-0.47 s and 0.4 s paging through consistent reads. The cache
     answers whole, so only for kinds whose whole list is small: nodes, not 50,000 pods (the
     RSS the pager avoids). Relists stay consistent: after a watch error, a cache behind what
     was already seen must not take the cache back in time."""
@@ -91,19 +108,26 @@ class ClusterCache:
     on_change: Callable[[], None] = lambda: None
     watch_timeout: int = 300
     resources: dict[str, Resource] = field(default_factory=dict)
-    parse_errors: int = 0
 
     def __post_init__(self) -> None:
         for r in (
-            Resource("nodes", "/api/v1/nodes", protobuf=decode_node_list,
-                     first_from_cache=True),
-            Resource("pods", "/api/v1/pods"),
-            Resource("podgroups", PODGROUPS, optional=True),
-            Resource("volcano-podgroups", VOLCANO_PODGROUPS, optional=True),
-            Resource("noderesourcetopologies", NRTS, optional=True),
-            Resource("upstream-podgroups", "", optional=True,
+            Resource("nodes", "/api/v1/nodes", ingest.NODES, lambda o, _: node_from_json(o),
+                     _cluster_scoped, protobuf=decode_node_list, first_from_cache=True),
+            Resource("pods", "/api/v1/pods", ingest.PODS, lambda o, _: pod_from_json(o),
+                     lambda ns, name: pod_key(ns, name)),
+            Resource("podgroups", PODGROUPS, ingest.SP_PODGROUPS,
+                     lambda o, _: scheduler_plugins.API.parse(o), optional=True),
+            Resource("volcano-podgroups", VOLCANO_PODGROUPS, ingest.VOLCANO_PODGROUPS,
+                     lambda o, _: volcano.API.parse(o), optional=True),
+            Resource("noderesourcetopologies", NRTS, ingest.NUMA,
+                     lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
+            Resource("poddisruptionbudgets", PDBS, ingest.PDBS,
+                     lambda o, _: budget_from_json(o), lambda ns, name: f"{ns}/{name}"),
+            Resource("upstream-podgroups", "", ingest.UPSTREAM_PODGROUPS,
+                     upstream_podgroup_from_json, optional=True,
                      discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),
-            Resource("upstream-workloads", "", optional=True,
+            Resource("upstream-workloads", "", ingest.WORKLOADS,
+                     upstream_workload_from_json, optional=True,
                      discover=(GROUP, "workloads", WORKLOAD_VERSIONS)),
         ):
             self.resources[r.name] = r
@@ -118,23 +142,11 @@ class ClusterCache:
     # -------------------------------------------------------------- applying objects
 
     def _parse(self, kind: str, obj: dict[str, Any]) -> Any:
+        res = self.resources[kind]
         try:
-            if kind == "nodes":
-                return node_from_json(obj)
-            if kind == "pods":
-                return pod_from_json(obj)
-            if kind == "noderesourcetopologies":
-                return nrt_from_json(obj)
-            if kind == "volcano-podgroups":
-                return volcano_podgroup_from_json(obj)
-            if kind == "upstream-podgroups":
-                return upstream_podgroup_from_json(obj, self.resources[kind].version)
-            if kind == "upstream-workloads":
-                return upstream_workload_from_json(obj, self.resources[kind].version)
-            return podgroup_from_json(obj)
+            return res.parse(obj, res.version)
         except (RecordError, QuantityError, ValueError, TypeError) as e:
             # One malformed object must not stop the cache; it is simply not scheduled around.
-            self.parse_errors += 1
             log.warning("skipping unparsable %s %s: %s", kind, _name(obj), e)
             return None
 
@@ -144,58 +156,22 @@ class ClusterCache:
 
     def _apply_all(self, kind: str, records: list[Any]) -> None:
         """Make the core's set of ``kind`` exactly ``records`` (after a list)."""
-        if kind == "nodes":
-            self.core.replace_nodes(records)
-        elif kind == "pods":
-            self.core.replace_pods(records)
-        elif kind == "noderesourcetopologies":
-            self.core.replace_numa(records)
-        elif kind == "volcano-podgroups":
-            self.core.replace_volcano_podgroups(records)
-        elif kind == "upstream-podgroups":
-            self.core.replace_upstream_podgroups(records)
-        elif kind == "upstream-workloads":
-            self.core.replace_workloads(records)
-        else:
-            self.core.replace_podgroups(records)
+        self.core.replace(self.resources[kind].kind, records)
 
     def _apply(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        res = self.resources[kind]
         if event_type == "DELETED":
+            meta = obj.get("metadata") or {}
             name = str(meta.get("name") or "")
             ns = str(meta.get("namespace") or "default")
-            if kind == "nodes":
-                self.core.delete_node(NodeName(name))
-            elif kind == "noderesourcetopologies":
-                self.core.delete_numa(NodeName(name))
-            elif kind == "pods":
+            if res.kind is ingest.PODS:  # the UID tells a stale event from a recreated pod
                 self.core.delete_pod(pod_key(ns, name), str(meta.get("uid") or ""))
-            elif kind == "volcano-podgroups":
-                self.core.delete_volcano_podgroup(gang_key(ns, name))
-            elif kind == "upstream-podgroups":
-                self.core.delete_upstream_podgroup(gang_key(ns, name))
-            elif kind == "upstream-workloads":
-                self.core.delete_workload(gang_key(ns, name))
             else:
-                self.core.delete_podgroup(gang_key(ns, name))
+                self.core.delete(res.kind, res.key_of(ns, name))
             return
         rec = self._parse(kind, obj)
-        if rec is None:
-            return
-        if isinstance(rec, NodeRecord):
-            self.core.upsert_node(rec)
-        elif isinstance(rec, PodRecord):
-            self.core.upsert_pod(rec)
-        elif isinstance(rec, PodGroupRecord) and kind == "volcano-podgroups":
-            self.core.upsert_volcano_podgroup(rec)
-        elif isinstance(rec, PodGroupRecord):
-            self.core.upsert_podgroup(rec)
-        elif isinstance(rec, NumaZones):
-            self.core.upsert_numa(rec)
-        elif isinstance(rec, UpstreamPodGroup):
-            self.core.upsert_upstream_podgroup(rec)
-        elif isinstance(rec, UpstreamWorkload):
-            self.core.upsert_workload(rec)
+        if rec is not None:
+            self.core.upsert(res.kind, rec)
 
     # -------------------------------------------------------------- the loops
 
@@ -258,10 +234,17 @@ class ClusterCache:
             from_cache=res.first_from_cache and res.relists == 0)
         self._apply_all(res.name, records)
         res.resource_version = rv
+        self._reached(res, rv)
         res.synced = True
         res.last_sync = time.monotonic()
         res.relists += 1
         self.on_change()
+
+    def _reached(self, res: Resource, rv: str) -> None:
+        """Tell the core how far the pod stream has read (a list's or a bookmark's
+        revision), so it tells a pod not watched yet from one already gone."""
+        if res.kind is ingest.PODS and rv.isdigit():
+            self.core.pods_listed(int(rv))
 
     async def _watch(self, res: Resource) -> None:
         while True:
@@ -284,6 +267,7 @@ class ClusterCache:
                         res.resource_version = str(rv)
                     res.last_sync = time.monotonic()
                     if etype == "BOOKMARK":
+                        self._reached(res, str(rv or ""))
                         continue
                     if etype not in ("ADDED", "MODIFIED", "DELETED"):
                         log.warning("%s: unknown watch event %r skipped", res.name, etype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import ssl
@@ -30,6 +31,16 @@ def _env(name: str, default: Any) -> Any:
 def _int_env(name: str) -> int | None:
     value = _env(name, None)
     return int(value) if value else None
+
+
+def _flag(value: str) -> bool:
+    """A boolean flag's value: --ui=false, LOCKSTEP_UI=0."""
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
 
 
 def _serve_parser(sub: Any) -> None:
@@ -55,7 +66,8 @@ def _serve_parser(sub: Any) -> None:
     add("--tls-key", default=_env("tls-key", None), help="private key for --tls-cert")
     add("--webhook-port", type=int, default=_int_env("webhook-port"),
         help="also serve the mutating admission webhook (POST /mutate/pods) on this port, "
-             "over HTTPS with --webhook-cert and --webhook-key (default: off)")
+             "over HTTPS with a certificate of Lockstep's own (--webhook-cert-secret) or "
+             "given as files (--webhook-cert and --webhook-key) (default: off)")
     add("--webhook-host", default=_env("webhook-host", "0.0.0.0"),
         help="listen address of the webhook port (default 0.0.0.0: the API server calls "
              "it through a Service)")
@@ -63,6 +75,30 @@ def _serve_parser(sub: Any) -> None:
         help="serving certificate of the webhook port")
     add("--webhook-key", default=_env("webhook-key", None),
         help="private key for --webhook-cert")
+    add("--webhook-cert-secret", default=_env("webhook-cert-secret", None) or None,
+        metavar="NAMESPACE/NAME",
+        help="issue and rotate the webhook's certificate itself, kept in this Secret, and "
+             "keep the caBundle of --webhook-configuration in step (no cert-manager needed)")
+    add("--webhook-configuration", default=_env("webhook-configuration", "lockstep"),
+        help="the MutatingWebhookConfiguration whose caBundle Lockstep keeps "
+             "(with --webhook-cert-secret; default lockstep)")
+    add("--webhook-service", default=_env("webhook-service", "lockstep-webhook"),
+        help="the Service the API server calls the webhook through, in the Secret's "
+             "namespace: its DNS names go in the certificate (default lockstep-webhook)")
+    add("--webhook-hosts", default=_env("webhook-hosts", ""),
+        help="more DNS names or IPs for the certificate, comma-separated")
+    add("--webhook-cert-check", type=float, default=float(_env("webhook-cert-check", 60)),
+        help="seconds between checks of the Secret (renewal, another replica's rotation) and "
+             "of the caBundle (put back when a re-apply wiped it) (default 60)")
+    add("--topology-levels", default=_env("topology-levels", ""),
+        help="topology levels between nodes, coarse to fine: name=label-key[,label-key...] "
+             "separated by ';', ending with hostname=kubernetes.io/hostname (default: zone, "
+             "block, rack, clique, hostname in the common vendors' label spellings)")
+    add("--preemption", type=_flag, default=_env("preemption", "true"),
+        help="a gang that does not fit evicts whole gangs and plain pods of strictly lower "
+             "priority (default true; --preemption=false: priority only orders waiting gangs)")
+    add("--ui", type=_flag, default=_env("ui", "true"),
+        help="serve the read-only web page at /ui on --port (default true; --ui=false)")
     add("--token", default=_env("token", None),
         help="API bearer token overriding the kubeconfig's (for least-privilege testing)")
     add("--log-level", default=_env("log-level", "info"))
@@ -70,20 +106,42 @@ def _serve_parser(sub: Any) -> None:
 
 def _webhook_problem(args: argparse.Namespace) -> str | None:
     """Why the webhook flags cannot work, or None (also None when the webhook is off)."""
-    given = (args.webhook_port, args.webhook_cert, args.webhook_key)
-    if all(v is None for v in given):
+    files = (args.webhook_cert, args.webhook_key)
+    secret = args.webhook_cert_secret
+    if args.webhook_port is None:
+        if secret is not None or any(v is not None for v in files):
+            return "--webhook-cert, --webhook-key and --webhook-cert-secret need --webhook-port"
         return None
-    if any(v is None for v in given):
-        return ("--webhook-port, --webhook-cert and --webhook-key go together (admission "
-                "webhooks are served over HTTPS)")
     if not 0 < args.webhook_port < 65536:
         return f"--webhook-port {args.webhook_port} is not a port"
+    if args.webhook_cert_check <= 0:
+        return "--webhook-cert-check must be positive"
+    if secret is not None:
+        if any(v is not None for v in files):
+            return ("--webhook-cert-secret and --webhook-cert/--webhook-key are two ways to "
+                    "give the webhook a certificate: use one")
+        ns, _, name = secret.partition("/")
+        if not ns or not name or "/" in name:
+            return f"--webhook-cert-secret {secret!r} is not NAMESPACE/NAME"
+        return None
+    if any(v is None for v in files):
+        return ("--webhook-port needs a certificate: --webhook-cert-secret NAMESPACE/NAME "
+                "(Lockstep's own), or --webhook-cert with --webhook-key (admission webhooks "
+                "are served over HTTPS)")
     try:  # a bad certificate stops Lockstep here, before anything listens
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
             args.webhook_cert, args.webhook_key)
     except (OSError, ssl.SSLError) as e:
         return f"--webhook-cert/--webhook-key: {e}"
     return None
+
+
+def _webhook_hosts(args: argparse.Namespace) -> list[str]:
+    """The names the API server may call the webhook by: the Service's, then any given."""
+    ns = args.webhook_cert_secret.partition("/")[0]
+    svc = args.webhook_service
+    extra = [h.strip() for h in args.webhook_hosts.split(",") if h.strip()]
+    return [f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local", *extra]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -94,7 +152,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per API call is noise
     if args.default_timeout <= 0 or args.max_timeout <= 0 or args.backoff < 0:
         print("lockstep: timeouts must be positive and --backoff not negative", file=sys.stderr)
         return 2
@@ -109,13 +166,22 @@ def _serve(args: argparse.Namespace) -> int:
         scheduler_names=frozenset(n.strip() for n in names if n.strip()),
         defaults=GangDefaults(min(args.default_timeout, args.max_timeout), args.max_timeout),
         backoff_seconds=args.backoff,
+        preemption=args.preemption,
     )
+    if args.topology_levels:
+        from .levels import LevelsError, parse_levels
+
+        try:
+            settings = dataclasses.replace(settings, levels=parse_levels(args.topology_levels))
+        except LevelsError as e:
+            print(f"lockstep: --topology-levels: {e}", file=sys.stderr)
+            return 2
 
     async def run() -> int:
         service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
                                                                          args.token)))
         # List and watch first: the API server encodes the lists while uvicorn and the verbs
-        # load below (issue 12). Held gangs wait for the verbs to be served: a lifted
+        # load below. Held gangs wait for the verbs to be served: a lifted
         # member's filter call must find them.
         service.verbs_served = False
         await service.start()
@@ -132,10 +198,10 @@ def _serve(args: argparse.Namespace) -> int:
 
         async def load_rest() -> Any:
             await asyncio.to_thread(_import_rest_side)
-            from .main import create_rest_app
+            from .routes import create_rest_app
 
             return create_rest_app(service, debug_token=args.debug_token,
-                                   manage_lifecycle=False)
+                                   manage_lifecycle=False, ui=args.ui)
 
         # The verbs and probes answer from the start. FastAPI (metrics, debug, the webhook)
         # is imported on the first request for another path, or at once for --webhook-port:
@@ -165,16 +231,37 @@ def _serve(args: argparse.Namespace) -> int:
                 return
             from .admission import create_webhook_app
 
+            cert_file, key_file = args.webhook_cert, args.webhook_key
+            certs = None
+            if args.webhook_cert_secret is not None:
+                certs = await _own_certificate(service.kube, args)
+                if certs is None:
+                    serving_failed = True
+                    server.should_exit = True
+                    return
+                cert_file, key_file = str(certs.cert_file), str(certs.key_file)
             webhook = _make_webhook_server_class()(service, uvicorn.Config(
                 create_webhook_app(service), host=args.webhook_host, port=port,
-                log_level=args.log_level.lower(), ssl_certfile=args.webhook_cert,
-                ssl_keyfile=args.webhook_key, access_log=False, lifespan="off",
+                log_level=args.log_level.lower(), ssl_certfile=cert_file,
+                ssl_keyfile=key_file, access_log=False, lifespan="off",
             ))
+            rotation = None
+            if certs is not None:
+                def reload() -> None:  # new handshakes use the new certificate
+                    if webhook.config.ssl is None:  # not loaded yet: it reads the new files
+                        return
+                    webhook.config.ssl.load_cert_chain(certs.cert_file, certs.key_file)
+                    logging.getLogger("lockstep").info("webhook certificate reloaded")
+
+                rotation = asyncio.create_task(
+                    certs.run(reload, period=args.webhook_cert_check), name="webhook-certs")
             try:
                 await webhook.serve()
             except SystemExit:  # uvicorn could not start it (the port is taken)
                 pass
             finally:
+                if rotation is not None:
+                    rotation.cancel()
                 if not server.should_exit:  # it stopped on its own: stop everything
                     logging.getLogger("lockstep").error("the webhook server stopped")
                     serving_failed = True
@@ -199,13 +286,43 @@ def _serve(args: argparse.Namespace) -> int:
         return 1 if service.failed is not None or serving_failed else 0
 
     # uvloop when installed (uvicorn[standard] brings it): the event loop runs every verb,
-    # binding and watch, and kube-scheduler's scheduling thread waits on it (issue 12).
+    # binding and watch, and kube-scheduler's scheduling thread waits on it.
     try:
         import uvloop
     except ImportError:  # pragma: no cover
         return asyncio.run(run())
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run())
+
+
+async def _own_certificate(kube: Any, args: argparse.Namespace) -> Any:
+    """The webhook's certificate from its Secret, issued there first when missing; retried
+    while the API server cannot be reached (the webhook's ``failurePolicy: Ignore`` admits
+    pods meanwhile). None when the Secret cannot be written: Lockstep then stops, saying why,
+    rather than serve a webhook the API server cannot trust."""
+    from .certs import WebhookCerts
+    from .errors import APIError, APIUnreachable
+
+    ns, _, name = args.webhook_cert_secret.partition("/")
+    certs = WebhookCerts(kube, namespace=ns, secret=name,
+                         webhook_config=args.webhook_configuration, hosts=_webhook_hosts(args))
+    log = logging.getLogger("lockstep")
+    for attempt in range(60):
+        try:
+            await certs.ensure()
+            return certs
+        except APIUnreachable as e:
+            log.warning("webhook certificate: API server unreachable, retrying: %s", e)
+        except APIError as e:
+            if e.status in (401, 403):
+                log.error("webhook certificate: not allowed to keep Secret %s/%s or the "
+                          "caBundle of %s (RBAC: deploy/webhook/rbac.yaml): %s", ns, name,
+                          args.webhook_configuration, e)
+                return None
+            log.warning("webhook certificate: %s, retrying", e)
+        await asyncio.sleep(min(2.0 * (attempt + 1), 10.0))
+    log.error("webhook certificate: gave up after 60 attempts")
+    return None
 
 
 def _import_verbs_side() -> None:
@@ -219,7 +336,7 @@ def _import_verbs_side() -> None:
 
 def _import_rest_side() -> None:
     """FastAPI and the routes beside the verbs: imported in a thread, the verbs answering."""
-    from . import admission, main  # noqa: F401
+    from . import admission, routes  # noqa: F401
 
 
 def _make_server_class() -> Any:
@@ -230,7 +347,7 @@ def _make_server_class() -> Any:
 
         uvicorn waits for in-flight requests before it runs the lifespan shutdown, and a
         parked bind is an in-flight request that may last until its gang's deadline: without
-        this a rolling update would stall for minutes (issue 9). kube-scheduler retries the
+        this a rolling update would stall for minutes. kube-scheduler retries the
         answered calls against the next Lockstep.
         """
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from coscheduling import Coscheduler, GangView, NodeName, PodKey, format_resources
 from coscheduling.podgroup import GangSpec, InvalidGang, MissingPodGroup
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
+from coscheduling.state import PlainVerdict
 from coscheduling.topology import DEFAULT_LEVELS, GPU, gpu_layout
 
 from .render import render
@@ -69,7 +70,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
                            "schedulerName": pod.scheduler_name}
     m = core.membership(key)
     gang = core.gang_of(key)
-    view = core.gang_view(gang, now) if gang is not None else None
+    view = core.gang_view(gang) if gang is not None else None
     if view is not None:
         out["gang"] = gang_json(view, now)
     if pod.node_name is not None:
@@ -106,10 +107,31 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
             "not in a gang: kube-scheduler places it like any pod, on capacity not reserved "
             "for gangs"
         )
+        verdict = core.plain_verdict(key)
+        if verdict is not None:
+            out["lastAnswers"] = plain_verdict_json(verdict, now)
+            if verdict.bind_refused is not None:
+                out["explanation"] += (f"; its last bind (to {verdict.bind_node}) was refused: "
+                                       f"{render(verdict.bind_refused)}")
+            elif verdict.refused:
+                out["explanation"] += (f"; its last filter passed {verdict.passed} node(s) and "
+                                       f"turned away {len(verdict.refused)} held for gangs")
     if view is not None and view.partial is not None:
         out["partiallyBound"] = render(view.partial)
         out["explanation"] = f"{render(view.partial)}; then: {out['explanation']}"
     out["bestNodes"] = best_nodes(core, pod.requests.get(GPU, 0), key if gang else None)
+    return out
+
+
+def plain_verdict_json(v: PlainVerdict, now: float) -> dict[str, Any]:
+    """A plain pod's last filter and bind answers, as ``explain`` and ``/debug/pods`` show."""
+    out: dict[str, Any] = {}
+    if v.filtered_at is not None:
+        out["filter"] = {"secondsAgo": round(now - v.filtered_at, 3), "passed": v.passed,
+                         "refused": {n: render(r) for n, r in sorted(v.refused.items())[:10]}}
+    if v.bind_at is not None:
+        out["bind"] = {"secondsAgo": round(now - v.bind_at, 3), "node": v.bind_node,
+                       "refused": render(v.bind_refused) if v.bind_refused else None}
     return out
 
 

@@ -4,8 +4,8 @@ Lockstep needs a handful of calls on its hot path and wants raw JSON (parsed onc
 records), so it talks to the API server directly instead of through the generated client.
 Configuration comes from a kubeconfig (token, client certificate or insecure) or from the
 in-cluster service account. Requests and watches go through ``app.fasthttp``, a client on
-httptools that costs the event loop a fraction of httpx's time per request (issue 12); httpx
-is used only when a test hands in its own transport.
+httptools that costs the event loop a third to a quarter of aiohttp's CPU per request
+(``python -m benchmarks client``); the tests fake the API server below it, at the connection.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import yaml
@@ -29,11 +29,7 @@ from coscheduling import BindFailed, BindOutcome, Bound, NodeName, PodKey
 
 from . import nodeproto
 from .errors import APIError, APIUnreachable, Conflict
-from .fasthttp import FastHTTP
-from .fasthttp import TransportError as FastTransportError
-
-if TYPE_CHECKING:  # imported when first used: a tenth of a second off Lockstep's start-up
-    import httpx
+from .fasthttp import Connector, FastHTTP, TransportError
 
 __all__ = ["KubeClient", "KubeConfig", "load_config"]
 
@@ -103,11 +99,12 @@ def _decode(content: bytes) -> Any:
 
 
 def _ssl_context(cfg: KubeConfig) -> ssl.SSLContext | bool:
+    """The TLS context for an https server; False for plain http."""
     if not cfg.server.startswith("https"):
         return False
     if cfg.insecure:
         # Not create_default_context(): it loads the system's CA bundle, which verifies
-        # nothing here and took 70-130 ms of a start-up on two busy cores (issue 12).
+        # nothing here and took 70-130 ms of a start-up on two busy cores.
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -122,55 +119,27 @@ class KubeClient:
     """The calls Lockstep makes, each mapping HTTP failures onto ``app.errors``."""
 
     def __init__(
-        self, cfg: KubeConfig, *, transport: httpx.AsyncBaseTransport | None = None,
-        timeout: float = 30.0,
+        self, cfg: KubeConfig, *, connect: Connector | None = None, timeout: float = 30.0,
     ) -> None:
-        """``timeout`` bounds each request but a watch (connecting: 5 s at most)."""
+        """``timeout`` bounds each request but a watch (connecting: 5 s at most);
+        ``connect`` opens connections instead of TCP (tests: an in-memory API server)."""
         headers = {"Accept": "application/json", "User-Agent": "lockstep/0.1"}
         if cfg.token:
             headers["Authorization"] = f"Bearer {cfg.token}"
-        verify = _ssl_context(cfg)
-        self._httpx_args: dict[str, Any] = {
-            "base_url": cfg.server, "headers": headers, "verify": verify,
-            "timeout": timeout, "transport": transport}
-        self._httpx: httpx.AsyncClient | None = None
-        # Requests and watches take the fast path (app.fasthttp): httpx's pure-Python
-        # HTTP stack was ~47% of the loaded event loop's time (issue 12). A caller-given
-        # transport (the unit tests' httpx.MockTransport) keeps everything on httpx.
-        self._fast = None if transport is not None else FastHTTP(
-            cfg.server, headers=headers,
-            ssl_context=verify if isinstance(verify, ssl.SSLContext) else None,
+        tls = _ssl_context(cfg)
+        self._http = FastHTTP(
+            cfg.server, headers=headers, connect=connect,
+            ssl_context=tls if isinstance(tls, ssl.SSLContext) else None,
             timeout=timeout, connect_timeout=min(5.0, timeout),
-            # 64 gate lifts in flight (service.LIFTERS) leave 16 connections to bindings and
+            # 64 gate lifts in flight (poster.LIFTERS) leave 16 connections to bindings and
             # Events. Each connection is a TLS handshake that costs both sides more CPU than
             # a write, and they are all made in the run's busiest second.
             max_connections=80,
             # Keep every connection: an idle one costs nothing, a new one a handshake.
             max_idle=80)
 
-    @property
-    def _http(self) -> httpx.AsyncClient:
-        """httpx, for every call when a test gives a transport; otherwise never made (and
-        never imported: a tenth of a second of start-up)."""
-        if self._httpx is None:
-            import httpx
-
-            a = self._httpx_args
-            # Few idle connections: httpcore polls every pooled connection on each request,
-            # which at 50 was the largest single cost on the event loop under load (issue 12).
-            self._httpx = httpx.AsyncClient(
-                base_url=a["base_url"], headers=a["headers"], verify=a["verify"],
-                timeout=httpx.Timeout(a["timeout"], connect=min(5.0, a["timeout"])),
-                limits=httpx.Limits(max_connections=100, max_keepalive_connections=8),
-                transport=a["transport"],
-            )
-        return self._httpx
-
     async def aclose(self) -> None:
-        if self._fast is not None:
-            await self._fast.aclose()
-        if self._httpx is not None:
-            await self._httpx.aclose()
+        await self._http.aclose()
 
     async def request(
         self,
@@ -186,25 +155,12 @@ class KubeClient:
         encoding (JSON still accepted) and a protobuf answer is decoded with it."""
         body = orjson.dumps(json) if json is not None else None
         accept = nodeproto.ACCEPT if protobuf is not None else None
-        if self._fast is not None:
-            try:
-                status, content = await self._fast.request(
-                    method, path, params=params, body=body, content_type=content_type,
-                    accept=accept)
-            except FastTransportError as e:
-                raise APIUnreachable(path, e) from e
-        else:
-            import httpx
-
-            headers = {"Content-Type": content_type} if body is not None else {}
-            if accept is not None:
-                headers["Accept"] = accept
-            try:
-                r = await self._http.request(
-                    method, path, content=body, params=params, headers=headers or None)
-            except httpx.TransportError as e:
-                raise APIUnreachable(path, e) from e
-            status, content = r.status_code, r.content
+        try:
+            status, content = await self._http.request(
+                method, path, params=params, body=body, content_type=content_type,
+                accept=accept)
+        except TransportError as e:
+            raise APIUnreachable(path, e) from e
         if protobuf is not None and content.startswith(nodeproto.PREFIX):
             try:
                 data = protobuf(content) if status < 400 else nodeproto.decode_status(content)
@@ -240,7 +196,7 @@ class KubeClient:
         """``list``, with every page parsed into records (None dropped) as it arrives.
 
         The raw pages are dropped one by one, so a relist of 50,000 pods never holds them
-        all at once: holding the whole raw list first cost 1 GB of RSS (issue 12). The next
+        all at once: holding the whole raw list first cost 1 GB of RSS. The next
         page is asked for before this one is parsed, so the API server encodes it meanwhile
         (at start-up, listing 5,000 nodes page after page took 0.8 s on two busy cores).
 
@@ -284,39 +240,17 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        if self._fast is not None:
-            async for event in self._watch_fast(path, params, timeout_seconds + 30.0):
-                yield event
-            return
-        import httpx
-
-        timeout = httpx.Timeout(timeout_seconds + 30.0, connect=5.0)
         try:
-            async with self._http.stream("GET", path, params=params, timeout=timeout) as r:
-                if r.status_code >= 400:
-                    await r.aread()
-                    raise APIError.from_status(r.status_code, _decode(r.content), path)
-                async for line in r.aiter_lines():
-                    if line:
-                        yield orjson.loads(line)
-        except httpx.TransportError as e:
-            raise APIUnreachable(path, e) from e
-
-    async def _watch_fast(self, path: str, params: Mapping[str, str], read_timeout: float,
-                          ) -> AsyncIterator[dict[str, Any]]:
-        """``watch`` on the C-parsed client: h11 and httpx's line decoder were about half
-        of the watch processing's share of the event loop under load (issue 12)."""
-        assert self._fast is not None
-        try:
-            stream = await self._fast.stream(path, params=params, read_timeout=read_timeout)
-        except FastTransportError as e:
+            stream = await self._http.stream(path, params=params,
+                                             read_timeout=timeout_seconds + 30.0)
+        except TransportError as e:
             raise APIUnreachable(path, e) from e
         try:
             if stream.status >= 400:
                 raise APIError.from_status(stream.status, _decode(await stream.read()), path)
             async for line in stream.lines():
                 yield orjson.loads(line)
-        except FastTransportError as e:
+        except TransportError as e:
             raise APIUnreachable(path, e) from e
         finally:
             stream.close()
@@ -388,17 +322,9 @@ class KubeClient:
         await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=event)
 
     async def healthy(self) -> bool:
-        if self._fast is not None:
-            try:
-                async with asyncio.timeout(5.0):
-                    status, _ = await self._fast.request("GET", "/readyz")
-            except (TimeoutError, FastTransportError):
-                return False
-            return status == 200
-        import httpx
-
         try:
-            r = await self._http.get("/readyz", timeout=5.0)
-        except httpx.TransportError:
+            async with asyncio.timeout(5.0):
+                status, _ = await self._http.request("GET", "/readyz")
+        except (TimeoutError, TransportError):
             return False
-        return r.status_code == 200
+        return status == 200

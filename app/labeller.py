@@ -4,14 +4,14 @@ Runs as a DaemonSet on GPU nodes (``deploy/labeller/``). Each round reads the GP
 matrix (``nvidia-smi topo -m``, NVML through an optional ``pynvml``, or a file), turns it into
 labels with the pure ``coscheduling.gputopo`` and merge-patches only those labels onto the
 Node, skipping the write when they are already there (each write wakes every Node watcher).
-It reaches the API server as the rest of Lockstep does (``app.kube.load_config``:
-``--kubeconfig``, else the in-cluster service account), with a sync httpx client.
+It reaches the API server as the rest of Lockstep does: ``app.kube.load_config``
+(``--kubeconfig``, else the in-cluster service account) and ``app.kube.KubeClient``.
 
 The labels are a hint for scoring, never a gate: when data is missing or wrong (no driver, a
 parse error, the API refusing) this logs a warning, removes nothing and exits 0, so a broken
 labeller can never keep pods off a node. ``--strict`` turns those failures into exit 1.
 
-Seams for tests: ``main`` takes ``transport`` (an ``httpx.MockTransport``), ``run`` (instead
+Seams for tests: ``main`` takes ``connect`` (``app.fasthttp.Connector``), ``run`` (instead
 of the subprocess), ``environ`` (for ``NODE_NAME``) and ``wait`` (the interval sleep; return
 True to stop).
 """
@@ -19,13 +19,13 @@ True to stop).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import logging
 import os
 import shutil
 import signal
-import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import yaml
 
 from coscheduling.gputopo import (
@@ -45,14 +44,16 @@ from coscheduling.gputopo import (
     parse_nvidia_smi_topo,
 )
 
-from .kube import KubeConfig, load_config
+from .errors import APIError, APIUnreachable, NotFound
+from .fasthttp import Connector
+from .kube import KubeClient, load_config
 
 __all__ = ["LabellerError", "api_client", "apply_labels", "main", "read_topology"]
 
 log = logging.getLogger("lockstep.labeller")
 
 NVIDIA_SMI_TIMEOUT_SECONDS = 60.0
-API_TIMEOUT = httpx.Timeout(10.0)
+API_TIMEOUT_SECONDS = 10.0
 SOURCES = ("auto", "nvidia-smi", "nvml", "file")
 
 Runner = Callable[[Sequence[str]], str]
@@ -184,54 +185,34 @@ def read_topology(source: str, topo_file: str | None, run: Runner) -> GpuTopolog
 # --- API access ---------------------------------------------------------------------------
 
 
-def _ssl(cfg: KubeConfig) -> ssl.SSLContext | bool:
-    if not cfg.server.startswith("https") or cfg.insecure:
-        return False
-    ctx = ssl.create_default_context(cafile=cfg.ca_file)
-    if cfg.cert_file and cfg.key_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    return ctx
-
-
-def api_client(kubeconfig: str | None, transport: httpx.BaseTransport | None) -> httpx.Client:
-    """A sync client from ``app.kube.load_config``: the kubeconfig, else the service account."""
+def api_client(kubeconfig: str | None, connect: Connector | None) -> KubeClient:
+    """A client from ``app.kube.load_config``: the kubeconfig, else the service account."""
     try:
-        cfg = load_config(kubeconfig)
-        verify = _ssl(cfg) if transport is None else False
+        return KubeClient(load_config(kubeconfig), connect=connect, timeout=API_TIMEOUT_SECONDS)
     except (OSError, ValueError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:
         raise LabellerError(f"API configuration: {e!r}") from e
-    return httpx.Client(
-        base_url=cfg.server,
-        headers={"Authorization": f"Bearer {cfg.token}"} if cfg.token else {},
-        verify=verify,
-        timeout=API_TIMEOUT,
-        transport=transport,
-    )
 
 
-def apply_labels(client: httpx.Client, node_name: str, want: Mapping[str, str]) -> bool:
+async def apply_labels(kube: KubeClient, node_name: str, want: Mapping[str, str]) -> bool:
     """Merge-patch ``want`` onto the node unless already there. True when a PATCH was sent."""
     path = f"/api/v1/nodes/{quote(node_name, safe='')}"
     try:
-        got = client.get(path)
-        if got.status_code == 404:
-            raise LabellerError(f"node {node_name!r} not found")
-        if got.is_success:
-            have = (got.json().get("metadata") or {}).get("labels") or {}
+        try:
+            got = await kube.request("GET", path)
+        except NotFound:
+            raise LabellerError(f"node {node_name!r} not found") from None
+        except APIError as e:
+            log.warning("GET %s: HTTP %d; patching anyway", path, e.status)
+        else:
+            have = ((got or {}).get("metadata") or {}).get("labels") or {}
             if all(have.get(k) == v for k, v in want.items()):
                 return False
-        else:
-            log.warning("GET %s: HTTP %d; patching anyway", path, got.status_code)
-        body = {"metadata": {"labels": dict(sorted(want.items()))}}
-        resp = client.patch(
-            path,
-            content=json.dumps(body, separators=(",", ":")),
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
-    except httpx.HTTPError as e:
+        try:
+            await kube.merge_patch(path, {"metadata": {"labels": dict(sorted(want.items()))}})
+        except APIError as e:
+            raise LabellerError(f"PATCH {path}: HTTP {e.status}: {e.message[:200]}") from e
+    except APIUnreachable as e:
         raise LabellerError(f"API server: {e!r}") from e
-    if not resp.is_success:
-        raise LabellerError(f"PATCH {path}: HTTP {resp.status_code}: {resp.text[:200]}")
     return True
 
 
@@ -268,7 +249,7 @@ def run_once(
     node_name: str | None,
     *,
     run: Runner,
-    transport: httpx.BaseTransport | None,
+    connect: Connector | None,
 ) -> None:
     want = labels(read_topology(args.source, args.topo_file, run))
     if args.dry_run:
@@ -276,17 +257,24 @@ def run_once(
         return
     if not node_name:
         raise LabellerError("no node name: pass --node-name or set NODE_NAME")
-    with api_client(args.kubeconfig, transport) as client:
-        if apply_labels(client, node_name, want):
-            log.info("labelled node %s: %s", node_name, want)
-        else:
-            log.debug("node %s already labelled", node_name)
+
+    async def label() -> bool:
+        kube = api_client(args.kubeconfig, connect)
+        try:
+            return await apply_labels(kube, node_name, want)
+        finally:
+            await kube.aclose()
+
+    if asyncio.run(label()):
+        log.info("labelled node %s: %s", node_name, want)
+    else:
+        log.debug("node %s already labelled", node_name)
 
 
 def main(
     argv: list[str] | None = None,
     *,
-    transport: httpx.BaseTransport | None = None,
+    connect: Connector | None = None,
     run: Runner | None = None,
     environ: Mapping[str, str] | None = None,
     wait: Waiter | None = None,
@@ -301,7 +289,7 @@ def main(
     rc = 0
     while True:
         try:
-            run_once(args, node_name, run=run or _run, transport=transport)
+            run_once(args, node_name, run=run or _run, connect=connect)
             rc = 0
         except LabellerError as e:
             log.warning("node labels left unchanged: %s", e)

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from coscheduling import Coscheduler, GangPhase
+from coscheduling.topology import GPU
 
 __all__ = ["Metrics"]
 
@@ -33,7 +34,7 @@ class _StateCollector(Collector):
         gangs = GaugeMetricFamily("lockstep_gangs", "Gangs known to Lockstep, by phase.",
                                   labels=["phase"])
         counts = {p.value: 0 for p in GangPhase}
-        for v in self._core.gang_views(now):
+        for v in self._core.gang_views():
             counts[v.phase.value] += 1
         for phase, n in sorted(counts.items()):
             gangs.add_metric([phase], n)
@@ -43,6 +44,12 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "lockstep_reserved_gpus", "GPUs reserved for admitted gangs and not yet bound.",
             value=self._core.reserved_gpus())
+        allocatable, used = self._gpus()
+        yield GaugeMetricFamily("lockstep_allocatable_gpus",
+                                "GPUs the cached nodes can allocate.", value=allocatable)
+        yield GaugeMetricFamily(
+            "lockstep_used_gpus", "GPUs requested by pods bound or assumed on cached nodes.",
+            value=used)
         yield CounterMetricFamily(
             "lockstep_partial_gangs",
             "Gangs left partly bound because a member's binding failed for good after "
@@ -61,6 +68,15 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("lockstep_cache_pods", "Pods in the cache.",
                                 value=self._core.pod_count())
 
+    def _gpus(self) -> tuple[int, int]:
+        """(allocatable, used) GPUs over the cached nodes: one pass, ~1 ms at 5,000 nodes."""
+        used_by_node = self._core.store.used
+        allocatable = used = 0
+        for name, node in self._core.nodes.items():
+            allocatable += node.allocatable.get(GPU, 0)
+            used += used_by_node.get(name, {}).get(GPU, 0)
+        return allocatable, used
+
 
 class Metrics:
     def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]]) -> None:
@@ -69,6 +85,12 @@ class Metrics:
             "lockstep_verb_duration_seconds",
             "Time to answer an extender verb (bind includes time parked).",
             ["verb"], buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.arrival_to_bound = Histogram(
+            "lockstep_gang_arrival_to_bound_seconds",
+            "From the creation of a gang's first member (the API server's timestamp, whole "
+            "seconds) to the moment its quorum's bindings completed.",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
         )
         self.admission_wait = Histogram(
             "lockstep_gang_admission_wait_seconds",
@@ -79,6 +101,22 @@ class Metrics:
             "lockstep_gate_lifts_total",
             "Lockstep's scheduling gate taken off pods, by outcome (pinned: to the planned "
             "node; unpinned: no plan holds the pod; failed: the API refused for good).",
+            ["outcome"], registry=self.registry,
+        )
+        self.preemptions = Counter(
+            "lockstep_preemptions_total",
+            "Preemptions started: a gang that did not fit evicted lower-priority work.",
+            registry=self.registry,
+        )
+        self.preemption_victims = Counter(
+            "lockstep_preemption_victims_total",
+            "Victims of preemptions, by kind (gang: a whole gang; pod: a plain pod).",
+            ["kind"], registry=self.registry,
+        )
+        self.evictions = Counter(
+            "lockstep_evictions_total",
+            "Victim pods Lockstep deleted, by outcome (deleted; gone: deleted or replaced "
+            "already; failed: the API refused).",
             ["outcome"], registry=self.registry,
         )
         self.bind_errors = Counter(

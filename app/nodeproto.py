@@ -3,7 +3,7 @@
 Why: at start-up Lockstep lists every node while kube-scheduler starts on the same cores.
 A node as JSON is ~3.7 KB (managed fields, conditions, images), and on a 5,000-node test
 bed the JSON list cost the API server 0.72-0.87 s of CPU and Lockstep 0.41-0.54 s to parse;
-as protobuf 0.34-0.50 s and 0.24-0.31 s (issue 12). kube-scheduler and every Go controller
+as protobuf 0.34-0.50 s and 0.24-0.31 s. kube-scheduler and every Go controller
 list nodes this way.
 
 Only the fields ``coscheduling.node_from_json`` reads are declared; protobuf skips the rest

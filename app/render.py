@@ -7,12 +7,14 @@ its FailedScheduling event), into Lockstep's own Events and into the explain end
 from __future__ import annotations
 
 from coscheduling import Notice, NoticeKind, format_resources
-from coscheduling.planner import NoFit
+from coscheduling.nofit import NoFit
 from coscheduling.reasons import (
     BackingOff,
+    BeingPreempted,
     BindTargetGone,
     DoesNotFit,
     ExtraMemberWaits,
+    HigherPriorityPodsWaiting,
     InvalidDeclaration,
     MembersLost,
     NotEnoughMinResources,
@@ -20,6 +22,8 @@ from coscheduling.reasons import (
     PlannedNodeLost,
     PodGroupNotFound,
     PodNotInCache,
+    Preempting,
+    PreemptionStalled,
     Reason,
     ReservedForGangs,
     TimedOut,
@@ -60,9 +64,10 @@ def render(reason: Reason) -> str:
         case BackingOff(gang, left, cause):
             why = f" after {render(cause)}" if cause else ""
             return f"gang {gang}: backing off for {left:.0f}s more{why}"
-        case DoesNotFit(gang, nofit, reserved_by):
+        case DoesNotFit(gang, nofit, reserved_by, preemption):
             held = f" (reserved by {', '.join(reserved_by[:3])})" if reserved_by else ""
-            return f"gang {gang} does not fit: {render_nofit(nofit)}{held}"
+            why = f"; {preemption}" if preemption else ""
+            return f"gang {gang} does not fit: {render_nofit(nofit)}{held}{why}"
         case NotEnoughMinResources(gang, want, free):
             return (
                 f"gang {gang}: minResources {format_resources(want)} exceed free "
@@ -102,6 +107,23 @@ def render(reason: Reason) -> str:
                     f"failed after its siblings bound: {why}")
         case UnknownNode(node):
             return f"node {node} is not in Lockstep's cache yet"
+        case HigherPriorityPodsWaiting(gang, priority, pods, count):
+            listed = ", ".join(pods) + (f" and {count - len(pods)} more" if count > len(pods)
+                                        else "")
+            return (f"gang {gang} (priority {priority}) waits for {count} pod(s) of higher "
+                    f"priority that kube-scheduler is placing and that would not fit beside "
+                    f"it: {listed}")
+        case Preempting(gang, victim_gangs, plain, gpus, waiting):
+            units = [f"{len(victim_gangs)} gang(s) ({', '.join(victim_gangs[:3])})"
+                     if victim_gangs else "", f"{plain} plain pod(s)" if plain else ""]
+            return (f"gang {gang} is preempting {' and '.join(u for u in units if u)}, "
+                    f"{gpus} GPUs, waiting for {waiting} pod(s) to terminate")
+        case PreemptionStalled(gang, still_there):
+            return (f"gang {gang}: {still_there} preemption victim(s) outlived their grace "
+                    f"period; the held room was given back and the gang is planned again")
+        case BeingPreempted(gang, by):
+            return (f"gang {gang} was preempted by gang {by}, which is not running yet; it "
+                    f"waits until then")
     raise AssertionError(f"unrendered reason {reason!r}")
 
 
@@ -115,6 +137,9 @@ def render_notice(notice: Notice) -> str:
             return f"gang {gang} reached quorum ({notice.detail}); members bind together"
         case NoticeKind.BOUND:
             return f"gang {gang}: {notice.detail}"
+        case NoticeKind.PREEMPTED:
+            return f"Preempted {notice.detail}" + (f": gang {gang} is evicted whole"
+                                                     if notice.gang else "")
         case NoticeKind.TIMEOUT_CAPPED:
             return f"gang {gang}: timeout {notice.detail} (kube-scheduler httpTimeout bound)"
     return render(notice.reason) if notice.reason is not None else f"gang {gang}"

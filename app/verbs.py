@@ -2,7 +2,7 @@
 
 Why not FastAPI routes: kube-scheduler's single scheduling thread waits on ``/filter`` for
 every pod, and FastAPI's middleware stack and router cost more per call than Lockstep's own
-answer (issue 12). Importing FastAPI (about 0.25 s of CPU, seconds of GIL contention on a
+answer. Importing FastAPI (about 0.25 s of CPU, seconds of GIL contention on a
 busy node) also delayed the first verbs at start-up, when kube-scheduler sends the most.
 This app answers ``/filter``, ``/prioritize``, ``/bind``, ``/noop``, ``/healthz`` and
 ``/readyz`` itself and hands every other request (metrics, debug, the webhook) to ``rest``,
@@ -184,7 +184,7 @@ async def _unless_hung_up(receive: Receive, call: Coroutine[Any, Any, str]) -> s
 
     A parked call whose client is gone would otherwise keep its place in the waiting map
     until the gang's deadline; cancelling it unparks the member (``core.abandon``), and
-    kube-scheduler binds it again when it is back (issue 11)."""
+    kube-scheduler binds it again when it is back."""
     task = asyncio.ensure_future(call)
     gone = asyncio.ensure_future(_hang_up(receive))
     try:

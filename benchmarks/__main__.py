@@ -1,7 +1,8 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
-``python -m benchmarks [verbs] [placement] [throughput] [memory] [--quick]``; results go to
-bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
+``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [preemption]
+[--quick]``; results go
+to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
 (``--mem-nodes``, ``--mem-pods``).
 """
@@ -17,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import memory, placement, throughput, verbs
+from . import client, memory, placement, preemption, throughput, verbs
 
-BENCHMARKS = ("verbs", "placement", "throughput", "memory")
+BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -37,7 +38,7 @@ def main() -> None:
                     help=f"any of {', '.join(BENCHMARKS)} (default: all)")
     ap.add_argument("--quick", action="store_true", help="fewer requests and sizes")
     ap.add_argument("--out", default="bench-results")
-    tp = ap.add_argument_group("throughput (issue 12: stock vs Lockstep vs scheduler-plugins)")
+    tp = ap.add_argument_group("throughput (stock vs Lockstep vs scheduler-plugins)")
     tp.add_argument("--nodes", type=int, default=None,
                     help="KWOK nodes x 8 GPUs (default 1000; 200 with --quick; try 5000)")
     tp.add_argument("--gangs", type=int, default=None, help="gangs (default 100; 20 quick)")
@@ -57,6 +58,14 @@ def main() -> None:
     tp.add_argument("--stall", type=float, default=45.0,
                     help="give up on a scheduler's batch after this many seconds without a "
                          "new binding (default 45)")
+    tp.add_argument("--mode", choices=list(throughput.MODES), default="backlog",
+                    help="backlog: every pod created before the scheduler starts; steady: "
+                         "gangs arrive at --rate per second while every scheduler runs")
+    tp.add_argument("--rate", type=float, default=5.0,
+                    help="gangs (and plain pods) created per second in steady mode")
+    tp.add_argument("--pin", action="store_true",
+                    help="etcd, kube-apiserver and KWOK on CPU 0, the scheduler and Lockstep "
+                         "on CPU 1 (a control plane on machines of its own)")
     tp.add_argument("--rounds", type=int, default=1,
                     help="run every scheduler this many times, alternating their order; the "
                          "ratios are then medians over the rounds (default 1)")
@@ -69,7 +78,7 @@ def main() -> None:
     tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
                     help="experiment: override a top-level KubeSchedulerConfiguration key of "
                          "the Lockstep run (e.g. percentageOfNodesToScore=0); repeatable")
-    mem = ap.add_argument_group("memory (issue 12: Lockstep RSS <= 300 MB at 5,000 nodes and "
+    mem = ap.add_argument_group("memory (goal: Lockstep RSS <= 300 MB at 5,000 nodes and "
                                 "50,000 pods cached)")
     mem.add_argument("--mem-nodes", type=int, default=None,
                      help="KWOK nodes x 8 GPUs (default 5000; 1000 with --quick)")
@@ -104,6 +113,10 @@ def main() -> None:
         _throughput(args, out, meta)
     if "memory" in args.which:
         _memory(args, out, meta)
+    if "client" in args.which:
+        _client(args, out, meta)
+    if "preemption" in args.which:
+        _preemption(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -136,7 +149,7 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
         nodes=nodes, timeout=args.timeout or (120.0 if args.quick else 300.0),
         profile=args.profile, pprof_seconds=args.pprof_seconds, out=out,
         lockstep_overrides=overrides, stall=args.stall,
-        tag=",".join(args.lockstep_override))
+        tag=",".join(args.lockstep_override), mode=args.mode, rate=args.rate, pin=args.pin)
     schedulers = [s for s in args.schedulers.split(",") if s]
     if args.rounds < 1 or (args.profile and args.rounds > 1):
         sys.exit("benchmarks: --rounds must be at least 1, and 1 with --profile")
@@ -150,15 +163,48 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
     measured = _commit()  # at the start: the product code Lockstep runs is read now
     result = throughput.run(wl, opts, schedulers, on_row=progress, rounds=args.rounds)
     name = "throughput.json" if not args.profile else "throughput-profile.json"
+    if args.mode != "backlog" or args.pin:
+        name = name.replace(".json", f"-{args.mode}{'-pinned' if args.pin else ''}.json")
     (out / name).write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:], **result},
                                        indent=2))
     rounds = "one run" if args.rounds == 1 else f"{args.rounds} rounds, median ratios (range)"
-    print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, all created "
-          f"before the scheduler starts; {rounds}, compare ratios)")
+    how = ("all created before the scheduler starts" if args.mode == "backlog" else
+           f"gangs arriving at {args.rate:g}/s while it runs")
+    pinned = "; control plane on CPU 0, scheduler on CPU 1" if args.pin else ""
+    print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, {how}{pinned}; "
+          f"{rounds}, compare ratios)")
     columns = throughput.TABLE_COLUMNS if args.rounds == 1 else (
         ("round", "round"), *throughput.TABLE_COLUMNS)
     print(throughput.format_table(result["rows"], columns))
     print(throughput.format_ratios(result["ratios"]))
+
+
+def _client(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    print("\nAPI client: event-loop CPU per request (per event for a watch), app.fasthttp "
+          "against aiohttp", flush=True)
+    measured = _commit()
+    result = client.run(requests=1000 if args.quick else 3000,
+                        events=5000 if args.quick else 20000, rounds=3 if args.quick else 5,
+                        log=lambda s: print(s, flush=True))
+    (out / "client.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                 **result}, indent=2))
+    print(table(result["rows"], client.TABLE_COLUMNS))
+
+
+def _preemption(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    from testbed.bins import ensure_bins
+
+    ensure_bins()
+    nodes = args.nodes or (200 if args.quick else 1000)
+    rounds = 5 if args.quick else 20
+    print(f"\nPreemption latency: {nodes} nodes x 8 GPUs full of low-priority 2 x 8-GPU gangs; "
+          f"{rounds} high-priority 2 x 8-GPU gangs, one at a time", flush=True)
+    measured = _commit()
+    result = preemption.run(nodes, rounds, log=lambda s: print(s, flush=True))
+    (out / "preemption.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                     **result}, indent=2))
+    print("\nPreemption latency (last member created to all bound, victims' grace 0)")
+    print(table(result["rows"], preemption.TABLE_COLUMNS))
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
@@ -174,7 +220,7 @@ def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
                         log=lambda s: print(s, flush=True))
     (out / "memory.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
                                                  **result}, indent=2))
-    print(f"\nLockstep memory ({nodes} nodes, {pods} pods cached; goal, issue 12: RSS <= "
+    print(f"\nLockstep memory ({nodes} nodes, {pods} pods cached; goal: RSS <= "
           f"{memory.GOAL_MB:g} MB at 5,000 nodes and 50,000 pods)")
     print(memory.format_result(result))
 

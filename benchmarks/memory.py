@@ -1,4 +1,4 @@
-"""Lockstep's memory with a large cluster cached (issue 12: RSS <= 300 MB at 5,000 nodes and
+"""Lockstep's memory with a large cluster cached (goal: RSS <= 300 MB at 5,000 nodes and
 50,000 pods).
 
 Lockstep lists and watches every node and every pod of the cluster, not only its own, because
@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 GOAL_MB = 300.0
-"""Issue 12: Lockstep's RSS with 5,000 nodes and 50,000 pods cached."""
+"""Goal: Lockstep's RSS with 5,000 nodes and 50,000 pods cached."""
 GOAL_NODES, GOAL_PODS = 5000, 50000
 BOUND_SHARE = 0.10
 """About this share of all pods are bound (running on KWOK nodes)."""

@@ -25,12 +25,13 @@ from typing import Any
 __all__ = ["ACTIVITIES", "GO_AREAS", "pprof_cum", "pyspy_shares", "report", "scheduling_budget"]
 
 ACTIVITIES: tuple[tuple[str, str], ...] = (
-    ("binding POSTs (Lockstep._bind_one)", "Lockstep._bind_one"),
-    ("Event POSTs (Lockstep._post_events)", "Lockstep._post_events"),
-    ("requeue nudges (Lockstep._nudge)", "Lockstep._nudge"),
-    ("PodGroup status writes", "Lockstep._podgroup_status_loop"),
+    ("binding POSTs (Binder._bind_one)", "Binder._bind_one"),
+    ("Event POSTs (Poster.post_events)", "Poster.post_events"),
+    ("requeue nudges (Poster.nudge)", "Poster.nudge"),
+    ("gate lifts (Poster.lift)", "Poster.lift"),
+    ("PodGroup status writes", "StatusWriter.run"),
     ("watch processing (ClusterCache.run)", "ClusterCache.run"),
-    ("deadline timer (Lockstep._timer)", "Lockstep._timer"),
+    ("deadline timer (Binder.expire_loop)", "Binder.expire_loop"),
     ("filter route (parse + core + encode)", "VerbsApp._filter"),
     ("  of which request parsing (_decode)", "_decode (app/verbs.py"),
     ("  of which Coscheduler.filter", "Coscheduler.filter"),

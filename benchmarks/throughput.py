@@ -1,4 +1,4 @@
-"""Gang throughput side by side (issue 12): three schedulers, one workload, one invocation.
+"""Gang throughput side by side: three schedulers, one workload, one invocation.
 
 Each scheduler gets a fresh test bed with the same node count (``bench-64x8`` scaled: racks of
 8 nodes x 8 GPUs) and the same seeded pods, all created *before* the scheduler starts:
@@ -75,11 +75,13 @@ __all__ = [
 ]
 
 SCHEDULERS = ("stock", "lockstep", "sp")
+MODES = ("backlog", "steady")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kwok")
 LOCKSTEPS = ("lockstep", "lockstep-ungated")
 LABELS = {
     "stock": "stock kube-scheduler, plain pods",
-    "lockstep": "kube-scheduler + Lockstep, gangs behind its gate",
-    "lockstep-ungated": "kube-scheduler + Lockstep, gangs without the gate",
+    "lockstep": "kube-scheduler + Lockstep, default install (its webhook gates gangs)",
+    "lockstep-ungated": "kube-scheduler + Lockstep, no webhook",
     "sp": "scheduler-plugins Coscheduling, PodGroups",
 }
 SP_SCHEDULER = "scheduler-plugins-scheduler"
@@ -103,6 +105,7 @@ TABLE_COLUMNS = (
     ("spread_p95_ms", "bind spread p95 ms"),
     ("nodes_per_gang", "nodes/gang"),
     ("arrival_p95_s", "arrival p95 s"),
+    ("steady_arrival_p95_s", "stream arrival p95 s"),
     ("unbound", "unbound"),
     ("rss_mb", "Lockstep RSS MB"),
     ("machine_cpu_ms_per_pod", "machine CPU ms/pod"),
@@ -218,10 +221,8 @@ def build_pods(spec: GangSpec, scheduler: str, ns: str = NS
             b.scheduler("default-scheduler")
         elif scheduler in LOCKSTEPS:
             b.scheduler("lockstep")
-            if spec.gang:
+            if spec.gang:  # as users write them: Lockstep's webhook, when on, adds the gate
                 b.gang(spec.name, spec.size, timeout=60)
-                if scheduler == "lockstep":  # as Lockstep's webhook creates them
-                    b.held()
         elif scheduler == "sp":
             b.scheduler(SP_SCHEDULER)
             if spec.gang:
@@ -418,7 +419,7 @@ def format_table(rows: Sequence[Mapping[str, Any]],
 def median_ratios(per_round: Sequence[Mapping[str, float | None]]) -> dict[str, Any]:
     """Each ratio's median over the rounds, and its range under ``<ratio>_range``.
 
-    The machine's speed drifts by a third between runs of the same code (issue 12), so one
+    The machine's speed drifts by a third between runs of the same code, so one
     round's ratio is one sample; rounds alternate the schedulers' order."""
     out: dict[str, Any] = {}
     for k in (per_round[0] if per_round else {}):
@@ -445,7 +446,7 @@ def format_ratios(r: Mapping[str, Any]) -> str:
             f"{f('gang_done_p50_lockstep_over_stock')}   "
             f"Lockstep/scheduler-plugins: pods/s {f('pods_per_s_lockstep_over_sp')}, gang done "
             f"p50 {f('gang_done_p50_lockstep_over_sp')}\n"
-            "(goal, issue 12: pods/s >= 0.6x stock and >= 1.0x scheduler-plugins)")
+            "(goal: pods/s >= 0.6x stock and >= 1.0x scheduler-plugins)")
 
 
 # ---------------------------------------------------------------------------- the runs
@@ -586,6 +587,21 @@ class RunOptions:
     """KubeSchedulerConfiguration keys to override for the Lockstep run (experiments)."""
     lockstep_args: tuple[str, ...] = ()
     tag: str = ""
+    mode: str = "backlog"
+    """``backlog``: every pod created before the scheduler starts (t0 at its start);
+    ``steady``: the scheduler runs first and gangs arrive at ``rate`` per second, as a stream
+    of job submissions does (t0 at the first create), as scheduler_perf's steady workloads."""
+    rate: float = 5.0
+    """Gangs (and plain pods) created per second in ``steady`` mode."""
+    pin: bool = False
+    """Pin etcd, kube-apiserver and KWOK to CPU 0 and the scheduler (with Lockstep) to CPU 1:
+    a stand-in for a control plane on machines of its own."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r}: one of {', '.join(MODES)}")
+        if self.rate <= 0:
+            raise ValueError("rate must be positive")
 
 
 _STARTER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lockstep-start")
@@ -715,6 +731,41 @@ def _wait_nodes_ready(kube: Kube, nodes: int, timeout: float) -> float:
     return round(time.monotonic() - start, 2)
 
 
+def _pin(pids: Sequence[int | None], cpu: int) -> None:
+    """Bind each process (its threads too: Go runtimes start theirs at once) to ``cpu``."""
+    for pid in pids:
+        if pid is None:
+            continue
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(tid), {cpu})
+
+
+def _stream(kube: Kube, groups: Sequence[GangSpec], scheduler: str, t0: float, rate: float,
+            created: dict[str, float]) -> None:
+    """Create group ``i`` at ``t0 + i / rate`` (late ones at once: a stream that the API server
+    cannot take at that rate shows as a longer span); ``created`` gets each group's time once
+    its last member exists."""
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        for i, g in enumerate(groups):
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            objs, pg = _objects([g], scheduler)
+            for path, obj in pg:
+                kube.create(path, obj)
+            list(pool.map(lambda o: kube.create(o[0], o[1]), objs))
+            created[g.name] = time.monotonic()
+
+
+def _gated_share(bed: TestBed, url: str | None) -> dict[str, float] | None:
+    """How the webhook answered the run's gang members (gated, or left alone)."""
+    if url is None:
+        return None
+    found = parse_prometheus(_get_text(f"{url}/metrics"), ("lockstep_webhook_admissions_total",))
+    return {labels.get("decision", ""): v for _, labels, v in found}
+
+
 def _bindings(rec: BindingRecorder) -> dict[str, Binding]:
     return {r.name: (r.node, r.bound_at) for r in rec.records(NS)
             if r.bound_at is not None and r.node and r.deleted_at is None}
@@ -729,10 +780,21 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         kube = Kube(bed.api_url, bed.token)
         create_nodes(kube, nodes_from_topology(load_topology("bench-64x8"), nodes=opts.nodes))
         kube.ensure_namespace(NS)
-        pods, pgs = _objects(wl.groups, scheduler)
-        _create_all(kube, pgs)
-        _create_all(kube, pods)
+        steady = opts.mode == "steady"
+        row["mode"] = opts.mode + (" pinned" if opts.pin else "")
+        # The default install: Lockstep's webhook is in the path of every pod create, so it
+        # is up (its certificate issued, its caBundle set) before the first pod is created.
+        webhook = scheduler == "lockstep"
+        ls_url: str | None = None
+        if webhook:
+            ls_url = bed.start_lockstep(extra_args=opts.lockstep_args, webhook=True)
+        if not steady:
+            pods, pgs = _objects(wl.groups, scheduler)
+            _create_all(kube, pgs)
+            _create_all(kube, pods)
         row["nodes_ready_wait_s"] = _wait_nodes_ready(kube, opts.nodes, opts.timeout)
+        if opts.pin:
+            _pin([bed.procs[k].pid for k in CONTROL_PLANE if k in bed.procs], 0)
         rec = BindingRecorder(kube).start()
         api_metrics = f"{bed.api_url}/metrics"
         before = parse_prometheus(_get_text(api_metrics, bed.token), API_SERIES)
@@ -740,17 +802,18 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         # etcd and KWOK too, on the same two cores. Counted from t0, like the schedulers'.
         infra: dict[str, int | None] = {
             k: bed.procs[k].pid for k in ("kube-apiserver", "etcd", "kwok") if k in bed.procs}
+        if ls_url is not None:
+            infra["lockstep"] = bed.procs["lockstep"].pid
         cpu0: dict[str, float | None] = {k: _cpu_seconds(pid) for k, pid in infra.items()}
         cpu0["harness"], machine0 = _own_cpu_seconds(), _machine_seconds()
-        # Lockstep starts inside the span, at the same moment as kube-scheduler (both are
-        # "the scheduler"): with its gate it admits gangs as soon as it has listed the
-        # cluster, and that work must be timed too.
+        # Backlog: Lockstep without its webhook starts inside the span, at the same moment
+        # as kube-scheduler (both are "the scheduler"): it admits gangs as soon as it has
+        # listed the cluster, and that work must be timed too.
         t0 = time.monotonic()
         pprofs = [_pprof(bed.api_url, "kube-apiserver", scheduler, opts, opts.pprof_seconds,
-                         bed.token)] if opts.profile else []
-        ls_url = None
+                         bed.token)] if opts.profile and not steady else []
         ls_start: concurrent.futures.Future[str] | None = None
-        if scheduler in LOCKSTEPS:
+        if scheduler in LOCKSTEPS and ls_url is None:
             port = free_port()
             ls_url = f"http://127.0.0.1:{port}"
             ls_start = _STARTER.submit(bed.start_lockstep, extra_args=opts.lockstep_args,
@@ -766,6 +829,22 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         if ls_start is not None:
             ls_start.result()
             row["lockstep_ready_s"] = round(time.monotonic() - t0, 2)
+        if opts.pin:
+            _pin([proc.pid, bed.procs["lockstep"].pid if ls_url else None], 1)
+        created: dict[str, float] = {}
+        if steady:
+            # Everything runs before the first gang arrives: the span is the stream's.
+            cpu0["scheduler"] = _cpu_seconds(proc.pid)
+            if ls_url is not None:
+                cpu0["lockstep"] = _cpu_seconds(bed.procs["lockstep"].pid)
+            cpu0["harness"], machine0 = _own_cpu_seconds(), _machine_seconds()
+            t0 = time.monotonic()
+            if opts.profile:
+                pprofs = [_pprof(bed.api_url, "kube-apiserver", scheduler, opts,
+                                 opts.pprof_seconds, bed.token)]
+            feeder = threading.Thread(target=_stream, name="steady-arrivals", daemon=True,
+                                      args=(kube, wl.groups, scheduler, t0, opts.rate, created))
+            feeder.start()
         ls_pid = bed.procs["lockstep"].pid if ls_url else None
         if opts.profile and ls_url:  # now at work: no longer "idle" (kept for the report)
             idle = [_latency_ms(f"{ls_url}/healthz") for _ in range(20)]
@@ -835,15 +914,23 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         bound = _bindings(rec)
         row.update(summarize(wl.groups, bound, t0))
         row["batch_wall_s"] = round(t_batch - t0, 2)
-        # ---- phase 2: gangs arriving while the scheduler runs
-        created: dict[str, float] = {}
-        for g in wl.arrivals:
+        if steady:
+            feeder.join(timeout=30)
+            row.update({f"steady_{k}": v for k, v in summarize_arrivals(
+                [g for g in wl.groups if g.gang], bound, created).items()})
+            row["steady_rate"] = opts.rate
+        if webhook:
+            row["members_gated"] = _gated_share(bed, ls_url)
+        # ---- phase 2: gangs arriving while the scheduler runs (steady mode was all that)
+        arrivals = () if steady else wl.arrivals
+        arrived: dict[str, float] = {}
+        for g in arrivals:
             objs, pg = _objects([g], scheduler)
             _create_all(kube, pg)
             _create_all(kube, objs, workers=min(16, len(objs)))
-            created[g.name] = time.monotonic()
+            arrived[g.name] = time.monotonic()
             time.sleep(opts.arrival_gap)
-        arr_names = [n for g in wl.arrivals for n in g.pod_names()]
+        arr_names = [n for g in arrivals for n in g.pod_names()]
         deadline = time.monotonic() + min(opts.timeout, 60.0 if "stalled_after_s" in row
                                           else 120.0)
         while arr_names and time.monotonic() < deadline:
@@ -852,8 +939,8 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                 break
             time.sleep(0.05)
         bound = _bindings(rec)
-        row.update(summarize_arrivals(wl.arrivals, bound, created))
-        if wl.arrivals:
+        row.update(summarize_arrivals(arrivals, bound, arrived))
+        if arrivals:
             # The arrival phase alone: members created before their quorum are turned away
             # and must be woken (requeue nudges); the batch phase never does that.
             arr_after = parse_prometheus(_get_text(api_metrics, bed.token),

@@ -12,7 +12,7 @@ import asyncio
 import uvicorn
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import pod_from_json
 

@@ -4,6 +4,7 @@ No network, no framework, no clock: callers pass ``now`` and Kubernetes objects 
 dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kubernetes to it.
 """
 
+from .conventions.scheduler_plugins import podgroup_from_json
 from .core import Coscheduler, GangView, Settings
 from .decisions import (
     BindFailed,
@@ -11,6 +12,7 @@ from .decisions import (
     BindNow,
     BindOutcome,
     Bound,
+    Eviction,
     Expired,
     FilterDecision,
     Lift,
@@ -22,7 +24,7 @@ from .decisions import (
 )
 from .gang import GangPhase
 from .planner import NoFit, Plan
-from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, gang_key, podgroup_from_json
+from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, gang_key
 from .records import (
     NodeName,
     NodeRecord,
@@ -44,6 +46,7 @@ __all__ = [
     "BindOutcome",
     "Bound",
     "Coscheduler",
+    "Eviction",
     "Expired",
     "FilterDecision",
     "GangDefaults",

@@ -2,7 +2,7 @@
 
 One read-only window over the cluster store and the ledger. It is the planner's
 :class:`~coscheduling.planner.CapacityView`: free capacity means *outside every reservation*,
-the planned gang's own included (issue 9, case 2: a re-placed member gives its own slot back
+the planned gang's own included (a re-placed member gives its own slot back
 first, so nothing is ever counted free twice). Plain-pod scores are cached per GPU count in the
 store, which drops a node's entries whenever its usage, labels or reservations change.
 """
@@ -30,10 +30,8 @@ class Capacity:
         return self._store.nodes
 
     def free_for_gang(self, node: NodeName) -> Resources:
-        return self.free_unreserved(node)
-
-    def free_unreserved(self, node: NodeName) -> Resources:
-        """Free capacity on ``node`` that no gang holds."""
+        """Free capacity on ``node`` that no gang holds: what a gang may be planned on, and
+        all a plain pod may use there."""
         return sub(self._store.free(node), self._ledger.reserved_on(node))
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .podgroup import GangKey
+from .keys import GangKey
 from .reasons import GangReason, NodeReason, TimedOut
 from .records import NodeName, PodKey
 
@@ -20,6 +20,7 @@ __all__ = [
     "BindNow",
     "BindOutcome",
     "Bound",
+    "Eviction",
     "Expired",
     "FilterDecision",
     "Notice",
@@ -39,6 +40,8 @@ class NoticeKind(Enum):
     INVALID = "GangInvalid"
     TIMEOUT_CAPPED = "GangTimeoutCapped"
     PARTIALLY_BOUND = "GangPartiallyBound"
+    PREEMPTING = "GangPreempting"
+    PREEMPTED = "Preempted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,22 @@ class Expired:
     gang: GangKey
     parked: dict[PodKey, NodeName]
     reason: TimedOut
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """A victim the app evicts for a preemption, as kube-scheduler does: the
+    ``DisruptionTarget`` condition, then a delete with the pod's own grace period."""
+
+    pod: PodKey
+    uid: str
+    node: NodeName
+    preemptor: str
+    """The preempting gang's key."""
+    priority: int
+    """The preemptor's priority."""
+    gang: GangKey | None
+    """The victim's gang (evicted whole), None for a plain pod."""
 
 
 @dataclass(frozen=True, slots=True)

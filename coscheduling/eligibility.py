@@ -13,10 +13,10 @@ from typing import Any
 
 from .records import NodeRecord, PodRecord
 
-__all__ = ["eligible"]
+__all__ = ["eligible", "match_expression"]
 
 
-def _match_expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+def match_expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key = expr.get("key", "")
     op = expr.get("operator", "")
     values = [str(v) for v in expr.get("values") or ()]
@@ -44,12 +44,12 @@ def _match_term(term: Mapping[str, Any], node: NodeRecord) -> bool:
     fields = term.get("matchFields") or ()
     if not exprs and not fields:
         return False  # an empty term matches nothing, as in kube-scheduler
-    if not all(_match_expression(e, node.labels) for e in exprs):
+    if not all(match_expression(e, node.labels) for e in exprs):
         return False
     for f in fields:
         if f.get("key") != "metadata.name":
             return False
-        if not _match_expression({**f, "key": "n"}, {"n": node.name}):
+        if not match_expression({**f, "key": "n"}, {"n": node.name}):
             return False
     return True
 

@@ -3,7 +3,7 @@
 The phase is one enum; each transition is a method and the only place its bookkeeping
 happens: admitting reserves, expiring / falling back / losing a slot unreserves. Before this
 module, the state was implied by ``released``, ``admitted_at`` and ``backoff_until`` together,
-and a reservation could outlive or undercut its plan (issue 9).
+and a reservation could outlive or undercut its plan.
 
 ::
 
@@ -82,7 +82,7 @@ class Gang:
     turned_away: set[PodKey] = field(default_factory=set)
     """Members filter rejected since: they sit in kube-scheduler's unschedulable queue and
     only a nudge wakes them. Members never turned away are in its active queue already, so
-    nudging them would be an API write for nothing (issue 12)."""
+    nudging them would be an API write for nothing."""
 
     told: dict[PodKey, GangReason] = field(default_factory=dict)
     """The last reason each member was given as an Event (one Event per change, per pod)."""

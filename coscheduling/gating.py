@@ -11,13 +11,16 @@ cluster's, and members of a gang that cannot run yet never take a scheduling cyc
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
+from .conventions import declaring_keys
+from .keys import GANG_GATE
+
 __all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node"]
 
-GANG_GATE = "lockstep.dev/gang"
+_DECLARING = declaring_keys()
+"""(annotation keys, label keys, spec paths) naming a gang, from every registered convention."""
 
 
 def pin_term(node: str) -> dict[str, Any]:
@@ -58,36 +61,15 @@ def lift_patch(uid: str, terms: tuple[Mapping[str, Any], ...], node: str | None
 # ---------------------------------------------------------------------------- the webhook's test
 
 
-@functools.cache
-def _declaring_keys() -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """(annotation keys, label keys, spec paths) that name a gang, from the modules that read
-    them. Imported on first use: ``podgroup`` imports ``records``, which imports this module."""
-    from .podgroup import (
-        KOORD_GROUP,
-        KUEUE_GROUP,
-        LIGHT_GROUP,
-        LOCKSTEP_GROUP,
-        SP_GROUP_LABEL,
-        VOLCANO_GROUP,
-    )
-    from .upstream import SCHEDULING_GROUP_FIELD, WORKLOAD_REF_FIELD
-
-    annotations = (LOCKSTEP_GROUP, *VOLCANO_GROUP, KOORD_GROUP, KUEUE_GROUP)
-    labels = (LOCKSTEP_GROUP, SP_GROUP_LABEL, LIGHT_GROUP, KUEUE_GROUP)
-    paths = (tuple(SCHEDULING_GROUP_FIELD.split(".")),
-             (*WORKLOAD_REF_FIELD.split("."), "name"))
-    return annotations, labels, paths
-
-
 def declares_gang(pod: Mapping[str, Any]) -> bool:
     """Whether a Pod (its API JSON, as an admission request carries it) names a gang by any
-    convention Lockstep reads: the keys ``podgroup.resolve`` and ``upstream.resolve_upstream``
-    look at, with a non-empty value.
+    convention Lockstep reads: the keys and spec fields every registered convention
+    (``coscheduling.conventions``) resolves a gang from, with a non-empty value.
 
     It says nothing about whether the declaration is valid or its PodGroup exists: a held pod
     whose declaration turns out to be no gang (invalid, or an upstream ``basic`` policy) is let
     go by the core; one whose PodGroup is missing waits for it, gated."""
-    annotation_keys, label_keys, paths = _declaring_keys()
+    annotation_keys, label_keys, paths = _DECLARING
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     for field, keys in (("annotations", annotation_keys), ("labels", label_keys)):

@@ -11,7 +11,8 @@
 5. the derived caches equal a fresh computation (plain-pod scores, free GPUs, topology
    domains);
 6. a member pinned to a node (Lockstep lifted its gate) is only ever planned on that node,
-   and no held member (its gate still on) is parked.
+   and no held member (its gate still on) is parked;
+7. preemptions in flight evict only strictly lower priorities, and victim gangs whole.
 
 :func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
 """
@@ -24,7 +25,7 @@ from .core import Coscheduler, GangPhase
 from .gating import pinned_node
 from .ledger import LedgerDrift, check_ledger
 from .records import NodeName
-from .resources import sub
+from .resources import add, sub
 from .topology import domain_of
 
 __all__ = ["InvariantBroken", "check_invariants", "cluster_facts"]
@@ -40,11 +41,19 @@ def check_invariants(core: Coscheduler) -> None:
     except LedgerDrift as e:
         raise InvariantBroken(f"reservations != plans: {e}") from None
     store = core.store
+    leaving = core.state.preemptions.terminating()
+    _check_preemptions(core)
     for n in core.ledger.nodes():
         if n not in store.nodes:
             raise InvariantBroken(f"reservation on node {n} that is not in the store")
+        # Victims of a preemption in flight still count as usage; their room is reserved
+        # for the preemptor already (counted twice, never lent to a third party).
         left = sub(sub(store.nodes[n].allocatable, store.used.get(n, {})),
                    core.ledger.reserved_on(n))
+        for k in leaving:
+            p = store.pods.get(k)
+            if p is not None and p.node_name == n and p.holds_capacity:
+                left = add(left, p.requests)
         for res, amount in core.ledger.reserved_on(n).items():
             if amount > 0 and left.get(res, 0) < 0:
                 raise InvariantBroken(
@@ -133,3 +142,21 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
         "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
                    if not core.reserved_on(n)},
     }
+
+
+def _check_preemptions(core: Coscheduler) -> None:
+    """7. every victim of a preemption in flight has a priority strictly below its
+    preemptor's, and a victim gang is evicted whole: none of its members is bound and
+    running outside the victim set."""
+    store = core.store
+    for rec in core.state.preemptions.by_preemptor.values():
+        for k in rec.waiting_for:
+            p = store.pods.get(k)
+            if p is not None and p.priority >= rec.priority:
+                raise InvariantBroken(f"{k} (priority {p.priority}) evicted for "
+                                      f"{rec.preemptor} (priority {rec.priority})")
+        for victim in rec.victim_gangs:
+            for p in core.members_of(victim):
+                if p.holds_capacity and not p.deleting and p.key not in rec.victims:
+                    raise InvariantBroken(f"gang {victim} evicted for {rec.preemptor} in part: "
+                                          f"{p.key} on {p.node_name} is not a victim")

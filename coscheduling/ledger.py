@@ -2,7 +2,7 @@
 
 Each reservation names its pod, gang, node and the exact requests it holds, so giving one
 back is exact: no "None means everything on that node" rule that could drop a sibling's share
-(issue 9, case 1). Per-node totals are an index over the reservations, kept in step here and
+. Per-node totals are an index over the reservations, kept in step here and
 nowhere else; :func:`check_ledger` (run by the model test after every step) proves that they
 and the gangs' plans agree.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .podgroup import GangKey
+from .keys import GangKey
 from .records import NodeName, PodKey
 from .resources import Resources, add, sub
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .decisions import Notice, NoticeKind, Unparked
-from .podgroup import GangKey
+from .decisions import Eviction, Notice, NoticeKind, Unparked
+from .keys import GangKey
 from .reasons import GangReason
 from .records import PodKey, PodRecord
 
@@ -28,6 +28,8 @@ class Outbox:
     """Held pods whose gate may have to come off (the core decides at drain time)."""
     awaited: set[PodKey] = field(default_factory=set)
     """Gang pods a verb asked about before the watch delivered them: nudged on arrival."""
+    evictions: list[Eviction] = field(default_factory=list)
+    """Victims of preemptions decided since the last drain."""
 
     def notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
                reason: GangReason | None = None, detail: str = "") -> None:
@@ -46,6 +48,10 @@ class Outbox:
     def drain_requeue(self, pods: Mapping[PodKey, PodRecord]) -> list[PodKey]:
         out = sorted(k for k in self.requeue if k in pods and pods[k].node_name is None)
         self.requeue.clear()
+        return out
+
+    def drain_evictions(self) -> list[Eviction]:
+        out, self.evictions = self.evictions, []
         return out
 
     def drain_unparked(self) -> list[Unparked]:

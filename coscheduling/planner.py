@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from .eligibility import eligible
+from .nofit import NoFit
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import PODS, Resources, fits, sub
 from .topology import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout
@@ -42,7 +43,8 @@ class CapacityView(Protocol):
     def nodes(self) -> Mapping[NodeName, NodeRecord]: ...
 
     def free_for_gang(self, node: NodeName) -> Resources:
-        """Free capacity on ``node`` outside every other admitted gang's reservation."""
+        """Free capacity on ``node`` outside every gang's reservation (a gang planned again
+        has given its own slots back first)."""
         ...
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
@@ -71,20 +73,6 @@ class Plan:
     domain: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class NoFit:
-    members: int
-    shape: Resources
-    """The largest member's request (all members when they are alike)."""
-    free_units: int
-    """How many members of that shape fit in the free capacity, ignoring topology."""
-    eligible_nodes: int
-    required_level: str | None = None
-    widest_domain_fit: int = 0
-    """With a required level: the most members any single domain could hold."""
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-
 def _signature(pod: PodRecord) -> tuple[object, ...]:
     return (
         tuple(sorted(pod.requests.items())),
@@ -108,7 +96,7 @@ class _Context:
     """Everything one planning call reads more than once, computed at most once per node.
 
     Lazily: a 5,000-node cluster must not pay for eligibility or free capacity of nodes the
-    plan never looks at (issue 12: planning was O(levels x nodes) per admission)."""
+    plan never looks at (planning was O(levels x nodes) per admission)."""
 
     def __init__(self, todo: Sequence[Member], view: CapacityView,
                  levels: Sequence[Level]) -> None:

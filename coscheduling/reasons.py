@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .planner import NoFit
+from .nofit import NoFit
 from .podgroup import GangKey, InvalidGang
 from .records import NodeName
 from .resources import Resources
 
 __all__ = [
     "BackingOff",
+    "BeingPreempted",
     "BindTargetGone",
     "DoesNotFit",
     "ExtraMemberWaits",
     "GangReason",
+    "HigherPriorityPodsWaiting",
     "InvalidDeclaration",
     "MembersLost",
     "NodeReason",
@@ -28,6 +30,8 @@ __all__ = [
     "PlannedNodeLost",
     "PodGroupNotFound",
     "PodNotInCache",
+    "Preempting",
+    "PreemptionStalled",
     "Reason",
     "ReservedForGangs",
     "TimedOut",
@@ -68,6 +72,8 @@ class DoesNotFit:
     nofit: NoFit
     reserved_by: tuple[GangKey, ...]
     """Admitted gangs holding reservations, which a waiting gang may be waiting for."""
+    preemption: str = ""
+    """Why preemption could not make room ("" when it was not tried)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,51 @@ class ReservedForGangs:
     node: NodeName
     gangs: tuple[GangKey, ...]
     short: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class HigherPriorityPodsWaiting:
+    """Pods of higher priority that kube-scheduler is placing now would not fit beside the
+    gang: as kube-scheduler's queue serves them first, the gang waits for them."""
+
+    gang: GangKey
+    priority: int
+    pods: tuple[str, ...]
+    """Up to five of them, highest priority first."""
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Preempting:
+    """The gang evicted lower-priority work and holds the room it frees: it runs once the
+    victims have terminated."""
+
+    gang: GangKey
+    victim_gangs: tuple[str, ...]
+    plain_pods: int
+    """Victim pods outside any gang."""
+    gpus: int
+    """GPUs the victims give back."""
+    waiting: int
+    """Victim pods not yet gone."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionStalled:
+    """Victims outlived their grace period and the margin: the held room was given back
+    and the gang is planned again."""
+
+    gang: GangKey
+    still_there: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeingPreempted:
+    """The gang was evicted for a higher-priority gang that is not running yet: its
+    recreated members wait, so they do not race the preemptor for the room."""
+
+    gang: GangKey
+    by: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +223,10 @@ GangReason = (
     | PodNotInCache
     | BindTargetGone
     | PartiallyBound
+    | HigherPriorityPodsWaiting
+    | Preempting
+    | PreemptionStalled
+    | BeingPreempted
 )
 NodeReason = ReservedForGangs | UnknownNode
 Reason = GangReason | NodeReason

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NewType
 
-from .gating import GANG_GATE
+from .keys import GANG_GATE
 from .resources import Resources, pod_requests, resource_list
 
 __all__ = [
@@ -108,6 +109,17 @@ class PodRecord:
     workload_ref: tuple[str, str, str] | None = None
     """``spec.workloadRef`` (Kubernetes 1.35 only): Workload name, pod group in it, and
     ``podGroupReplicaKey`` ("" when unset)."""
+    preempt_never: bool = False
+    """``spec.preemptionPolicy: Never``: it waits for capacity and evicts nobody."""
+    started: float = 0.0
+    """``status.startTime`` in seconds since the epoch (0 when not started): the most
+    recently started victims lose the least work."""
+    grace_seconds: float = 30.0
+    """``spec.terminationGracePeriodSeconds``: how long an evicted pod may take to go."""
+    resource_version: int = field(default=0, compare=False)
+    """``metadata.resourceVersion`` when it is a number (the API server's etcd revision), else
+    0: tells a pod the watch has not reached yet from one it has already seen go. Not part of
+    equality, so an unchanged pod relisted is not an update."""
 
     @property
     def key(self) -> PodKey:
@@ -173,6 +185,11 @@ def _unschedulable(status: Any) -> bool:
         for c in conds)
 
 
+def _revision(raw: object) -> int:
+    text = str(raw or "")
+    return int(text) if text.isdigit() and len(text) < 20 else 0
+
+
 def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
     meta = _meta(obj, "Pod")
     spec = obj.get("spec")
@@ -206,6 +223,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         phase=str(status.get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp") or ""),
+        resource_version=_revision(meta.get("resourceVersion")),
         node_selector=_str_map(spec.get("nodeSelector"), "Pod.spec.nodeSelector"),
         required_affinity=tuple(affinity.get("nodeSelectorTerms") or ()),
         tolerations=tolerations,
@@ -215,7 +233,27 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         unschedulable=_unschedulable(status),
         scheduling_group=_scheduling_group(spec),
         workload_ref=_workload_ref(spec),
+        preempt_never=spec.get("preemptionPolicy") == "Never",
+        started=_timestamp(status.get("startTime")),
+        grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
     )
+
+
+def _timestamp(raw: object) -> float:
+    """An RFC 3339 time as the API server writes it, in seconds since the epoch; 0 if
+    absent or unreadable (a pod whose start is unknown counts as the oldest)."""
+    if not isinstance(raw, str) or not raw:
+        return 0.0
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _grace(raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
+        return 30.0
+    return float(raw)
 
 
 def _scheduling_group(spec: Mapping[str, Any]) -> str | None:

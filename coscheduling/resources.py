@@ -72,7 +72,7 @@ def parse_quantity(value: object, *, milli: bool = False) -> int:
 @functools.lru_cache(maxsize=4096)
 def _parse_str(value: str, milli: bool) -> int:
     """Memoised: a cluster's nodes and pods repeat a handful of quantities ("8", "500m",
-    "2Ti"), and a relist of 5,000 nodes parsed each with Decimal (issue 12)."""
+    "2Ti"), and a relist of 5,000 nodes parsed each with Decimal."""
     return _parse_any(value, milli)
 
 

@@ -3,12 +3,12 @@
 Nodes, pods, PodGroups and NUMA zones arrive by watch event or by relist; both paths go
 through the same ``put_*`` / ``drop_*`` methods here, so each derived cache (bound usage per
 node, the topology-domain index, GPU layouts, plain-pod scores) is invalidated in exactly one
-place. Issue 9, case 4: a relist used to replace nodes without dropping the domain index, so
-gangs planned against yesterday's racks.
+place: a relist that replaced nodes without dropping the domain index would have gangs
+planned against yesterday's racks.
 
 The store holds only what the API server sent. Nothing else writes a pod here: a filter
 request for a pod the watch has not delivered (or already deleted) is answered from the
-request alone (issue 9, case 5).
+request alone.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .conventions.base import PodGroupRecord
+from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload
+from .keys import GangKey
 from .numa import NumaZones
-from .podgroup import GangKey, PodGroupRecord
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, sub
 from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout
-from .upstream import UpstreamPodGroup, UpstreamWorkload
 
 __all__ = ["ClusterStore", "PodChange"]
 
@@ -200,7 +201,7 @@ class ClusterStore:
 
         Kept up to date node by node rather than summed and sorted per plan: planning a gang
         used to add up every node of a 5,000-node cluster and sort them all, 10 ms per gang
-        (issue 12). Only the nodes touched since the last call are asked again.
+       . Only the nodes touched since the last call are asked again.
         """
         counted = self._dom_counted
         if self._dom_stale:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .podgroup import GangKey
+from .keys import GangKey
 from .records import NodeName, PodKey
 
 __all__ = ["WaitingMap"]

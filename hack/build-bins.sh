@@ -35,6 +35,7 @@ targets=(
   "scheduler-plugins $SCHEDULER_PLUGINS_VERSION k8s sigs.k8s.io/scheduler-plugins/cmd/scheduler"
   "training-operator $TRAINING_OPERATOR_VERSION kubeflow github.com/kubeflow/training-operator/cmd/training-operator.v1"
   "kueue $KUEUE_VERSION kueue sigs.k8s.io/kueue/cmd/kueue"
+  "helm $HELM_VERSION helm helm.sh/helm/v3/cmd/helm"
 )
 
 # Other Kubernetes versions the test bed can run (TestBed(k8s=...), LOCKSTEP_K8S_VERSION):
@@ -90,6 +91,14 @@ for t in "${targets[@]}"; do
   case "$name" in
     etcd) flags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=lockstep" ;;
     kwok) flags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" ;;
+    # What helm's Makefile stamps: `helm version` reads v3.x, and `helm template` / `helm lint`
+    # assume the Kubernetes minor of its client-go (HELM_K8S_MINOR) when no cluster is asked.
+    helm) v3pkg=helm.sh/helm/v3
+          flags="-s -w -X $v3pkg/internal/version.version=$HELM_VERSION"
+          flags+=" -X $v3pkg/internal/version.gitTreeState=clean"
+          for p in pkg/lint/rules pkg/chartutil; do
+            flags+=" -X $v3pkg/$p.k8sVersionMajor=1 -X $v3pkg/$p.k8sVersionMinor=$HELM_K8S_MINOR"
+          done ;;
   esac
   echo "build-bins: building $name $version (one at a time: the kube-apiserver link needs ~2 GB)"
   t0=$(date +%s)

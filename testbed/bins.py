@@ -36,6 +36,7 @@ _VERSION_OF = {
     "kwok": VERSIONS["KWOK_VERSION"],
     "scheduler-plugins": VERSIONS["SCHEDULER_PLUGINS_VERSION"],
     "training-operator": VERSIONS["TRAINING_OPERATOR_VERSION"],
+    "helm": VERSIONS["HELM_VERSION"],
     "kueue": VERSIONS["KUEUE_VERSION"],
 }
 

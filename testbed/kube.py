@@ -13,12 +13,10 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-import yaml
 
 __all__ = ["Conflict", "Kube", "KubeError", "NotFound"]
 
@@ -54,11 +52,6 @@ class Kube:
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
         )
-
-    @classmethod
-    def from_kubeconfig(cls, path: str | Path) -> Kube:
-        doc = yaml.safe_load(Path(path).read_text())
-        return cls(doc["clusters"][0]["cluster"]["server"], doc["users"][0]["user"]["token"])
 
     def clone(self) -> Kube:
         """A client of its own, sharing nothing with this one."""
@@ -126,11 +119,6 @@ class Kube:
         except KubeError as e:
             if e.status != 409:
                 raise
-
-    def delete_namespace(self, ns: str) -> None:
-        """Marks it Terminating; without a controller-manager it never goes away: delete the
-        pods instead."""
-        self.delete(f"/api/v1/namespaces/{ns}")
 
     def nodes(self, **params: str) -> builtins.list[dict[str, Any]]:
         return self.list("/api/v1/nodes", **params)

@@ -150,8 +150,8 @@ def start_training_operator(bed: TestBed, gang_scheduler_name: str | None, *,
 
 
 def pytorchjob(name: str, *, workers: int, master: bool = False, gpus: int = 1,
-               scheduler_name: str | None = "lockstep", limits_only: bool = True
-               ) -> dict[str, Any]:
+               scheduler_name: str | None = "lockstep", limits_only: bool = True,
+               priority_class: str | None = None) -> dict[str, Any]:
     """A PyTorchJob as users write it: ``Master`` (one replica, when ``master``) and
     ``Worker`` replicas, each pod asking for ``gpus`` GPUs and 1 CPU, 1 Gi;
     ``schedulerName`` in every pod template unless ``scheduler_name`` is None.
@@ -160,7 +160,8 @@ def pytorchjob(name: str, *, workers: int, master: bool = False, gpus: int = 1,
     defaults the pods' requests to them), else CPU and memory as ``requests`` and the GPUs
     as ``limits``. v1.8.1 computes a PodGroup's ``minResources`` from requests alone when a
     container has any (``AddResourceList`` in pkg/controller.v1/common/util.go), so the
-    second form gives PodGroups without GPUs in ``minResources``."""
+    second form gives PodGroups without GPUs in ``minResources``. ``priority_class``: the
+    pods' ``priorityClassName`` (admission resolves it to their priority)."""
     def replicas(n: int) -> dict[str, Any]:
         spec: dict[str, Any] = {"containers": [{
             "name": "pytorch",  # the operator's default container name
@@ -173,6 +174,8 @@ def pytorchjob(name: str, *, workers: int, master: bool = False, gpus: int = 1,
         }]}
         if scheduler_name:
             spec["schedulerName"] = scheduler_name
+        if priority_class:
+            spec["priorityClassName"] = priority_class
         return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": spec}}
 
     specs = {"Master": replicas(1)} if master else {}

@@ -202,9 +202,6 @@ class FaultProxy:
             self.counts["streams killed"] += n
         return n
 
-    def open_streams(self, path: str = "") -> int:
-        return sum(1 for _, _, p in list(self._streams) if re.search(path, p))
-
     # ------------------------------------------------------------------ the proxy (its loop)
 
     async def _listen(self) -> None:

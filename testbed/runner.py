@@ -12,9 +12,10 @@ the API server serves the upstream gang API (``scheduling.k8s.io`` Workload/PodG
 gang plugin stays out of the way and Lockstep does the gang scheduling.
 
 ``start_lockstep(webhook=True)`` also serves Lockstep's gang-gate admission webhook over TLS
-(a CA and a serving certificate for 127.0.0.1 from ``testbed.certs``) and registers
-``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration with the webhook's URL and the
-CA as ``caBundle`` (``webhook_configuration``), waiting until the API server calls it.
+and registers ``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration with the webhook's
+URL (``webhook_configuration``), waiting until the API server calls it: Lockstep issues its own
+certificate and sets the ``caBundle``, as deployed, or (``webhook_certs="files"``) serves a
+certificate for 127.0.0.1 from ``testbed.certs`` given as ``caBundle`` here.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def scheduler_config(
     return out
 
 
-def webhook_configuration(doc: Mapping[str, Any], url: str, ca_bundle: bytes,
+def webhook_configuration(doc: Mapping[str, Any], url: str, ca_bundle: bytes | None,
                           name: str = "lockstep") -> dict[str, Any]:
     """``deploy/webhook``'s MutatingWebhookConfiguration for a Lockstep out of the cluster.
 
@@ -180,8 +181,9 @@ def webhook_configuration(doc: Mapping[str, Any], url: str, ca_bundle: bytes,
     out["metadata"] = {"name": name}
     for hook in out.get("webhooks") or ():
         path = str((hook.get("clientConfig") or {}).get("service", {}).get("path") or "/")
-        hook["clientConfig"] = {"url": url.rstrip("/") + path,
-                                "caBundle": base64.b64encode(ca_bundle).decode("ascii")}
+        hook["clientConfig"] = {"url": url.rstrip("/") + path}
+        if ca_bundle is not None:
+            hook["clientConfig"]["caBundle"] = base64.b64encode(ca_bundle).decode("ascii")
     return out
 
 
@@ -264,7 +266,7 @@ class TestBed:
         return self
 
     def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+        self, t: type[BaseException] | None, e: BaseException | None, _tb: TracebackType | None
     ) -> None:
         self.stop()
         # A bed's directory (etcd's data, the logs) is ~80 MB: a suite run left gigabytes
@@ -338,10 +340,6 @@ class TestBed:
             self._wait_ready(proc, 60.0)
         self.startup_seconds[f"{name}-restart"] = time.monotonic() - t0
         log.info("%s restarted in %.1fs", name, self.startup_seconds[f"{name}-restart"])
-
-    def restart_process(self, name: str, *, down_seconds: float = 0.0) -> None:
-        """Same as ``restart``: the API server keeps its port, certificates and etcd data."""
-        self.restart(name, down_seconds=down_seconds)
 
     def stop_process(self, name: str) -> None:
         self.procs[name].stop()
@@ -519,58 +517,83 @@ class TestBed:
         tls: tuple[Path, Path] | None = None,
         env: Mapping[str, str] | None = None,
         webhook: bool = False,
+        webhook_certs: str = "own",
     ) -> str:
         """Run Lockstep (``python -m app serve``) and wait for /readyz; returns its URL.
 
         ``tls`` is (certificate, key): the verbs are then served over HTTPS. ``env`` adds to
         the inherited environment. ``webhook``: also serve the gang-gate admission webhook
-        (``--webhook-port``, TLS with a CA of the bed's own) and register it with the API
-        server (``register_webhook``); its URL is ``webhooks[name]``.
+        (``--webhook-port``) and register it with the API server (``register_webhook``); its
+        URL is ``webhooks[name]``. ``webhook_certs``: ``"own"`` (the default install) has
+        Lockstep issue its certificate into the Secret ``lockstep-system/<name>-webhook-cert``
+        and set the configuration's ``caBundle`` itself; ``"files"`` gives it a certificate of
+        the bed's own CA as files, as cert-manager would.
         """
         port = port or free_port()
         tls_args = (f"--tls-cert={tls[0]}", f"--tls-key={tls[1]}") if tls else ()
         url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
         webhook_args: tuple[str, ...] = ()
         if webhook:
-            certs = make_certs(self.dir / f"{name}-webhook-certs")
             webhook_port = free_port()
-            webhook_args = ("--webhook-host=127.0.0.1", f"--webhook-port={webhook_port}",
-                            f"--webhook-cert={certs.cert}", f"--webhook-key={certs.key}")
+            webhook_url = f"https://127.0.0.1:{webhook_port}"
+            webhook_args = ("--webhook-host=127.0.0.1", f"--webhook-port={webhook_port}")
+            if webhook_certs == "files":
+                certs = make_certs(self.dir / f"{name}-webhook-certs")
+                webhook_args += (f"--webhook-cert={certs.cert}", f"--webhook-key={certs.key}")
+            elif webhook_certs == "own":
+                # The configuration is there first, with no caBundle (as deploy/ applies it):
+                # Lockstep fills it in. Until then the API server's calls fail and, with
+                # failurePolicy: Ignore, pods are created ungated.
+                self.kubectl("create", "namespace", "lockstep-system", check=False)
+                self.register_webhook(webhook_url, None, name=name, wait=False)
+                webhook_args += (f"--webhook-cert-secret=lockstep-system/{name}-webhook-cert",
+                                 f"--webhook-configuration={name}",
+                                 "--webhook-hosts=127.0.0.1")
+            else:
+                raise ValueError(f"webhook_certs={webhook_certs!r}: 'own' or 'files'")
         self._spawn(name, [
             sys.executable, "-m", "app", "serve", f"--kubeconfig={kubeconfig or self.kubeconfig}",
             "--host=127.0.0.1", f"--port={port}", *tls_args, *webhook_args, *extra_args,
         ], ready_url=f"{url}/readyz", timeout=60.0,
            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
         if webhook:
-            self.webhooks[name] = f"https://127.0.0.1:{webhook_port}"
-            self.register_webhook(self.webhooks[name], certs.ca.read_bytes(), name=name)
+            self.webhooks[name] = webhook_url
+            if webhook_certs == "files":
+                self.register_webhook(webhook_url, certs.ca.read_bytes(), name=name)
+            else:
+                self.wait_webhook_called(webhook_url)
         return url
 
-    def register_webhook(self, url: str, ca_bundle: bytes, *, name: str = "lockstep",
+    def register_webhook(self, url: str, ca_bundle: bytes | None, *, name: str = "lockstep",
                          wait: bool = True, timeout: float = 30.0) -> dict[str, Any]:
         """Apply ``deploy/webhook``'s MutatingWebhookConfiguration (``webhook_configuration``)
-        pointing at ``url``, under ``name``; returns what was applied.
+        pointing at ``url``, under ``name``; returns what was applied. ``ca_bundle`` None
+        leaves it out, for a Lockstep that sets it itself.
 
-        ``wait``: until the API server calls it, which a server-side dry-run create of a gang
-        pod in ``default`` shows (the configuration reaches the admission chain through an
-        informer, a moment after it is stored)."""
+        ``wait``: until the API server calls it (``wait_webhook_called``)."""
         docs = [d for d in yaml.safe_load_all(WEBHOOK_CONFIG.read_text()) if d]
         mwc = next(d for d in docs if d.get("kind") == "MutatingWebhookConfiguration")
         doc = webhook_configuration(mwc, url, ca_bundle, name)
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
         if wait:
-            probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-                "name": "lockstep-webhook-probe",
-                "annotations": {"lockstep.dev/pod-group": "probe"}},
-                "spec": {"schedulerName": "lockstep", "containers": [
-                    {"name": "c", "image": "registry.invalid/probe:latest"}]}}
-            with Kube(self.api_url, self.token) as kube:
-                kube.wait(f"the API server calling the webhook at {url}", lambda: any(
-                    g.get("name") == GANG_GATE for g in kube.request(
-                        "POST", "/api/v1/namespaces/default/pods", probe,
-                        params={"dryRun": "All"})["spec"].get("schedulingGates") or ()),
-                    timeout, interval=0.1)
+            self.wait_webhook_called(url, timeout)
         return doc
+
+    def wait_webhook_called(self, url: str, timeout: float = 30.0) -> None:
+        """Until the API server calls the webhook, which a server-side dry-run create of a gang
+        pod in ``default`` shows (the configuration reaches the admission chain through an
+        informer, a moment after it is stored)."""
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "lockstep-webhook-probe",
+            "annotations": {"lockstep.dev/pod-group": "probe"}},
+            "spec": {"schedulerName": "lockstep", "containers": [
+                {"name": "c", "image": "registry.invalid/probe:latest"}]}}
+        with Kube(self.api_url, self.token) as kube:
+            kube.wait(f"the API server calling the webhook at {url}", lambda: any(
+                g.get("name") == GANG_GATE for g in kube.request(
+                    "POST", "/api/v1/namespaces/default/pods", probe,
+                    params={"dryRun": "All"})["spec"].get("schedulingGates") or ()),
+                timeout, interval=0.1)
 
     # ------------------------------------------------------------------ debugging
 

@@ -81,6 +81,14 @@ class PodBuilder:
         self._obj["spec"]["nodeSelector"] = dict(selector)
         return self
 
+    def priority(self, value: int, class_name: str | None = None) -> Self:
+        """``spec.priority`` as admission resolves it from ``class_name`` (which a real API
+        server requires: it rejects a priority that its class does not give)."""
+        self._obj["spec"]["priority"] = value
+        if class_name is not None:
+            self._obj["spec"]["priorityClassName"] = class_name
+        return self
+
     def held(self) -> Self:
         """Created behind Lockstep's scheduling gate, as its webhook would do."""
         self._obj["spec"].setdefault("schedulingGates", []).append({"name": GANG_GATE})

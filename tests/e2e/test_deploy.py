@@ -22,8 +22,13 @@ USES = [
     ("list", "nodes", "", "cache: node capacity and topology labels"),
     ("watch", "nodes", "", "cache"),
     ("list", "pods", "", "cache: usage and gang members"),
+    ("get", "pods", "", "a pod named in a bind call before the watch shows it"),
     ("watch", "pods", "", "cache"),
     ("patch", "pods", "", "requeue annotation that wakes parked pods"),
+    ("delete", "pods", "", "preemption victims"),
+    ("patch", "pods/status", "", "the DisruptionTarget condition on preemption victims"),
+    ("list", "poddisruptionbudgets", "policy", "victims whose budgets allow it first"),
+    ("watch", "poddisruptionbudgets", "policy", "cache"),
     ("create", "pods/binding", "", "binding gang members"),
     ("create", "events", "", "GangWaiting / GangAdmitted / GangTimedOut / GangBound"),
     ("list", "podgroups", "scheduling.x-k8s.io", "scheduler-plugins PodGroups"),
@@ -33,7 +38,7 @@ USES = [
     ("watch", "noderesourcetopologies", "topology.node.k8s.io", "cache"),
 ]
 NOT_NEEDED = [
-    ("delete", "pods", ""), ("create", "pods", ""), ("update", "pods", ""),
+    ("create", "pods", ""), ("update", "pods", ""), ("deletecollection", "pods", ""),
     ("get", "secrets", ""), ("list", "secrets", ""), ("patch", "nodes", ""),
     ("update", "nodes", ""), ("delete", "nodes", ""), ("list", "configmaps", ""),
     ("create", "podgroups", "scheduling.x-k8s.io"), ("delete", "podgroups", "scheduling.x-k8s.io"),
@@ -58,7 +63,11 @@ def test_manifests_pass_server_side_dry_run(cluster: ClusterFactory) -> None:
     for want in ("customresourcedefinition.apiextensions.k8s.io/podgroups.scheduling.x-k8s.io",
                  "clusterrole.rbac.authorization.k8s.io/lockstep",
                  "serviceaccount/lockstep-scheduler", "configmap/lockstep-scheduler-config-",
-                 "deployment.apps/lockstep-scheduler"):
+                 "deployment.apps/lockstep-scheduler",
+                 # the webhook, on by default, with the RBAC for its own certificate
+                 "mutatingwebhookconfiguration.admissionregistration.k8s.io/lockstep",
+                 "service/lockstep-webhook", "role.rbac.authorization.k8s.io/lockstep-webhook-cert",
+                 "clusterrole.rbac.authorization.k8s.io/lockstep-webhook-ca-bundle"):
         assert want in out, out
     labeller = c.bed.kubectl("apply", "--server-side", "--dry-run=server", "-k",
                              str(DEPLOY / "labeller")).stdout

@@ -1,7 +1,7 @@
 """Load: 2,000 bind calls parked at once, then every gang released together.
 
 In-process, not on the test bed: the app (``create_app``) on a real ``Lockstep`` service and
-core, its Kubernetes API faked with ``httpx.MockTransport`` (bindings succeed and are
+core, its Kubernetes API faked in memory (``tests.fakeapi.Wire``: bindings succeed and are
 recorded), driven by 2,020 concurrent ``POST /bind`` requests through
 ``httpx.ASGITransport``. What is measured is Lockstep's own work (the verbs, the waiting map,
 the group binds) without a 2-core machine's kube-apiserver and kube-scheduler in the way.
@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import (
     Coscheduler,
@@ -43,6 +43,7 @@ from coscheduling import (
     pod_from_json,
 )
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 GANGS = 20
 SIZE = 101
@@ -110,7 +111,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
         for m in range(SIZE):
             core.upsert_pod(pod_from_json(
                 pod(f"g{g}-{m}").gang(f"g{g}", min_member=SIZE, timeout=200).gpu(1).build()))
-    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     service = Lockstep(core, kube)
     app = create_app(service, manage_lifecycle=False)
 
@@ -145,7 +146,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
             await asyncio.sleep(0.01)
         park_s, park_cpu = time.perf_counter() - t1, cpu_seconds() - c1
         rss_parked = rss_mib()
-        assert core.parked_total() == PARKED and len(service._parked) == PARKED
+        assert core.parked_total() == PARKED and len(service.parked) == PARKED
         assert not bindings, "something bound before its gang's quorum"
         t_idle = time.perf_counter()
         await asyncio.sleep(1.0)  # holding 2,000 parked calls should cost the loop nothing
@@ -166,7 +167,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
     assert len(answers) == GANGS * SIZE
     assert sum(bindings.values()) == GANGS * SIZE and set(bindings.values()) == {1}
     assert dict(bindings) == {(n, plan[n]): 1 for n in plan}
-    assert core.parked_total() == 0 and not service._parked
+    assert core.parked_total() == 0 and not service.parked
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {
         "gangs": GANGS, "members": SIZE, "parked_at_once": PARKED, "nodes": NODES,

@@ -26,18 +26,31 @@ from testbed.bins import REPO
 from testbed.certs import make_certs
 from testbed.workloads import gang, pod
 
-from .conftest import SCHEDULER_CONFIG, Cluster, ClusterFactory, settle
+from .conftest import SCHEDULER_CONFIG, Cluster, ClusterFactory, assert_not_forbidden, settle
 
 HOOK = "gang-gate.lockstep.dev"
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 
 
-def with_webhook(cluster: ClusterFactory) -> Cluster:
+STARTED_AT: dict[str, float] = {}
+"""The API server's fail-open count once the webhook answers, per test namespace: calls made
+before Lockstep set the caBundle (and the API server saw it) fail, as in a real install."""
+
+
+def with_webhook(cluster: ClusterFactory, certs: str = "own") -> Cluster:
+    """The default install: Lockstep issues its certificate and sets the caBundle itself
+    (``certs="files"``: a certificate given as files, as cert-manager would)."""
     c = cluster("tiny-3x2", lockstep=False)
-    c.lockstep_url = c.bed.start_lockstep(extra_args=("--backoff=3",), webhook=True)
+    c.lockstep_url = c.bed.start_lockstep(extra_args=("--backoff=3",), webhook=True,
+                                          webhook_certs=certs)
     c.bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
                           extender_url=c.lockstep_url)
+    STARTED_AT[c.ns] = fail_open(c)
     return c
+
+
+def failed_open_since_start(c: Cluster) -> float:
+    return fail_open(c) - STARTED_AT[c.ns]
 
 
 def create(c: Cluster, obj: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
@@ -128,13 +141,14 @@ def test_gang_pods_get_the_gate_plain_pods_and_other_schedulers_do_not(
     delta = {k: d for k in after if (d := after[k] - before.get(k, 0.0))}
     assert delta == {"gated": len(gang_pods) + 1, "already-gated": 1, "node-name-set": 1,
                      "no-gang": 1}, delta
-    assert fail_open(c) == 0
+    assert failed_open_since_start(c) == 0
 
 
 def test_seed_case_with_the_webhook(cluster: ClusterFactory) -> None:
     """Two 4-pod x 1-GPU gangs on 6 GPUs, created ungated and gated by the webhook: one binds
-    in full, the other binds nothing, and it binds in full once the first is deleted."""
-    c = with_webhook(cluster)
+    in full, the other binds nothing, and it binds in full once the first is deleted. The
+    certificate comes as files here, as cert-manager's would."""
+    c = with_webhook(cluster, certs="files")
     a, b = gang("a", 4), gang("b", 4)
     for x, y in zip(a, b, strict=True):  # interleaved: the classic deadlock
         for obj in (x, y):
@@ -161,7 +175,7 @@ def test_seed_case_with_the_webhook(cluster: ClusterFactory) -> None:
     c.wait_bound([f"{other}-{i}" for i in range(4)], 30)
     c.recorder.assert_gang_invariants(c.ns)
     assert c.metric("lockstep_gang_timeouts_total") == 0
-    assert fail_open(c) == 0
+    assert failed_open_since_start(c) == 0
 
 
 def test_unanswered_webhook_times_out_and_pods_are_created_ungated_and_scheduled(
@@ -214,29 +228,33 @@ def test_lockstep_down_pods_are_created_ungated_and_scheduled_when_it_is_back(
     assert gates(create(c, pod("late-0").gang("late", 4).gpu(1).build())) == [GANG_GATE]
 
 
-def test_deploy_with_the_webhook_component_passes_server_side_dry_run(
+def test_deploy_with_cert_manager_instead_passes_server_side_dry_run(
     cluster: ClusterFactory, tmp_path: Path,
 ) -> None:
-    """deploy/ with its `components: [webhook]` line uncommented, as the README says, builds,
-    and the API server accepts all of it (the CEL match condition compiles); cert-manager's
-    kinds are left out, the test bed has no cert-manager."""
+    """deploy/ with `webhook/cert-manager` added below `webhook`, as the kustomization says,
+    builds; the API server accepts all of it but cert-manager's kinds (the test bed has no
+    cert-manager); Lockstep's own-certificate RBAC is gone and the sidecar reads files."""
     c = cluster("tiny-3x2", lockstep=False)
     deploy = tmp_path / "deploy"
     shutil.copytree(REPO / "deploy", deploy)
     kustomization = deploy / "kustomization.yaml"
-    off = "# components:\n#   - webhook\n"
-    assert off in kustomization.read_text()
+    on = "components:\n  - webhook\n"
+    assert on in kustomization.read_text()
     kustomization.write_text(kustomization.read_text().replace(
-        off, "components:\n  - webhook\n"))
+        on, "components:\n  - webhook\n  - webhook/cert-manager\n"))
     objs = [d for d in yaml.safe_load_all(c.bed.kubectl("kustomize", str(deploy)).stdout) if d]
     kinds = {d["kind"] for d in objs}
     assert {"MutatingWebhookConfiguration", "Service", "Certificate", "Issuer",
             "Deployment"} <= kinds, kinds
+    names = {(d["kind"], d["metadata"]["name"]) for d in objs}
+    assert ("Role", "lockstep-webhook-cert") not in names
+    assert ("ClusterRole", "lockstep-webhook-ca-bundle") not in names
     (sidecar,) = [ctr for d in objs if d["kind"] == "Deployment"
                   for ctr in d["spec"]["template"]["spec"]["containers"]
                   if ctr["name"] == "lockstep"]
-    assert {e["name"] for e in sidecar["env"]} >= {"LOCKSTEP_WEBHOOK_PORT",
-                                                   "LOCKSTEP_WEBHOOK_CERT"}
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env["LOCKSTEP_WEBHOOK_CERT_SECRET"] == ""
+    assert env["LOCKSTEP_WEBHOOK_CERT"].endswith("/tls.crt")
     rest = [d for d in objs if not d["apiVersion"].startswith("cert-manager.io/")]
     c.bed.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "namespace.yaml"))
     out = c.bed.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-",
@@ -244,3 +262,58 @@ def test_deploy_with_the_webhook_component_passes_server_side_dry_run(
     for want in ("mutatingwebhookconfiguration.admissionregistration.k8s.io/lockstep",
                  "service/lockstep-webhook", "deployment.apps/lockstep-scheduler"):
         assert want in out, out
+
+
+def test_own_certificate_under_exactly_its_rbac_survives_a_wiped_ca_bundle_and_a_restart(
+    cluster: ClusterFactory,
+) -> None:
+    """The default install's certificate: Lockstep, with a token bound to its ClusterRole and
+    deploy/webhook/rbac.yaml alone, creates the Secret, fills in the caBundle the API server
+    then trusts (gang pods are gated), puts the caBundle back when a re-apply of the
+    configuration wipes it, and after a restart serves the same certificate."""
+    token, user = "lockstep-webhook-rbac-token", "lockstep-webhook-rbac"
+    c = cluster("tiny-3x2", lockstep=False, extra_tokens={token: (user, ["system:authenticated"])})
+    bed = c.bed
+    bed.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "namespace.yaml"),
+                "-f", str(REPO / "deploy" / "rbac.yaml"))
+    grants = []
+    for d in yaml.safe_load_all((REPO / "deploy" / "webhook" / "rbac.yaml").read_text()):
+        if d["kind"].endswith("Binding"):  # bound to a user standing in for the account
+            d["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                              "name": user}]
+        grants.append(d)
+    grants.append({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "lockstep-webhook-rbac-test"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "lockstep"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+    bed.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(grants))
+    # The name deploy/ uses, so the Role's resourceNames apply as deployed.
+    url = bed.start_lockstep(kubeconfig=bed.kubeconfig_for(token, "lockstep-webhook"),
+                             extra_args=("--backoff=3", "--webhook-cert-check=1"),
+                             webhook=True, name="lockstep")
+    c.lockstep_url = url
+    bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler", extender_url=url)
+    secret_path = "/api/v1/namespaces/lockstep-system/secrets/lockstep-webhook-cert"
+    mwc_path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/lockstep"
+    secret = c.kube.get(secret_path)
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) >= {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    (hook,) = c.kube.get(mwc_path)["webhooks"]
+    assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert gates(create(c, pod("g-0").gang("g", 2).gpu(1).build())) == [GANG_GATE]
+    # A re-apply of the configuration as shipped (no caBundle) wipes it; Lockstep puts it back.
+    bed.register_webhook(bed.webhooks["lockstep"], None, wait=False)
+    c.kube.wait("the caBundle put back", lambda: c.kube.get(mwc_path)["webhooks"][0][
+        "clientConfig"].get("caBundle") == secret["data"]["ca.crt"], 30, interval=0.5)
+    bed.wait_webhook_called(bed.webhooks["lockstep"])
+    # Restarted, it serves the certificate in the Secret: nothing is rewritten.
+    bed.restart("lockstep")
+    bed.wait_webhook_called(bed.webhooks["lockstep"])
+    assert c.kube.get(secret_path)["metadata"]["resourceVersion"] == (
+        secret["metadata"]["resourceVersion"])
+    assert gates(create(c, pod("g-1").gang("g", 2).gpu(1).build())) == [GANG_GATE]
+    c.wait_bound(["g-0", "g-1"], 60)
+    c.recorder.assert_gang_invariants(c.ns)
+    assert_not_forbidden(bed.dir / "lockstep.log")

@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 
 from app.admission import MAX_BODY, create_webhook_app
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, pod_from_json
+from coscheduling.conventions import declarations as _declarations
 from coscheduling.gating import GANG_GATE, declares_gang
-from coscheduling.podgroup import _declarations
+from tests.fakeapi import Wire
 
 # ---------------------------------------------------------------------------- the predicate
 
@@ -111,7 +112,7 @@ class NoAPI:
 @pytest.fixture
 def service() -> Lockstep:
     core = Coscheduler(Settings(scheduler_names=frozenset({"lockstep", "lockstep-b"})))
-    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(NoAPI()))
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(NoAPI()))
     return Lockstep(core, kube)
 
 

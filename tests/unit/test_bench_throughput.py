@@ -276,7 +276,7 @@ def test_report_finds_profiles_copied_beside_the_json(tmp_path: object) -> None:
 
     base = Path(str(tmp_path))
     (base / "pyspy-lockstep.txt").write_text(
-        "main (a.py:1);Lockstep._bind_one (app/service.py:9) 3\n"
+        "main (a.py:1);Binder._bind_one (app/binder.py:9) 3\n"
         "main (a.py:1);ClusterCache.run (app/cache.py:2) 1\n")
     row = {"scheduler": "Lockstep", "batch_wall_s": 1.0, "pods_per_s": 100.0,
            "pyspy_file": "/gone/elsewhere/pyspy-lockstep.txt",
@@ -287,3 +287,71 @@ def test_report_finds_profiles_copied_beside_the_json(tmp_path: object) -> None:
     assert " 75.0%  binding POSTs" in text
     assert "watches the API server cut off (client too slow): {'pods': 31}" in text
     assert "Go CPU profile of scheduler failed: URLError('refused')" in text
+
+
+def test_run_options_reject_an_unknown_mode_and_a_rate_that_is_not_positive() -> None:
+    from benchmarks.throughput import RunOptions
+
+    assert RunOptions(nodes=10, mode="steady", rate=2.0).mode == "steady"
+    with pytest.raises(ValueError, match="mode"):
+        RunOptions(nodes=10, mode="burst")
+    with pytest.raises(ValueError, match="rate"):
+        RunOptions(nodes=10, mode="steady", rate=0)
+
+
+class _RecordingKube:
+    def __init__(self) -> None:
+        import threading
+        import time
+
+        self.lock, self.clock = threading.Lock(), time.monotonic
+        self.created: list[tuple[str, float]] = []
+
+    def create(self, path: str, obj: dict) -> dict:
+        with self.lock:
+            self.created.append((obj["metadata"]["name"], self.clock()))
+        return obj
+
+
+def test_steady_stream_creates_each_group_on_its_tick_and_records_its_last_member() -> None:
+    import time
+
+    from benchmarks.throughput import _stream
+
+    kube = _RecordingKube()
+    groups = [GangSpec("g0", 3, 1), GangSpec("p0", 1, 2, gang=False), GangSpec("g1", 2, 1)]
+    created: dict[str, float] = {}
+    t0 = time.monotonic()
+    _stream(kube, groups, "sp", t0, 20.0, created)  # type: ignore[arg-type]
+    names = [n for n, _ in kube.created]
+    # The PodGroup of each scheduler-plugins gang comes before its pods.
+    assert sorted(names) == sorted(["g0", "g0-0", "g0-1", "g0-2", "p0", "g1", "g1-0", "g1-1"])
+    assert names.index("g1") < min(names.index("g1-0"), names.index("g1-1"))
+    first = {g.name: min(t for n, t in kube.created if n == g.name or
+                         n.startswith(g.name + "-")) for g in groups}
+    for i, g in enumerate(groups):
+        assert first[g.name] >= t0 + i / 20.0 - 0.005, g.name  # never ahead of its tick
+        last = max(t for n, t in kube.created if n in g.pod_names())
+        assert created[g.name] >= last
+    assert list(created) == ["g0", "p0", "g1"]
+
+
+def test_pin_binds_every_thread_of_a_process() -> None:
+    import os
+    import threading
+
+    from benchmarks.throughput import _pin
+
+    before = os.sched_getaffinity(0)
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        _pin([os.getpid(), None], 0)
+        assert os.sched_getaffinity(0) == {0}
+        assert os.sched_getaffinity(worker.native_id or 0) == {0}
+    finally:
+        for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+            os.sched_setaffinity(int(tid), before)
+        stop.set()
+        worker.join()

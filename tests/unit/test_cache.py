@@ -13,6 +13,7 @@ from app.kube import KubeClient, KubeConfig
 from coscheduling import Coscheduler, node_from_json
 from coscheduling.numa import nrt_from_json
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 
 def pod_json(name: str, rv: str) -> dict[str, Any]:
@@ -68,7 +69,7 @@ async def test_relist_after_410_replaces_the_cache_including_deletions() -> None
     core = Coscheduler()
     core.upsert_node(node_from_json(node("n0").gpus(8).build()))
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
-                                          transport=httpx.MockTransport(api)))
+                                          connect=Wire(api)))
     await run_until(cache, "pods", lambda: "default/c" in core.pods)
     assert sorted(core.pods) == ["default/b", "default/c"]
     assert core.free("n0")["nvidia.com/gpu"] == 6  # usage of "a" was released
@@ -86,7 +87,7 @@ async def test_first_node_list_from_the_watch_cache_relists_consistent() -> None
     )
     core = Coscheduler()
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
-                                          transport=httpx.MockTransport(api)))
+                                          connect=Wire(api)))
     await run_until(cache, "nodes", lambda: cache.resources["nodes"].relists == 2)
     lists = [r for r in api.requests if "watch" not in r]
     assert lists[0] == "limit=500&resourceVersion=0"
@@ -97,7 +98,7 @@ async def test_first_node_list_from_the_watch_cache_relists_consistent() -> None
 async def test_pods_are_always_listed_page_by_page_consistent() -> None:
     api = CannedAPI(lists=[{"metadata": {"resourceVersion": "5"}, "items": []}], watches=[])
     cache = ClusterCache(Coscheduler(), KubeClient(KubeConfig("http://api.test"),
-                                                   transport=httpx.MockTransport(api)))
+                                                   connect=Wire(api)))
     await run_until(cache, "pods", lambda: cache.resources["pods"].synced)
     assert api.requests[0] == "limit=500"
 
@@ -113,7 +114,7 @@ async def test_watch_events_apply_and_resume_from_the_last_version() -> None:
     )
     core = Coscheduler()
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
-                                          transport=httpx.MockTransport(api)))
+                                          connect=Wire(api)))
     seen: list[bool] = []
     cache.on_change = lambda: seen.append("default/x" in core.pods)
     await run_until(cache, "pods", lambda: len(seen) >= 4)
@@ -127,7 +128,7 @@ async def test_missing_crd_counts_as_synced_empty() -> None:
 
     core = Coscheduler()
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
-                                          transport=httpx.MockTransport(api)))
+                                          connect=Wire(api)))
     await run_until(cache, "podgroups", lambda: cache.resources["podgroups"].synced)
 
 
@@ -152,6 +153,6 @@ async def test_unknown_api_group_plain_text_404_is_synced_empty() -> None:
         return httpx.Response(404, content=b"404 page not found\n")
 
     cache = ClusterCache(Coscheduler(), KubeClient(KubeConfig("http://api.test"),
-                                                   transport=httpx.MockTransport(api)))
+                                                   connect=Wire(api)))
     await run_until(cache, "noderesourcetopologies",
                     lambda: cache.resources["noderesourcetopologies"].synced)

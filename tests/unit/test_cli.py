@@ -77,6 +77,15 @@ def test_probe_fails_when_not_ready(served: list[str]) -> None:
                   "--webhook-key", "k.pem"], id="webhook-port-out-of-range"),
     pytest.param(["serve", "--webhook-port", "9443", "--webhook-cert", "/nonexistent/c.pem",
                   "--webhook-key", "/nonexistent/k.pem"], id="webhook-cert-missing"),
+    pytest.param(["serve", "--webhook-cert-secret", "lockstep-system/cert"],
+                 id="own-cert-without-port"),
+    pytest.param(["serve", "--webhook-port", "9443", "--webhook-cert-secret", "cert"],
+                 id="own-cert-secret-without-namespace"),
+    pytest.param(["serve", "--webhook-port", "9443", "--webhook-cert-secret", "a/b/c"],
+                 id="own-cert-secret-with-two-slashes"),
+    pytest.param(["serve", "--webhook-port", "9443", "--webhook-cert-secret", "ns/cert",
+                  "--webhook-cert", "c.pem", "--webhook-key", "k.pem"],
+                 id="own-cert-and-files"),
 ])
 def test_serve_rejects_bad_settings(argv: list[str]) -> None:
     assert cli.main(argv) == 2
@@ -101,3 +110,18 @@ def test_webhook_settings_read_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert (args.webhook_port, args.webhook_host, args.webhook_cert, args.webhook_key) == (
         9443, "0.0.0.0", "/certs/tls.crt", "/certs/tls.key")
     assert parser.parse_args(["serve", "--webhook-port", "8443"]).webhook_port == 8443
+
+
+def test_own_certificate_settings_and_the_names_it_covers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCKSTEP_WEBHOOK_PORT", "9443")
+    monkeypatch.setenv("LOCKSTEP_WEBHOOK_CERT_SECRET", "lockstep-system/lockstep-webhook-cert")
+    parser = cli.argparse.ArgumentParser()
+    cli._serve_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--webhook-hosts", "127.0.0.1, ::1"])
+    assert cli._webhook_problem(args) is None
+    assert args.webhook_configuration == "lockstep"
+    assert cli._webhook_hosts(args) == [
+        "lockstep-webhook.lockstep-system.svc",
+        "lockstep-webhook.lockstep-system.svc.cluster.local", "127.0.0.1", "::1"]

@@ -99,7 +99,7 @@ def test_two_gangs_on_six_gpus_one_runs_the_other_holds_nothing() -> None:
 
     for i in range(4):
         observe_bound(core, f"a{i}", placed[f"a{i}"])
-    view = core.gang_view(gang_key("default", "b"), 2.0)
+    view = core.gang_view(gang_key("default", "b"))
     assert view is not None and view.bound == 0 and view.phase is GangPhase.WAITING
     # The first gang finishes: the second now fits in full.
     for i in range(4):
@@ -197,7 +197,7 @@ def test_timeout_answers_every_parked_call_releases_and_backs_off() -> None:
     assert pod_key("default", "b0") in core.drain_requeue()
     assert len(filt(core, "b0", 31.0).passed) == 1
     assert isinstance(filt(core, "a0", 31.0).unresolvable, BackingOff)
-    assert core.gang_view(gang_key("default", "a"), 31.0).phase is GangPhase.BACKING_OFF  # type: ignore[union-attr]
+    assert core.gang_view(gang_key("default", "a")).phase is GangPhase.BACKING_OFF  # type: ignore[union-attr]
 
 
 def test_elastic_extras_bind_at_once_after_the_quorum() -> None:

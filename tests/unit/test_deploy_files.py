@@ -52,7 +52,9 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
            for r in rule["resources"] for v in rule["verbs"]}
     assert got == {
         ("", "nodes", "list"), ("", "nodes", "watch"),
-        ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+        ("", "pods", "patch"), ("", "pods", "delete"), ("", "pods/status", "patch"),
+        ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
         ("", "pods/binding", "create"), ("", "events", "create"),
         ("scheduling.x-k8s.io", "podgroups", "list"), ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("scheduling.x-k8s.io", "podgroups/status", "patch"),
@@ -88,37 +90,10 @@ def test_webhook_never_blocks_pod_creation_and_sees_only_lockstep_pods() -> None
     assert set(excluded["values"]) == {"kube-system", "lockstep-system"}
 
 
-def test_webhook_service_certificate_and_sidecar_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.admission import WEBHOOK_PATH
-
-    objs = webhook_docs()
-    mwc, svc, cert = (objs[k] for k in ("MutatingWebhookConfiguration", "Service",
-                                         "Certificate"))
-    service = mwc["webhooks"][0]["clientConfig"]["service"]
-    assert service["path"] == WEBHOOK_PATH
-    assert (service["name"], service["namespace"]) == (svc["metadata"]["name"],
-                                                       svc["metadata"]["namespace"])
-    assert service["port"] == svc["spec"]["ports"][0]["port"]
-    # cert-manager injects the Certificate's CA; the certificate names the Service.
-    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
-        f"{cert['metadata']['namespace']}/{cert['metadata']['name']}")
-    assert f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc" in (
-        cert["spec"]["dnsNames"])
-    # The sidecar serves it on the Service's target port with the Certificate's Secret.
-    (patch,) = docs(DEPLOY / "webhook" / "deployment-patch.yaml")
-    pod = patch["spec"]["template"]["spec"]
-    (lockstep,) = pod["containers"]
-    env = {e["name"]: e["value"] for e in lockstep["env"]}
-    (port,) = lockstep["ports"]
-    assert port["name"] == svc["spec"]["ports"][0]["targetPort"]
-    assert str(port["containerPort"]) == env["LOCKSTEP_WEBHOOK_PORT"]
-    (mount,) = lockstep["volumeMounts"]
-    assert env["LOCKSTEP_WEBHOOK_CERT"] == mount["mountPath"] + "/tls.crt"
-    assert env["LOCKSTEP_WEBHOOK_KEY"] == mount["mountPath"] + "/tls.key"
-    (volume,) = pod["volumes"]
-    assert volume["name"] == mount["name"]
-    assert volume["secret"]["secretName"] == cert["spec"]["secretName"]
-    # `lockstep serve` reads those variables as its webhook flags.
+def _serve_args(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *,
+                checked: bool = True) -> Any:
+    """What `lockstep serve` makes of the container's environment (``checked``: and that it
+    accepts it; files that exist only in the cluster cannot be checked here)."""
     from app import cli
 
     for name, value in env.items():
@@ -126,9 +101,97 @@ def test_webhook_service_certificate_and_sidecar_agree(monkeypatch: pytest.Monke
     parser = cli.argparse.ArgumentParser()
     cli._serve_parser(parser.add_subparsers())
     args = parser.parse_args(["serve"])
-    assert (str(args.webhook_port), args.webhook_cert, args.webhook_key) == (
-        env["LOCKSTEP_WEBHOOK_PORT"], env["LOCKSTEP_WEBHOOK_CERT"], env["LOCKSTEP_WEBHOOK_KEY"])
-    # deploy/ names the base's labels and namespace in the same way.
+    if checked:
+        assert cli._webhook_problem(args) is None
+    return args
+
+
+def _lockstep_container(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    (patch,) = docs(path)
+    pod = patch["spec"]["template"]["spec"]
+    (lockstep,) = pod["containers"]
+    return pod, lockstep
+
+
+def test_webhook_is_installed_by_default_with_a_certificate_lockstep_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app import cli
+    from app.admission import WEBHOOK_PATH
+
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert kustomization["components"] == ["webhook"]
+    objs = webhook_docs()
+    mwc, svc = objs["MutatingWebhookConfiguration"], objs["Service"]
+    assert "Certificate" not in objs and "annotations" not in mwc["metadata"]
+    service = mwc["webhooks"][0]["clientConfig"]["service"]
+    assert service["path"] == WEBHOOK_PATH
+    assert "caBundle" not in mwc["webhooks"][0]["clientConfig"]  # Lockstep writes it
+    assert (service["name"], service["namespace"]) == (svc["metadata"]["name"],
+                                                       svc["metadata"]["namespace"])
+    assert service["port"] == svc["spec"]["ports"][0]["port"]
+    # The sidecar serves it on the Service's target port, with its own certificate for the
+    # Service's names, and keeps that configuration's caBundle.
+    pod, lockstep = _lockstep_container(DEPLOY / "webhook" / "deployment-patch.yaml")
+    assert "volumes" not in pod
+    env = {e["name"]: e["value"] for e in lockstep["env"]}
+    (port,) = lockstep["ports"]
+    assert port["name"] == svc["spec"]["ports"][0]["targetPort"]
+    args = _serve_args(monkeypatch, env)
+    assert str(args.webhook_port) == str(port["containerPort"])
+    assert args.webhook_cert is None and args.webhook_key is None
+    assert args.webhook_configuration == mwc["metadata"]["name"]
+    secret_ns, _, secret_name = args.webhook_cert_secret.partition("/")
+    assert secret_ns == svc["metadata"]["namespace"]
+    assert f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc" in (
+        cli._webhook_hosts(args))
+    # RBAC: exactly that Secret (create cannot be narrowed by name) and that configuration.
+    rbac = {(d["kind"], d["metadata"]["name"]): d
+            for d in docs(DEPLOY / "webhook" / "rbac.yaml")}
+    role = rbac[("Role", "lockstep-webhook-cert")]
+    assert role["metadata"]["namespace"] == secret_ns
+    assert [(r["verbs"], r.get("resourceNames")) for r in role["rules"]] == [
+        (["create"], None), (["get", "update"], [secret_name])]
+    (rule,) = rbac[("ClusterRole", "lockstep-webhook-ca-bundle")]["rules"]
+    assert (rule["resources"], rule["resourceNames"], rule["verbs"]) == (
+        ["mutatingwebhookconfigurations"], [mwc["metadata"]["name"]], ["get", "patch"])
     (deploy,) = docs(DEPLOY / "deployment.yaml")
+    sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        (binding,) = [d for (k, _), d in rbac.items() if k == kind]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa,
+                                        "namespace": deploy["metadata"]["namespace"]}]
+    # deploy/ names the base's labels and namespace in the same way.
     assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
-    assert patch["metadata"]["name"] == deploy["metadata"]["name"]
+    assert docs(DEPLOY / "webhook" / "deployment-patch.yaml")[0]["metadata"]["name"] == (
+        deploy["metadata"]["name"])
+
+
+def test_cert_manager_component_swaps_in_its_certificate_and_drops_locksteps_rbac(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cm = DEPLOY / "webhook" / "cert-manager"
+    objs = {d["kind"]: d for d in docs(cm / "certificate.yaml")}
+    cert = objs["Certificate"]
+    svc = webhook_docs()["Service"]
+    (inject,) = docs(cm / "inject-ca.yaml")
+    assert inject["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{cert['metadata']['namespace']}/{cert['metadata']['name']}")
+    assert f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc" in (
+        cert["spec"]["dnsNames"])
+    pod, lockstep = _lockstep_container(cm / "deployment-patch.yaml")
+    base_env = {e["name"]: e["value"] for e in _lockstep_container(
+        DEPLOY / "webhook" / "deployment-patch.yaml")[1]["env"]}
+    env = {**base_env, **{e["name"]: e["value"] for e in lockstep["env"]}}
+    args = _serve_args(monkeypatch, env, checked=False)
+    assert args.webhook_cert_secret is None
+    (mount,) = lockstep["volumeMounts"]
+    assert args.webhook_cert == mount["mountPath"] + "/tls.crt"
+    assert args.webhook_key == mount["mountPath"] + "/tls.key"
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"]
+    assert volume["secret"]["secretName"] == cert["spec"]["secretName"]
+    own = {(d["kind"], d["metadata"]["name"]) for d in docs(DEPLOY / "webhook" / "rbac.yaml")}
+    dropped = {(d["kind"], d["metadata"]["name"]) for d in docs(cm / "drop-own-cert-rbac.yaml")
+               if d.get("$patch") == "delete"}
+    assert dropped == own

@@ -1,13 +1,11 @@
-"""KubeClient's fast path (app.fasthttp) against a real HTTP server on 127.0.0.1, plain and TLS.
+"""KubeClient's HTTP client (app.fasthttp) against a real HTTP server on 127.0.0.1, plain and TLS.
 
 The server is a few lines of asyncio streams, written here so the tests control every byte
 and every hang-up: keep-alive or not, chunked, close-delimited and empty bodies, a connection
 closed while idle or reset mid-answer, an answer that never comes. It records each request
 it reads (and on which connection), so the tests can tell reuse, retries and headers apart.
 Every test runs on the default event loop and on uvloop (what ``lockstep serve`` runs).
-
-``python -m tests.unit.test_fasthttp`` runs a micro-benchmark instead: CPU time per request,
-httpx against the fast path, against a server in another process (issue 12).
+What this client costs against aiohttp is measured by ``python -m benchmarks client``.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import asyncio
 import contextlib
 import random
 import ssl
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -285,8 +282,7 @@ def client(url: str, **kw: Any) -> KubeClient:
 
 
 def fast(kube: KubeClient) -> FastHTTP:
-    assert kube._fast is not None  # no transport given: the fast path is on
-    return kube._fast
+    return kube._http
 
 
 # The tests
@@ -539,7 +535,7 @@ def test_timeout_is_unreachable_and_the_late_answer_is_never_read(loop: str) -> 
     run(loop, main)
 
 
-def test_error_statuses_map_as_on_httpx(loop: str) -> None:
+def test_error_statuses_map_onto_app_errors(loop: str) -> None:
     routes = {
         "/404": status(404, "NotFound", 'pods "p-0" not found'),
         "/409": status(409, "Conflict", "pod p-0 is already assigned to node n-1"),
@@ -629,107 +625,6 @@ def test_tls_chunked_and_concurrent(loop: str, certs: Certs) -> None:
     run(loop, main)
 
 
-def test_a_given_transport_keeps_every_request_on_httpx() -> None:
-    import httpx
-
-    kube = KubeClient(KubeConfig("http://api.test"),
-                      transport=httpx.MockTransport(lambda r: httpx.Response(200, json={})))
-    assert kube._fast is None
-
-
-# The micro-benchmark (python -m tests.unit.test_fasthttp [requests] [concurrency])
-
-_BENCH_SERVER = r"""
-import asyncio, ssl, sys, uvloop
-port, size, cert, key = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-BODY = b'{"kind":"Status","apiVersion":"v1","status":"Success","pad":"%s"}' % (b"x" * size)
-RESP = (b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-        % len(BODY)) + BODY
-tls = None
-if cert:
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(cert, key)
-async def serve(r, w):
-    try:
-        while True:
-            head = await r.readuntil(b"\r\n\r\n")
-            i = head.lower().find(b"content-length:")
-            if i >= 0:
-                await r.readexactly(int(head[i + 15:head.index(b"\r\n", i)]))
-            w.write(RESP)
-    except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-        w.close()
-async def main():
-    s = await asyncio.start_server(serve, "127.0.0.1", port, ssl=tls)
-    print("ready", flush=True)
-    await s.serve_forever()
-uvloop.run(main())
-"""
-
-
-async def _bench(cfg: KubeConfig, which: str, n: int, concurrency: int) -> tuple[float, float]:
-    """(ms of this process's CPU, ms of wall time) per request."""
-    kube = KubeClient(cfg)
-    if which == "httpx":
-        kube._fast = None
-    body = {"apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": "worker-0", "namespace": "bench", "uid": "0" * 36},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-000"}}
-    path = "/api/v1/namespaces/bench/pods/worker-0/binding"
-    left = n
-
-    async def worker() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            got = await kube.request("POST", path, json=body)
-            assert got["status"] == "Success"
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))  # warm: connections, code
-    left = n
-    t0, w0 = time.process_time(), time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    cpu, wall = time.process_time() - t0, time.perf_counter() - w0
-    await kube.aclose()
-    return cpu * 1000 / n, wall * 1000 / n
-
-
-def main(argv: list[str]) -> None:
-    import socket
-    import subprocess
-    import tempfile
-
-    n = int(argv[0]) if argv else 2000
-    concurrency = int(argv[1]) if len(argv) > 1 else 8
-    tmp = Path(tempfile.mkdtemp())
-    certs = make_certs(tmp)
-    token = "x" * 900  # service-account tokens are ~1 KB
-    for tls in (False, True):
-        for size in (0, 4000):  # a Status answer; a pod's worth of JSON (a PATCH's answer)
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            files = (str(certs.cert), str(certs.key)) if tls else ("", "")
-            proc = subprocess.Popen([sys.executable, "-c", _BENCH_SERVER, str(port), str(size),
-                                     *files], stdout=subprocess.PIPE, text=True)
-            cfg = (KubeConfig(f"https://127.0.0.1:{port}", token, str(certs.ca)) if tls
-                   else KubeConfig(f"http://127.0.0.1:{port}", token))
-            try:
-                assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-                for which in ("httpx", "fast", "httpx", "fast"):
-                    cpu, wall = uvloop.run(_bench(cfg, which, n, concurrency))
-                    print(f"{which:5} {'https' if tls else 'http '} {n} POSTs, concurrency "
-                          f"{concurrency}, {size + 66:4} B answers: {cpu:.3f} ms CPU, "
-                          f"{wall:.3f} ms wall per request", flush=True)
-            finally:
-                proc.terminate()
-                proc.wait()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
-
-
 async def paged(req: Seen, w: asyncio.StreamWriter) -> bool:
     """Three pages of two items; ``continue`` tokens p1, p2."""
     token = parse_qs(urlsplit(req.target).query).get("continue", [""])[0]
@@ -799,7 +694,7 @@ def test_the_api_health_probe_rides_the_fast_path_and_fails_closed(loop: str) ->
         async with serving({"/readyz": readyz_ok}) as srv:
             kube = client(srv.url)
             assert await kube.healthy()
-            assert fast(kube).connections_opened == 1 and kube._httpx is None  # no httpx
+            assert fast(kube).connections_opened == 1
             await kube.aclose()
         async with serving({"/readyz": readyz_failing}) as srv:
             kube = client(srv.url)
@@ -846,7 +741,6 @@ def test_a_watch_streams_events_split_across_writes_and_chunks(loop: str) -> Non
             kube = client(srv.url)
             got = [e async for e in kube.watch("/api/v1/pods", "5")]
             await kube.aclose()
-            assert kube._httpx is None  # httpx was never made, or imported for this
         assert got == EVENTS
         assert srv.seen[0].query_get("watch") == ["1"]
         assert srv.seen[0].query_get("resourceVersion") == ["5"]

@@ -1,7 +1,7 @@
 """Property-based fuzzing of the HTTP edge: /filter, /prioritize, /bind and the debug GETs.
 
 The in-process app (``create_app``) runs on a real ``Lockstep`` service whose Kubernetes API
-is faked with ``httpx.MockTransport`` (bindings succeed), reached through
+is faked in memory (``tests.fakeapi.Wire``: bindings succeed), reached through
 ``httpx.ASGITransport``. Hypothesis generates request bodies from several families:
 
 * well-formed extender args for pods the cache knows (plain pods, members of a complete gang,
@@ -15,7 +15,7 @@ is faked with ``httpx.MockTransport`` (bindings succeed), reached through
 Every answer must be a 2xx or a 4xx; a 4xx carries ``{"error": ..., "fields": [...]}`` naming
 at least one field; 2xx answers keep the wire contract (filter returns only names it was
 given, prioritize one score 0..10 per name). A rejected request must leave the service as it
-was: the gang table (``core.gang_views(now)`` with the clock pinned), ``parked_total()``, the
+was: the gang table (``core.gang_views()``), ``parked_total()``, the
 parked calls, and the pod and node caches are compared before and after each 4xx.
 
 Accepted bind calls may park (an admitted gang waiting for its quorum): each request is given
@@ -48,10 +48,11 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_VERBS_EXAMPLES", "250"))
 SEED = os.environ.get("LOCKSTEP_FUZZ_VERBS_SEED")
@@ -67,7 +68,8 @@ counts: dict[str, Counter[str]] = {}
 # ---------------------------------------------------------------------------- the service
 
 class FakeAPI:
-    """Every call succeeds; bindings are counted."""
+    """Every write succeeds; bindings are counted; a pod the cache does not know does not
+    exist at the API server either (a read of it is a 404)."""
 
     def __init__(self) -> None:
         self.bindings = 0
@@ -75,6 +77,8 @@ class FakeAPI:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/binding"):
             self.bindings += 1
+        if request.method == "GET" and "/pods/" in request.url.path:
+            return httpx.Response(404, json={"reason": "NotFound", "message": "not found"})
         return httpx.Response(201, json={})
 
 
@@ -110,7 +114,7 @@ class Harness:
         for p in self.pods:
             core.upsert_pod(pod_from_json(p))
         self.api = FakeAPI()
-        kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(self.api))
+        kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(self.api))
         self.service = Lockstep(core, kube, clock=lambda: NOW)
         app = create_app(self.service, manage_lifecycle=False, max_body=MAX_BODY)
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
@@ -123,9 +127,9 @@ class Harness:
 
     def state(self) -> tuple[Any, ...]:
         core = self.service.core
-        return (repr(core.gang_views(NOW)), core.parked_total(), core.pod_count(),
+        return (repr(core.gang_views()), core.parked_total(), core.pod_count(),
                 core.node_count(), dict(core.pods), sorted(core.nodes),
-                sorted(self.service._parked), self.api.bindings)
+                sorted(self.service.parked), self.api.bindings)
 
     def send(self, verb: str, method: str, path: str, content: Any = None,
              headers: dict[str, str] | None = None) -> httpx.Response | None:

@@ -132,3 +132,32 @@ def test_lift_patch_narrows_existing_terms_and_keeps_other_gates() -> None:
     assert patch["spec"]["schedulingGates"] == [{"$patch": "delete", "name": GANG_GATE}]
     assert "affinity" not in lift_patch("u1", terms, None)["spec"]
     assert pinned_node(tuple(got)) == "n7"
+
+
+def test_a_filter_call_newer_than_the_watch_takes_the_lifted_member_and_older_events_wait() -> None:
+    """kube-scheduler's watch shows a member's gate gone before Lockstep's does: its filter
+    call carries the lifted pod, which the core takes; the watch's older (gated) events that
+    follow must not put the gate back while the member's bind is parked."""
+    core = cluster(4)
+    objs = [held(f"w{i}", "g", 2) for i in range(2)]
+    for i, o in enumerate(objs):
+        o["metadata"]["uid"] = f"uid-{i}"
+        o["metadata"]["resourceVersion"] = str(10 + i)
+        core.upsert_pod(pod_from_json(o))
+    core.admit_held(0.0)
+    lifts = {lf.pod: lf.node for lf in core.drain_lift()}
+    w0 = pod_key("default", "w0")
+    up = lifted(objs[0], lifts[w0])
+    up["metadata"] = {**up["metadata"], "resourceVersion": "20"}
+    decision = core.filter(pod_from_json(up), [NodeName("n0")], 1.0)
+    assert decision.passed == [NodeName("n0")]
+    rec = core.pod(w0)
+    assert rec is not None and not rec.held
+    stale = {**objs[0], "metadata": {**objs[0]["metadata"], "resourceVersion": "15"}}
+    core.upsert_pod(pod_from_json(stale))  # an event from before the lift, delivered late
+    rec = core.pod(w0)
+    assert rec is not None and not rec.held and rec.resource_version == 20
+    assert isinstance(core.bind(w0, NodeName("n0"), 1.0, "uid-0"), Park)
+    core.upsert_pod(pod_from_json(up))  # the watch catches up: the same version again
+    rec = core.pod(w0)
+    assert rec is not None and not rec.held

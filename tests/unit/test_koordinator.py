@@ -22,6 +22,9 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
+from coscheduling.conventions import resolve
+from coscheduling.conventions.koordinator import group_key
+from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.invariants import check_invariants
 from coscheduling.podgroup import (
     GangDefaults,
@@ -32,9 +35,6 @@ from coscheduling.podgroup import (
     Mode,
     Source,
     gang_key,
-    group_key,
-    podgroup_from_json,
-    resolve,
 )
 from coscheduling.reasons import WaitingForMembers
 from tests.builders import node, pod, podgroup

@@ -1,4 +1,4 @@
-"""``lockstep label-node`` against a fake API server (``httpx.MockTransport``) and saved outputs."""
+"""``lockstep label-node`` against a fake API server (``tests.fakeapi.Wire``) and saved outputs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 
 from app import labeller
 from app.labeller import main
+from testbed.certs import make_certs
+from tests.fakeapi import Wire
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "topo"
 H100 = str(FIXTURES / "hgx-h100-8gpu.txt")
@@ -43,8 +45,8 @@ class FakeAPI:
         return httpx.Response(405)
 
     @property
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self)
+    def connect(self) -> Wire:
+        return Wire(self)
 
     @property
     def patches(self) -> list[httpx.Request]:
@@ -75,7 +77,7 @@ def test_patches_only_the_lockstep_labels(kubeconfig: str) -> None:
     api = FakeAPI()
     rc = main(
         ["--node-name", "gpu-1", "--topo-file", H100, "--kubeconfig", kubeconfig],
-        transport=api.transport,
+        connect=api.connect,
         run=no_subprocess,
     )
     assert rc == 0
@@ -94,7 +96,7 @@ def test_node_name_from_env(kubeconfig: str) -> None:
     api = FakeAPI()
     rc = main(
         ["--source", "file", "--topo-file", PAIRS, "--kubeconfig", kubeconfig],
-        transport=api.transport,
+        connect=api.connect,
         environ={"NODE_NAME": "node-a.example"},
     )
     assert rc == 0
@@ -115,14 +117,14 @@ def test_no_write_when_labels_already_set(kubeconfig: str) -> None:
     api = FakeAPI(labels={"other": "kept", **H100_LABELS})
     rc = main(
         ["--node-name", "gpu-1", "--topo-file", H100, "--kubeconfig", kubeconfig],
-        transport=api.transport,
+        connect=api.connect,
     )
     assert (rc, [r.method for r in api.requests]) == (0, ["GET"])
 
 
 def test_dry_run_prints_json_and_calls_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     api = FakeAPI()
-    rc = main(["--dry-run", "--source", "file", "--topo-file", H100], transport=api.transport)
+    rc = main(["--dry-run", "--source", "file", "--topo-file", H100], connect=api.connect)
     assert rc == 0
     assert json.loads(capsys.readouterr().out) == H100_LABELS
     assert api.requests == []
@@ -138,7 +140,7 @@ def test_nvidia_smi_source_runs_topo_matrix(kubeconfig: str) -> None:
     api = FakeAPI()
     rc = main(
         ["--node-name", "gpu-1", "--source", "nvidia-smi", "--kubeconfig", kubeconfig],
-        transport=api.transport,
+        connect=api.connect,
         run=run,
     )
     assert (rc, seen) == (0, [["nvidia-smi", "topo", "-m"]])
@@ -181,7 +183,7 @@ def test_failures_warn_and_leave_labels(
 ) -> None:
     api = FakeAPI(patch_status=patch_status)
     argv = ["--node-name", "gpu-1", "--kubeconfig", kubeconfig, *args]
-    rc = main(argv + (["--strict"] if strict else []), transport=api.transport, run=run)
+    rc = main(argv + (["--strict"] if strict else []), connect=api.connect, run=run)
     assert rc == want_rc
     assert any(want_warning in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     if patch_status == 200:
@@ -191,7 +193,7 @@ def test_failures_warn_and_leave_labels(
 def test_missing_node_name_is_a_warning(kubeconfig: str, caplog: pytest.LogCaptureFixture) -> None:
     api = FakeAPI()
     rc = main(
-        ["--topo-file", H100, "--kubeconfig", kubeconfig], transport=api.transport, environ={}
+        ["--topo-file", H100, "--kubeconfig", kubeconfig], connect=api.connect, environ={}
     )
     assert (rc, api.requests) == (0, [])
     assert "no node name" in caplog.text
@@ -210,12 +212,13 @@ def test_auto_without_any_source(
 
 def test_in_cluster_service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "token").write_text("sa-token\n")
+    make_certs(tmp_path)  # the service account's ca.crt, which the client loads
     monkeypatch.setattr("app.kube.SA_DIR", tmp_path)
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     api = FakeAPI()
-    rc = main(["--node-name", "gpu-1", "--topo-file", H100], transport=api.transport)
+    rc = main(["--node-name", "gpu-1", "--topo-file", H100], connect=api.connect)
     assert rc == 0
     assert str(api.patches[0].url) == "https://10.96.0.1:6443/api/v1/nodes/gpu-1"
     assert api.patches[0].headers["authorization"] == "Bearer sa-token"
@@ -231,7 +234,7 @@ def test_interval_repeats_until_stopped(kubeconfig: str) -> None:
 
     rc = main(
         ["--node-name", "gpu-1", "--topo-file", H100, "--kubeconfig", kubeconfig],
-        transport=api.transport,
+        connect=api.connect,
         wait=wait,
     )
     # --interval defaults to 0: one round, no wait.
@@ -247,7 +250,7 @@ def test_interval_repeats_until_stopped(kubeconfig: str) -> None:
             "--interval",
             "300",
         ],
-        transport=api.transport,
+        connect=api.connect,
         wait=wait,
     )
     assert (rc, waits, len(api.patches)) == (0, [300.0, 300.0, 300.0], 4)

@@ -14,6 +14,7 @@ from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.gating import GANG_GATE, pinned_node
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 
 class PatchAPI:
@@ -42,7 +43,7 @@ def service(api: PatchAPI, *, synced: bool = True) -> Lockstep:
     for i in range(2):
         core.upsert_node(node_from_json(node(f"n{i}").gpus(4).build()))
     svc = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
-                                    transport=httpx.MockTransport(api)))
+                                    connect=Wire(api)))
     for res in svc.cache.resources.values():
         res.synced = synced
     return svc
@@ -56,7 +57,7 @@ def held(svc: Lockstep, n: int, gang: str = "g") -> None:
 
 
 async def run_lifters(svc: Lockstep, seconds: float) -> None:
-    tasks = [asyncio.create_task(svc._lift()) for _ in range(4)]
+    tasks = [asyncio.create_task(svc.poster.lift()) for _ in range(4)]
     await asyncio.sleep(seconds)
     for t in tasks:
         t.cancel()
@@ -67,14 +68,14 @@ async def test_each_member_is_lifted_once_pinned_to_its_planned_node() -> None:
     api = PatchAPI()
     svc = service(api)
     held(svc, 3)
-    svc._flush()
-    svc._flush()  # the same targets again: nothing more to write
+    svc.flush()
+    svc.flush()  # the same targets again: nothing more to write
     await run_lifters(svc, 0.1)
     # Events on the gang before the watch shows the gates gone re-queue its held members.
     again = svc.core.pod(next(iter(sorted(svc.core.gangs()["default/g"].members))))
     assert again is not None and again.held
     svc.core.upsert_pod(again)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
     plan = svc.core.plans()[next(iter(svc.core.plans()))]
@@ -91,7 +92,7 @@ async def test_a_transient_failure_is_retried_and_a_conflict_is_dropped() -> Non
     api = PatchAPI({"g-0": [503], "g-1": [409]})
     svc = service(api)
     held(svc, 3)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.6)  # the retry comes 0.2 s after the 503
     assert api.names() == ["g-0", "g-0", "g-1", "g-2"]
     samples = {s.labels.get("outcome"): s.value for m in svc.metrics.registry.collect()
@@ -107,7 +108,7 @@ async def test_nothing_is_lifted_before_the_verbs_are_served() -> None:
     svc = service(api)
     svc.verbs_served = False
     held(svc, 3)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.patches == [] and not svc.core.plans()
     svc.serve_verbs()  # admits at once, without waiting for another event
@@ -119,11 +120,30 @@ async def test_nothing_is_admitted_or_lifted_before_the_cache_has_synced() -> No
     api = PatchAPI()
     svc = service(api, synced=False)
     held(svc, 3)
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.patches == [] and not svc.core.plans()
     for res in svc.cache.resources.values():
         res.synced = True
-    svc._flush()
+    svc.flush()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
+
+
+async def test_a_lift_dropped_by_a_full_queue_is_offered_again_on_the_pods_next_event() -> None:
+    """A dropped lift must not stay marked as queued: the member would stay gated for good."""
+    api = PatchAPI()
+    svc = service(api)
+    svc.poster.lifts = asyncio.Queue(1)
+    svc.poster.lifts.put_nowait(("default/other", 0))  # full: every offer is dropped
+    held(svc, 2)
+    svc.flush()
+    assert svc.poster.dropped >= 2 and api.patches == []
+    svc.poster.lifts = asyncio.Queue()
+    for key in sorted(svc.core.gangs()["default/g"].members):  # the next watch event on each
+        again = svc.core.pod(key)
+        assert again is not None
+        svc.core.upsert_pod(again)
+    svc.flush()
+    await run_lifters(svc, 0.1)
+    assert api.names() == ["g-0", "g-1"]

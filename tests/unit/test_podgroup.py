@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from coscheduling.conventions import resolve
+from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.podgroup import (
     GangDefaults,
     GangSpec,
@@ -12,8 +14,6 @@ from coscheduling.podgroup import (
     MissingPodGroup,
     Source,
     gang_key,
-    podgroup_from_json,
-    resolve,
 )
 from coscheduling.records import PodRecord, pod_from_json
 from tests.builders import pod, podgroup
@@ -179,7 +179,7 @@ VKEY = gang_key("default", "job-pg")
 )
 def test_resolve_volcano_podgroup(spec: dict[str, object] | None, pod_min: str | None,
                                   want: object) -> None:
-    from coscheduling.podgroup import volcano_podgroup_from_json
+    from coscheduling.conventions.volcano import volcano_podgroup_from_json
 
     b = pod("w-0").annotate("scheduling.k8s.io/group-name", "job-pg")
     if pod_min is not None:

@@ -69,7 +69,7 @@ def test_case1_member_deleted_after_admission_frees_only_its_own_slot() -> None:
     # then b was admitted onto the same GPUs: 7 planned on a 4-GPU node.
     assert overcommitted(core) == {}
     check_invariants(core)
-    a = core.gang_view(gang_key("default", "a"), 0.0)
+    a = core.gang_view(gang_key("default", "a"))
     assert a is not None and a.plan == {} and a.phase is GangPhase.WAITING
 
 
@@ -157,7 +157,7 @@ def test_case6_node_gone_before_quorum_is_never_bound_and_partial_is_reported() 
     ])
     assert isinstance(report, PartiallyBound) and (report.bound, report.need) == (2, 3)
     assert core.partial_gangs == 1
-    view = core.gang_view(gang_key("default", "g"), 2.0)
+    view = core.gang_view(gang_key("default", "g"))
     assert view is not None and view.partial == report
     assert "GangPartiallyBound" in {n.kind.value for n in core.drain_notices()}
     status = core.podgroup_status(gang_key("default", "g"))
@@ -219,7 +219,7 @@ def test_volcano_pods_with_only_the_group_name_are_gated_on_their_podgroup() -> 
     """Issue 10: Volcano's controllers put only scheduling.k8s.io/group-name on pods. They
     wait (PodGroup not found) until Volcano's PodGroup exists, then form a gang of its
     minMember; deleting the PodGroup sends them back to waiting."""
-    from coscheduling.podgroup import volcano_podgroup_from_json
+    from coscheduling.conventions.volcano import volcano_podgroup_from_json
     from coscheduling.reasons import PodGroupNotFound
 
     core = cluster(node("n0").gpus(4).build())

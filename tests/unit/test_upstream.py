@@ -15,16 +15,7 @@ import pytest
 from app.cache import ClusterCache
 from app.kube import KubeClient, KubeConfig
 from coscheduling import Coscheduler, GangPhase, Settings, gang_key, node_from_json, pod_key
-from coscheduling.podgroup import GangDefaults, GangSpec, InvalidGang, MissingPodGroup, Source
-from coscheduling.reasons import (
-    DoesNotFit,
-    InvalidDeclaration,
-    PodGroupNotFound,
-    WaitingForMembers,
-)
-from coscheduling.records import PodRecord, pod_from_json
-from coscheduling.topology import DEFAULT_LEVELS
-from coscheduling.upstream import (
+from coscheduling.conventions.upstream import (
     Condition,
     ConditionUpdate,
     GangProgress,
@@ -37,7 +28,17 @@ from coscheduling.upstream import (
     upstream_workload_from_json,
     workload_gang_key,
 )
+from coscheduling.podgroup import GangDefaults, GangSpec, InvalidGang, MissingPodGroup, Source
+from coscheduling.reasons import (
+    DoesNotFit,
+    InvalidDeclaration,
+    PodGroupNotFound,
+    WaitingForMembers,
+)
+from coscheduling.records import PodRecord, pod_from_json
+from coscheduling.topology import DEFAULT_LEVELS
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
 KEY = gang_key("default", "train")
@@ -403,7 +404,7 @@ def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
     placed = {core.filter(core.pods[pod_key("default", f"w{i}")], sorted(core.nodes),
                           0.0).passed[0] for i in range(3)}
     assert placed <= {"n0", "n2"}
-    view = core.gang_view(KEY, 0.0)
+    view = core.gang_view(KEY)
     assert view is not None and view.phase is GangPhase.ADMITTED and view.plan_level == "zone"
 
 
@@ -473,7 +474,7 @@ async def test_podgroups_are_found_by_discovery_or_synced_empty(
         served: dict[str, list[str]], want_version: str) -> None:
     core = Coscheduler()
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
-                                          transport=httpx.MockTransport(discovery(served))))
+                                          connect=Wire(discovery(served))))
     res = cache.resources["upstream-podgroups"]
     task = asyncio.create_task(cache.run("upstream-podgroups"))
     try:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from coscheduling.podgroup import GangKey, gang_key, volcano_podgroup_from_json
+from coscheduling.conventions.volcano import volcano_podgroup_from_json, volcano_statuses
+from coscheduling.podgroup import GangKey, gang_key
 from coscheduling.reasons import InvalidDeclaration, NotEnoughMinResources
 from coscheduling.records import PodRecord, pod_from_json
-from coscheduling.volcano import volcano_statuses
 from tests.builders import pod
 
 

@@ -12,11 +12,12 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
 from app.wire import BindingArgs, ExtenderArgs
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from tests.builders import node
+from tests.fakeapi import Wire
 
 WIRE = Path(__file__).parent.parent / "fixtures" / "wire"
 
@@ -48,7 +49,7 @@ async def client() -> AsyncIterator[tuple[httpx.AsyncClient, Lockstep]]:
         return httpx.Response(201, json={})
 
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
-                                        transport=httpx.MockTransport(api)))
+                                        connect=Wire(api)))
     app = create_app(service, manage_lifecycle=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://lockstep.test") as c:

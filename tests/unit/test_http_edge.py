@@ -1,6 +1,7 @@
 """The HTTP edge: wire format, bad input, parked binds, debug endpoints.
 
-The Kubernetes API is faked at the seam with ``httpx.MockTransport``; the core is real.
+The Kubernetes API is faked beneath Lockstep's own HTTP client (``tests.fakeapi.Wire``);
+the core is real.
 """
 
 from __future__ import annotations
@@ -14,23 +15,32 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
-from app.main import create_app
+from app.routes import create_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 
 class FakeAPI:
-    """Records every call; bindings succeed unless the pod name is in ``fail``."""
+    """Records every call; bindings succeed unless the pod name is in ``fail``; a pod is read
+    from ``pods`` (404 otherwise)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.fail: set[str] = set()
         self.forbid: set[str] = set()
+        self.pods: dict[str, dict[str, Any]] = {}
+        """Pods the API server has that the watch may not have shown yet (by name)."""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
         self.calls.append((request.method, request.url.path, body))
+        if request.method == "GET" and "/pods/" in request.url.path:
+            name = request.url.path.rsplit("/", 1)[1]
+            if name in self.pods:
+                return httpx.Response(200, json=self.pods[name])
+            return httpx.Response(404, json={"reason": "NotFound", "message": "not found"})
         if request.url.path.endswith("/binding"):
             name = request.url.path.split("/")[-2]
             if name in self.fail:
@@ -54,7 +64,7 @@ def service(api: FakeAPI) -> Lockstep:
     core = Coscheduler(Settings(backoff_seconds=5))
     for i in range(3):
         core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
-    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     return Lockstep(core, kube)
 
 
@@ -168,11 +178,11 @@ async def test_deadline_answers_parked_binds_with_the_reason(
         service.core.upsert_pod(pod_from_json(
             pod(f"p{i}").gang("g", min_member=2, timeout=10).gpu(1).build()))
     n0 = service.filter(service.core.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
-    timer = asyncio.ensure_future(service._timer())
+    timer = asyncio.ensure_future(service.binder.expire_loop())
     parked = asyncio.ensure_future(service.bind("default", "p0", "", n0))
     await asyncio.sleep(0.05)
     clock[0] = 111.0
-    service._kick.set()
+    service.kick.set()
     err = await asyncio.wait_for(parked, 5)
     timer.cancel()
     assert err.startswith("gang default/g timed out after 10s with 1/2 members ready to bind")
@@ -263,8 +273,8 @@ async def test_a_gang_left_partly_bound_is_reported_everywhere(
     assert await first == "" and "403" in err
     assert ("p0", nodes[0]) in api.bindings()
     events = []
-    while not service._out.events.empty():
-        events.append(service._out.events.get_nowait()[1])
+    while not service.poster.events.empty():
+        events.append(service.poster.events.get_nowait()[1])
     partial = [e for e in events if e.kind.value == "GangPartiallyBound"]
     assert {k for e in partial for k in e.pods} == {"default/p0", "default/p1"}
     assert "lockstep_partial_gangs_total 1.0" in (await client.get("/metrics")).text
@@ -301,10 +311,40 @@ async def test_a_409_for_our_own_earlier_binding_counts_as_bound() -> None:
             return httpx.Response(409, json={"reason": "Conflict", "message": "already assigned"})
         return httpx.Response(200, json={"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}})
 
-    kube = KubeClient(KubeConfig("http://api.test"), transport=httpx.MockTransport(api))
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     key = PodKey("default/p")
     assert await kube.bind_retrying(key, "default", "p", "u1", NodeName("n1")) == Bound(
         key, NodeName("n1"))
     other = await kube.bind_retrying(key, "default", "p", "u1", NodeName("n2"))
     assert not isinstance(other, Bound) and other.permanent
     await kube.aclose()
+
+
+async def test_bind_for_a_pod_the_watch_has_not_shown_reads_it_and_binds(
+    client: httpx.AsyncClient, service: Lockstep, api: FakeAPI,
+) -> None:
+    p = pod("early").gpu(1).build()
+    api.pods["early"] = p
+    r = await client.post("/bind", json={"PodName": "early", "PodNamespace": "default",
+                                         "PodUID": p["metadata"]["uid"], "Node": "n1"})
+    assert r.status_code == 200 and r.json() == {"Error": ""}
+    assert ("GET", "/api/v1/namespaces/default/pods/early", None) in api.calls
+    assert api.bindings() == [("early", "n1")]
+    # Assumed on n1 at once, before any watch event says so.
+    assert service.core.pod(pod_key("default", "early")).node_name == "n1"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("exists", "uid"), [
+    pytest.param(False, "", id="gone-from-the-api-server"),
+    pytest.param(True, "another-uid", id="recreated-under-the-same-name"),
+])
+async def test_bind_for_a_pod_that_is_not_there_is_a_404(
+    client: httpx.AsyncClient, api: FakeAPI, exists: bool, uid: str,
+) -> None:
+    if exists:
+        api.pods["ghost"] = pod("ghost").gpu(1).build()
+    r = await client.post("/bind", json={"PodName": "ghost", "PodNamespace": "default",
+                                         "PodUID": uid or "u-1", "Node": "n1"})
+    assert r.status_code == 404, r.text
+    assert "pod default/ghost is not known" in r.text
+    assert api.bindings() == []

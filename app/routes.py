@@ -1,7 +1,7 @@
 """HTTP routes beside the verbs: metrics, debug, the admission webhook and routing errors.
 
 The verbs and probes are answered by ``app.verbs.VerbsApp`` before a request reaches
-FastAPI (issue 12); ``create_app`` puts the two together, and the CLI serves the verbs
+FastAPI; ``create_app`` puts the two together, and the CLI serves the verbs
 before this module is even imported. Bad input is answered with a 4xx that names the
 offending field.
 """
@@ -25,6 +25,7 @@ from coscheduling import pod_key
 from .admission import admission_router
 from .explain import explain_pod, gang_json, node_json
 from .service import Lockstep, UnknownObject
+from .ui import ui_router
 from .verbs import DEFAULT_MAX_BODY, BadRequest, VerbsApp
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app", "create_rest_app"]
@@ -59,6 +60,7 @@ def create_rest_app(
     *,
     debug_token: str | None = None,
     manage_lifecycle: bool = True,
+    ui: bool = True,
 ) -> FastAPI:
     """The routes that are not verbs or probes (``VerbsApp`` answers those first)."""
 
@@ -106,12 +108,15 @@ def create_rest_app(
             return None
         return _json({"error": "debug endpoints answer loopback clients or a bearer token"}, 403)
 
+    if ui:  # the read-only web page and its JSON, behind the same guard (app/ui.py)
+        app.include_router(ui_router(service, guard))
+
     @app.get("/debug/gangs")
     async def debug_gangs(request: Request) -> Response:
         if (denied := guard(request)) is not None:
             return denied
         now = service.clock()
-        return _json({"gangs": [gang_json(v, now) for v in service.core.gang_views(now)]})
+        return _json({"gangs": [gang_json(v, now) for v in service.core.gang_views()]})
 
     @app.get("/debug/nodes")
     async def debug_nodes(request: Request) -> Response:

@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .podgroup import (
+from ..podgroup import (
     GangDefaults,
     GangKey,
     GangSpec,
@@ -57,7 +57,7 @@ from .podgroup import (
     Source,
     gang_key,
 )
-from .reasons import (
+from ..reasons import (
     BackingOff,
     DoesNotFit,
     GangReason,
@@ -66,13 +66,17 @@ from .reasons import (
     PlannedNodeLost,
     TimedOut,
 )
-from .records import PodRecord
-from .topology import Level, level_by_name
+from ..records import PodRecord
+from ..topology import Level, level_by_name
+from .base import Convention
 
 __all__ = [
     "CONDITION_TYPES",
+    "CONVENTION",
     "GROUP",
     "PODGROUP_VERSIONS",
+    "SCHEDULING_GROUP_FIELD",
+    "WORKLOAD_REF_FIELD",
     "WORKLOAD_VERSIONS",
     "Condition",
     "ConditionUpdate",
@@ -102,6 +106,15 @@ CONDITION_TYPES = {
 """The PodGroup condition the native gang plugin writes, by served version."""
 SCHEDULING_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
 WORKLOAD_REF_FIELD = "spec.workloadRef"
+
+CONVENTION = Convention(
+    Source.UPSTREAM,
+    spec_fields=(tuple(SCHEDULING_GROUP_FIELD.split(".")),
+                 (*WORKLOAD_REF_FIELD.split("."), "name")),
+)
+"""The pod spec names the gang's object; no metadata key does. Its objects' versions are
+found by discovery (:data:`PODGROUP_VERSIONS`, :data:`WORKLOAD_VERSIONS`), so the convention
+has no fixed ``podgroup`` API; :func:`resolve_upstream` reads them."""
 
 
 @dataclass(frozen=True, slots=True)

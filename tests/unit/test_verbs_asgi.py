@@ -1,7 +1,7 @@
 """``VerbsApp``, the plain ASGI app in front of FastAPI: what it does on its own.
 
 The verbs' wire format and bad-input answers are covered through ``create_app`` in
-``test_app_verbs.py`` and ``test_fuzz_verbs.py``; here the app runs with no FastAPI behind it
+``test_http_edge.py`` and ``test_fuzz_verbs.py``; here the app runs with no FastAPI behind it
 (as the CLI serves it while FastAPI is still being imported) and is driven with raw ASGI
 messages where a client hanging up must be simulated.
 """
@@ -21,6 +21,7 @@ from app.service import Lockstep
 from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from tests.builders import node, pod
+from tests.fakeapi import Wire
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def service() -> Lockstep:
     for i in range(3):
         core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
     kube = KubeClient(KubeConfig("http://api.test"),
-                      transport=httpx.MockTransport(lambda _: httpx.Response(201, json={})))
+                      connect=Wire(lambda _: httpx.Response(201, json={})))
     return Lockstep(core, kube)
 
 

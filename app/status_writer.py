@@ -1,0 +1,146 @@
+"""The status each convention's PodGroup object shows, written as the core decides it.
+
+Once a second: scheduler-plugins PodGroups get their phase and counts (and a
+``GangPartiallyBound`` condition that is never hidden), Volcano PodGroups their phase
+(Lockstep plays Volcano's enqueue step), and upstream ``scheduling.k8s.io`` PodGroups the
+scheduling condition in the native gang plugin's vocabulary. A status already written is not
+written again; a failed write is logged and tried on the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from coscheduling import Coscheduler, GangKey
+from coscheduling.conventions import scheduler_plugins, volcano
+from coscheduling.conventions.upstream import GROUP, GangProgress, condition_updates
+from coscheduling.podgroup import InvalidGang
+from coscheduling.reasons import InvalidDeclaration
+
+from .errors import APIError, APIUnreachable
+from .kube import KubeClient
+from .render import render
+
+__all__ = ["FIELD_MANAGER", "StatusWriter"]
+
+log = logging.getLogger("lockstep")
+
+FIELD_MANAGER = "lockstep"
+"""Lockstep's name in managedFields: a PodGroup condition another manager wrote (the native
+gang plugin) is not Lockstep's to change."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StatusWriter:
+    def __init__(self, core: Coscheduler, kube: KubeClient) -> None:
+        self.core, self.kube = core, kube
+        self._written: dict[GangKey, dict[str, Any]] = {}
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self.write_volcano()
+            await self.write_upstream()
+            await self.write_scheduler_plugins()
+
+    async def write_scheduler_plugins(self) -> None:
+        for key, st in self.core.podgroup_statuses().items():
+            status: dict[str, Any] = {
+                "phase": st.phase, "scheduled": st.scheduled, "running": st.running,
+                "succeeded": st.succeeded, "failed": st.failed}
+            if st.partial is not None:
+                status["conditions"] = [{
+                    "type": "GangPartiallyBound", "status": "True",
+                    "reason": "BindingFailed", "message": render(st.partial)[:1024],
+                    "lastTransitionTime": _now(),
+                }]
+            if self._written.get(key, {}).get("phase") == st.phase and \
+                    _same(self._written.get(key), status):
+                continue
+            ns, name = key.split("/", 1)
+            try:
+                await self.kube.merge_patch(scheduler_plugins.API.status_path(ns, name),
+                                            {"status": status})
+                self._written[key] = status
+            except (APIError, APIUnreachable) as e:
+                log.info("PodGroup %s status not written: %s", key, e)
+
+    async def write_volcano(self) -> None:
+        for key, st in self.core.volcano_statuses().items():
+            status: dict[str, Any] = {"phase": st.phase, "running": st.running,
+                                      "succeeded": st.succeeded, "failed": st.failed}
+            if st.waiting is not None:
+                status["conditions"] = [{
+                    "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                    "message": render(st.waiting)[:1024], "lastTransitionTime": _now()}]
+            elif st.phase != "Pending":
+                status["conditions"] = []
+            if _same(self._written.get(key), status):
+                continue
+            ns, name = key.split("/", 1)
+            try:
+                await self.kube.merge_patch(volcano.API.status_path(ns, name),
+                                            {"status": status})
+                self._written[key] = status
+            except (APIError, APIUnreachable) as e:
+                log.info("Volcano PodGroup %s status not written: %s", key, e)
+
+    async def write_upstream(self) -> None:
+        """The scheduling condition on upstream PodGroups whose pods are Lockstep's (rules in
+        ``coscheduling.conventions.upstream``). A strategic merge patch touches only that
+        condition; the watch brings it back."""
+        groups = self.core.store.upstream
+        if not groups:
+            return
+        gangs: dict[GangKey, GangProgress] = {}
+        for view in self.core.gang_views():
+            if view.key not in groups:
+                continue
+            why = view.reason
+            if view.spec is None:  # an invalid declaration: say which field
+                bad = [m for p in self.core.members_of(view.key)
+                       if isinstance(m := self.core.membership(p.key), InvalidGang)]
+                why = InvalidDeclaration(bad[0]) if bad else why
+            gangs[view.key] = GangProgress(view.bound, view.spec.min_member if view.spec
+                                           else None, why)
+        now = _now()
+        for upd in condition_updates(groups, gangs, manager=FIELD_MANAGER):
+            status = "True" if upd.scheduled else "False"
+            message = (upd.detail or (render(upd.why) if upd.why else ""))[:1024]
+            cur = groups[upd.key].condition
+            if cur is not None and (cur.status, cur.reason, cur.message) == (
+                    status, upd.reason, message):
+                continue
+            cond = {"type": upd.type, "status": status, "reason": upd.reason,
+                    "message": message, "observedGeneration": upd.generation,
+                    "lastTransitionTime": cur.last_transition
+                    if cur is not None and cur.status == status and cur.last_transition
+                    else now}
+            ns, name = upd.key.split("/", 1)
+            path = f"/apis/{GROUP}/{upd.version}/namespaces/{ns}/podgroups/{name}/status"
+            try:
+                await self.kube.request(
+                    "PATCH", path, json={"status": {"conditions": [cond]}},
+                    params={"fieldManager": FIELD_MANAGER},
+                    content_type="application/strategic-merge-patch+json")
+            except (APIError, APIUnreachable) as e:
+                log.info("PodGroup %s (%s) status not written: %s", upd.key, GROUP, e)
+
+
+def _same(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Equal but for condition timestamps (which would otherwise make every write new)."""
+    if old is None:
+        return False
+
+    def strip(d: dict[str, Any]) -> dict[str, Any]:
+        conds = [{k: v for k, v in c.items() if k != "lastTransitionTime"}
+                 for c in d.get("conditions", ())]
+        return {**d, "conditions": conds}
+
+    return strip(old) == strip(new)

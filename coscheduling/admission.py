@@ -1,0 +1,361 @@
+"""Admission: a gang is planned whole and reserved at once, or told why not.
+
+Deadlock freedom comes from here: a gang is admitted only when all of it fits in capacity no
+other gang holds, and an admitted gang always holds a whole plan. A lost member or node is
+re-placed at once (:func:`complete_plan`, :func:`replan`), or the gang gives everything back
+(:func:`fall_back`). Each function decides and reserves in one synchronous block, which is
+what makes admission atomic under asyncio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .decisions import FilterDecision, NoticeKind, Unparked
+from .eligibility import eligible
+from .gang import Gang, GangPhase
+from .membership import countable, departed, meets_quorum, pick
+from .nofit import NoFit
+from .planner import Member, Plan, plan_gang
+from .podgroup import GangSpec, InvalidGang, MatchPolicy
+from .preempting import blocked, preempting_reason, try_preempt
+from .reasons import (
+    BackingOff,
+    DoesNotFit,
+    ExtraMemberWaits,
+    GangReason,
+    HigherPriorityPodsWaiting,
+    InvalidDeclaration,
+    MembersLost,
+    NotEnoughMinResources,
+    PlannedNodeLost,
+    WaitingForMembers,
+)
+from .records import NodeName, PodKey, PodRecord
+from .resources import Resources, add, fits, sub
+from .state import CoreState
+from .topology import GPU, Level, level_by_name
+
+__all__ = [
+    "TOPOLOGY_REQUIRED",
+    "admit",
+    "admit_by_preemption",
+    "extend",
+    "fall_back",
+    "free_outside_reservations",
+    "levels_for",
+    "reconcile",
+    "replan",
+    "try_admit",
+    "turn_away",
+]
+
+TOPOLOGY_REQUIRED = "lockstep.dev/topology-required"
+
+
+def reconcile(st: CoreState, g: Gang) -> None:
+    """Bring the gang's phase back in line with its members after any change."""
+    spec = g.spec
+    live = st.live(g)
+    held = [p.key for p in live if p.held]
+    if held:
+        st.held_touched.add(g.key)
+        st.outbox.lift.update(held)
+    if spec is None:
+        if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
+            fall_back(st, g, MembersLost(g.key, len(live), 0, ("no valid declaration",)))
+        return
+    bound = [p.key for p in live if p.node_name is not None]
+    if g.phase is GangPhase.RELEASED:
+        if spec.match_policy is MatchPolicy.ONCE_SATISFIED:
+            return  # Koordinator: once satisfied, later members are plain pods
+        held = [p.key for p in live
+                if p.node_name is not None or p.key in g.binding or p.key in g.plan]
+        if not meets_quorum(st, spec, held):
+            fall_back(st, g, MembersLost(g.key, len(live), spec.min_member,
+                                         departed(g, live)))
+    elif g.phase is GangPhase.ADMITTED:
+        complete_plan(st, g, spec, live, bound)
+    elif bound and meets_quorum(st, spec, bound):
+        g.satisfied()
+    elif meets_quorum(st, spec, countable(spec, live)) \
+            and isinstance(g.reason, WaitingForMembers):
+        # Enough members now: wake those turned away for being too few, so admission
+        # does not wait for the newest member (kube-scheduler may never send it to us).
+        g.reason = None
+        st.outbox.requeue.update(g.wake())
+
+
+def complete_plan(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord],
+                  bound: list[PodKey]) -> None:
+    """An admitted gang holds a whole plan, or nothing: a member that left is replaced by
+    one without a slot, and a slot that was lost is placed again."""
+    if not meets_quorum(st, spec, countable(spec, live)):
+        fall_back(st, g, MembersLost(g.key, len(live), spec.min_member, departed(g, live)))
+        return
+    have = list(g.plan)
+    if spec.match_policy is not MatchPolicy.ONLY_WAITING:
+        have += bound
+    todo = [p.key for p in live if p.node_name is None and p.key not in g.plan]
+    chosen = pick(st, spec, have, todo)
+    if chosen == []:
+        return
+    result: Plan | NoFit = NoFit(spec.min_member - len(have), {}, 0, 0)
+    if chosen is not None:
+        required, _ = levels_for(st, g)
+        result = plan_gang([Member(st.store.pods[k]) for k in chosen], st.capacity,
+                           st.settings.levels, required=required, fixed=dict(g.plan))
+    if isinstance(result, NoFit):
+        fall_back(st, g, DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key)))
+        return
+    for key, node in result.assignments.items():
+        if key not in g.plan:
+            g.add_slot(key, node, st.store.pods[key].requests)
+
+
+def fall_back(st: CoreState, g: Gang, reason: GangReason) -> None:
+    """Give back everything the gang holds and answer its parked calls with ``reason``."""
+    parked = st.waiting.pop_gang(g.key)
+    if parked:
+        st.outbox.unparked.append(Unparked(g.key, parked, reason))
+    g.fall_back(reason)
+    st.notice(NoticeKind.WAITING, g.key, sorted(g.members), reason)
+
+
+def turn_away(st: CoreState, pod: PodKey, g: Gang, reason: GangReason) -> GangReason:
+    """Record why ``pod`` waits, telling it by an Event only when the reason changed."""
+    # The Event goes to the pod turned away, not to every member: a gang of N arriving
+    # one by one would otherwise cost N^2 Events (kube-scheduler's FailedScheduling
+    # Event on each pod carries the same reason anyway).
+    told = g.told.get(pod)
+    if told != reason and not (isinstance(told, BackingOff)
+                               and isinstance(reason, BackingOff)):
+        st.notice(NoticeKind.WAITING, g.key, (pod,), reason)
+        g.told[pod] = reason
+    g.reason = reason
+    return reason
+
+
+def levels_for(st: CoreState, g: Gang) -> tuple[Level | None, GangReason | None]:
+    """The topology level the gang must fit in, or why its declaration is unusable."""
+    levels = st.settings.levels
+    if g.spec is not None and g.spec.topology is not None:  # upstream, checked on resolve
+        lv = level_by_name(levels, g.spec.topology)
+        if lv is not None:
+            return lv, None
+    for k in sorted(g.members):
+        p = st.store.pods.get(k)
+        if p is None:
+            continue
+        want = p.annotations.get(TOPOLOGY_REQUIRED)
+        if want:
+            lv = level_by_name(levels, want)
+            if lv is None:
+                names = ", ".join(lv_.name for lv_ in levels)
+                return None, InvalidDeclaration(InvalidGang(
+                    g.key, TOPOLOGY_REQUIRED, want, f"unknown level (known: {names})"))
+            return lv, None
+    return None, None
+
+
+def free_outside_reservations(st: CoreState) -> Resources:
+    """The cluster's free capacity that no gang holds, summed over every node."""
+    total: Resources = {}
+    for n in st.store.nodes:
+        total = add(total, {k: max(0, v) for k, v in st.capacity.free_for_gang(n).items()})
+    return total
+
+
+def admit(st: CoreState, g: Gang, spec: GangSpec, pod: PodRecord,
+          candidates: Sequence[NodeName], live: list[PodRecord], now: float) -> FilterDecision:
+    """A member's filter call admits its gang: exactly its planned node, or why not."""
+    outcome = try_admit(st, g, spec, live, now, pod, candidates)
+    if not isinstance(outcome, dict):
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, outcome))
+    node = outcome[pod.key]
+    if node not in candidates and (waits := preempting_reason(st, g)) is not None:
+        # Admitted by a preemption onto a node its victims still hold.
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
+    return FilterDecision([node])
+
+
+def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now: float,
+              pod: PodRecord | None = None, candidates: Sequence[NodeName] = ()
+              ) -> dict[PodKey, NodeName] | GangReason:
+    """Plan the whole gang and reserve the plan, or say why not.
+
+    ``pod`` is the member whose filter call asks (limited to kube-scheduler's
+    ``candidates``); without one, the gang's members are held behind Lockstep's gate and
+    every node Lockstep knows is a candidate."""
+    required, bad = levels_for(st, g)
+    if bad is not None:
+        return bad
+    if (waits_for := blocked(st, g)) is not None:
+        return waits_for
+    if spec.min_resources:
+        total = free_outside_reservations(st)
+        if not fits(spec.min_resources, total):
+            return NotEnoughMinResources(g.key, spec.min_resources, total)
+    # Bindings still in flight from before a fall-back keep their slots: fixed.
+    fixed = {k: n for k, n in g.plan.items() if k in g.binding}
+    have = list(fixed)
+    if spec.match_policy is not MatchPolicy.ONLY_WAITING:
+        have += [p.key for p in live if p.node_name is not None]
+    members = [Member(pod, frozenset(candidates))] if pod is not None else []
+    members += [Member(p) for p in live
+                if (pod is None or p.key != pod.key) and p.node_name is None
+                and p.key not in fixed]
+    levels = st.settings.levels
+    result = plan_gang(members, st.capacity, levels, required=required, fixed=fixed)
+    if isinstance(result, NoFit):
+        # All of them do not fit: a quorum might (the asking pod always among them).
+        chosen = pick(st, spec, have, [m.key for m in members])
+        if chosen and (pod is None or chosen[0] == pod.key) and len(chosen) < len(members):
+            keep = set(chosen)
+            result = plan_gang([m for m in members if m.key in keep], st.capacity, levels,
+                               required=required, fixed=fixed)
+    timeout = spec.timeout_seconds
+    if isinstance(result, NoFit):
+        if fixed:  # bindings still in flight: whatever they leave is planned first
+            return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
+        chosen = pick(st, spec, have, [m.key for m in members]) or [m.key for m in members]
+        found = try_preempt(st, g, [st.store.pods[k] for k in chosen], required, now)
+        if isinstance(found, Plan):
+            result = found
+            if (rec := st.preemptions.get(str(g.key))) is not None:
+                timeout += max(0.0, rec.deadline - now)  # the victims' grace comes first
+        elif found is None or isinstance(found, str):
+            return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key), found or "")
+        else:
+            return found
+    requests = {k: st.store.pods[k].requests for k in result.assignments}
+    if (st.preemptions.get(str(g.key)) is None
+            and (waits := _outranked(st, g, result.assignments, requests)) is not None):
+        return waits
+    g.admit(result.assignments, requests, result.level, now, timeout)
+    first = pod.key if pod is not None else (members[0].key if members else live[0].key)
+    # One Event per admission, on the member whose filter call admitted the gang.
+    st.notice(NoticeKind.ADMITTED, g.key, (first,), detail=_plan_text(result))
+    # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
+    # API event will wake them: ask the app to nudge them. Held members lose the gate.
+    st.outbox.requeue.update(k for k in g.wake() if k != first or pod is None)
+    st.outbox.lift.update(p.key for p in live if p.held)
+    return result.assignments
+
+
+def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: float) -> bool:
+    """Admit a waiting gang whose members kube-scheduler found no node for by its own
+    filters (so no filter call reaches Lockstep) into room a preemption frees. Says whether
+    the gang is admitted (its members are woken once the victims are gone).
+
+    Only for a gang that does not fit Lockstep's view either: one that does was turned
+    away by something Lockstep does not model, which no eviction would fix."""
+    spec = g.spec
+    if spec is None or g.phase is not GangPhase.WAITING or g.binding or g.plan:
+        return False
+    if not meets_quorum(st, spec, countable(spec, live)):
+        return False
+    required, bad = levels_for(st, g)
+    if bad is not None or blocked(st, g) is not None:
+        return False
+    pending = [p for p in live if p.node_name is None and not p.held]
+    have = [p.key for p in live if p.node_name is not None] \
+        if spec.match_policy is not MatchPolicy.ONLY_WAITING else []
+    chosen = pick(st, spec, have, [p.key for p in pending]) or [p.key for p in pending]
+    members = [st.store.pods[k] for k in chosen]
+    nofit = plan_gang([Member(p) for p in members], st.capacity, st.settings.levels,
+                      required=required)
+    if not isinstance(nofit, NoFit):
+        return False
+    found = try_preempt(st, g, members, required, now)
+    if not isinstance(found, Plan):
+        if isinstance(found, str):
+            g.reason = DoesNotFit(g.key, nofit, st.ledger.reserving_gangs(g.key), found)
+        return False
+    rec = st.preemptions.get(str(g.key))
+    timeout = spec.timeout_seconds + (max(0.0, rec.deadline - now) if rec is not None else 0.0)
+    requests = {k: st.store.pods[k].requests for k in found.assignments}
+    g.admit(found.assignments, requests, found.level, now, timeout)
+    st.notice(NoticeKind.ADMITTED, g.key, (members[0].key,), detail=_plan_text(found))
+    return True
+
+
+MAX_OUTRANKING_CHECKED = 64
+"""Above this many higher-priority pods in flight the gang simply waits for them: checking
+where each would fit costs a pass over the nodes per pod, and they are placed in seconds."""
+
+
+def _outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
+               requests: Mapping[PodKey, Resources]) -> HigherPriorityPodsWaiting | None:
+    """Why the gang must wait for plain pods of higher priority that kube-scheduler is
+    placing now, or None when they all still fit beside ``plan``.
+
+    kube-scheduler's queue pops the higher-priority pods first; admitting the gang onto the
+    room they need would make the outcome depend on which event reached Lockstep first.
+    The check places them (highest priority first, then largest) on the capacity left
+    outside every reservation once the plan is taken, each on the first node it fits."""
+    priority = st.gang_priority(g)
+    ahead = sorted(((p, k) for k, p in st.pending_plain.items() if p > priority),
+                   key=lambda t: (-t[0], t[1]))
+    if not ahead:
+        return None
+    pods = [pod for _, k in ahead if (pod := st.store.pods.get(k)) is not None]
+    if len(pods) <= MAX_OUTRANKING_CHECKED:
+        taken: dict[NodeName, Resources] = {}
+        for key, node in plan.items():
+            taken[node] = add(taken.get(node, {}), requests[key])
+        free = {n: sub(st.capacity.free_for_gang(n), taken.get(n, {}))
+                for n in st.store.nodes}
+        stuck: list[PodRecord] = []
+        for pod in sorted(pods, key=lambda p: (-p.priority, -p.requests.get(GPU, 0), p.key)):
+            at = next((n for n, left in free.items()
+                       if fits(pod.requests, left) and eligible(pod, st.store.nodes[n])), None)
+            if at is None:
+                stuck.append(pod)
+            else:
+                free[at] = sub(free[at], pod.requests)
+        if not stuck:
+            return None
+        pods = stuck
+    return HigherPriorityPodsWaiting(g.key, priority, tuple(p.key for p in pods[:5]),
+                                     len(pods))
+
+
+def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
+           ) -> FilterDecision:
+    """An admitted gang's plan is whole; this pod is an extra beyond minMember."""
+    required, _ = levels_for(st, g)
+    result = plan_gang([Member(pod, frozenset(candidates))], st.capacity,
+                       st.settings.levels, required=required, fixed=dict(g.plan))
+    if isinstance(result, NoFit):
+        return FilterDecision([], unresolvable=ExtraMemberWaits(g.key, len(g.plan)))
+    node = result.assignments[pod.key]
+    g.add_slot(pod.key, node, pod.requests)
+    return FilterDecision([node])
+
+
+def replan(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
+           ) -> FilterDecision:
+    """The planned node is no longer a candidate: move this member, or give all back."""
+    lost = g.drop_slot(pod.key)
+    assert lost is not None
+    required, _ = levels_for(st, g)
+    result = plan_gang([Member(pod, frozenset(candidates))], st.capacity,
+                       st.settings.levels, required=required, fixed=dict(g.plan))
+    if isinstance(result, NoFit):
+        reason = PlannedNodeLost(g.key, lost, result)
+        if g.phase is GangPhase.ADMITTED:
+            fall_back(st, g, reason)
+        else:
+            reconcile(st, g)
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, reason))
+    node = result.assignments[pod.key]
+    g.add_slot(pod.key, node, pod.requests)
+    return FilterDecision([node])
+
+
+def _plan_text(plan: Plan) -> str:
+    nodes = sorted(set(plan.assignments.values()))
+    where = f"one {plan.level}" if plan.level else "spread"
+    listed = ", ".join(nodes[:8])
+    return f"{len(plan.assignments)} members on {len(nodes)} node(s), {where}: {listed}"

@@ -1,0 +1,229 @@
+"""The bind verb and what the API server said to the bindings: park, release, settle.
+
+A gang member's bind call is parked in the waiting map until its gang's quorum is parked (or
+bound); then every parked call is answered at once with one group of bindings. Before the
+first binding every parked member and its node are checked again, so a gang never starts
+binding onto something that went away. A binding that failed for good after its siblings
+bound is reported as a partial gang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .admission import reconcile
+from .decisions import (
+    BindDecision,
+    BindFailed,
+    BindGroup,
+    BindNow,
+    BindOutcome,
+    Bound,
+    NoticeKind,
+    Park,
+    Reject,
+    Unparked,
+)
+from .filtering import filter_pod
+from .gang import Gang, GangPhase
+from .ingest import assume_bound, forget_assumed
+from .membership import bound_count, gang_key, meets_quorum
+from .podgroup import GangKey, InvalidGang, MatchPolicy, MissingPodGroup
+from .reasons import (
+    BindTargetGone,
+    GangReason,
+    InvalidDeclaration,
+    PartiallyBound,
+    PodGroupNotFound,
+    PodNotInCache,
+    ReservedForGangs,
+    WaitingForMembers,
+    WrongNode,
+)
+from .records import NodeName, PodKey, PodRecord
+from .resources import fits, shortfall
+from .state import CoreState
+from .topology import GPU
+
+__all__ = ["bind", "bind_outcomes"]
+
+
+def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
+         ) -> BindDecision:
+    pod = st.store.pods.get(key)
+    if pod is None or (uid and pod.uid and uid != pod.uid):
+        return Reject(PodNotInCache(key, uid, pod.uid if pod is not None else None))
+    m = st.membership.get(key)
+    if m is None:
+        refused, displaced = _bind_unplanned(st, pod, node)
+        st.verdict(key, bind_at=now, bind_node=node,
+                   bind_refused=refused.reason if refused is not None else None)
+        if refused is not None:
+            return refused
+        # Assumed on the node from now, as kube-scheduler assumes a pod it is binding:
+        # nothing is planned onto this room while the binding is in flight.
+        assume_bound(st, key, node)
+        for gang in displaced:
+            reconcile(st, st.gangs[gang])
+        return BindNow(key, node)
+    if isinstance(m, InvalidGang):
+        return Reject(InvalidDeclaration(m))
+    if isinstance(m, MissingPodGroup):
+        return Reject(PodGroupNotFound(m.key, m.api))
+    g = st.gangs[m.key]
+    spec = g.spec or m
+    planned = g.plan.get(key)
+    if planned is not None and planned != node:
+        return Reject(WrongNode(g.key, planned, node))
+    if planned is None and g.phase is not GangPhase.RELEASED:
+        # No plan holds this pod (e.g. Lockstep restarted after filter): admit it now.
+        decision = filter_pod(st, pod, [node], now)
+        if decision.passed != [node]:
+            return Reject(decision.unresolvable or WrongNode(g.key, None, node))
+    if g.phase is GangPhase.RELEASED:
+        if planned is None:
+            no, displaced = _bind_unplanned(st, pod, node)
+            for gang in displaced:
+                reconcile(st, st.gangs[gang])
+            if no is not None:
+                return no
+        g.binding.add(key)
+        return BindNow(key, node)
+    if g.phase is not GangPhase.ADMITTED:
+        return Reject(g.reason or WaitingForMembers(g.key, 0, spec.min_member))
+    assert g.deadline is not None
+    bound = bound_count(st, g)
+    if bound > 0 and not st.waiting.count(g.key) \
+            and spec.match_policy is not MatchPolicy.ONLY_WAITING:
+        # Already partly bound at the API server (Lockstep died between a group's
+        # bindings, or a binding failed after its siblings'): parking the rest would only
+        # keep the gang partial for longer. The plan is whole, so release it now.
+        g.release({key})
+        st.notice(NoticeKind.RELEASED, g.key, (key,),
+                  detail=f"{bound}/{spec.min_member} already bound; completing")
+        return BindNow(key, node)
+    st.waiting.park(g.key, key, node, pod.uid)
+    counted = list(st.waiting.parked(g.key))
+    if spec.match_policy is not MatchPolicy.ONLY_WAITING:
+        counted += [p.key for p in st.live(g) if p.node_name is not None]
+    if not meets_quorum(st, spec, counted):
+        return Park(g.key, g.deadline)
+    gone = _check_quorum(st, g)
+    if gone:
+        mine = gone.pop(key, None)
+        for other, reason in gone.items():
+            st.outbox.unparked.append(Unparked(g.key, {other: st.waiting.node(other)
+                                                     or node}, reason))
+            st.waiting.remove(other)
+        if mine is not None:
+            st.waiting.remove(key)
+            return Reject(mine)
+        return Park(g.key, g.deadline)
+    binds = st.waiting.pop_gang(g.key)
+    g.release(set(binds))
+    st.notice(NoticeKind.RELEASED, g.key, (key,),
+              detail=f"{len(binds) + bound_count(st, g)}/{spec.min_member}")
+    return BindGroup(g.key, binds)
+
+
+def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
+                    ) -> tuple[Reject | None, list[GangKey]]:
+    """A pod no plan holds may not bind into capacity a gang of its priority or higher
+    reserved since its filter call; a gang of lower priority makes room.
+
+    Between kube-scheduler's filter and bind calls Lockstep may admit a gang (another
+    member's filter, or a held gang) onto the node the pod was then free to use. kube-
+    scheduler's queue served the pod first, so when it outranks every gang holding the
+    node, the pod binds and those gangs' slots there are planned again elsewhere (or the
+    gangs give all back); binding it over a gang of its own priority or higher would
+    over-commit the node and strand that gang's members, so that is refused.
+
+    Returns the refusal, or the gangs that lost slots (the caller re-plans them once the pod
+    is counted on the node)."""
+    if not st.ledger.reserved_on(node):
+        return None, []
+    free = st.capacity.free_for_gang(node)
+    if fits(pod.requests, free):
+        return None, []
+    holders = sorted(st.ledger.gangs_on(node))
+    if any(st.gang_priority(st.gangs[k]) >= pod.priority for k in holders):
+        return Reject(ReservedForGangs(node, tuple(holders), shortfall(pod.requests, free))), []
+    return None, _make_room(st, pod, node)
+
+
+def _make_room(st: CoreState, pod: PodRecord, node: NodeName) -> list[GangKey]:
+    """Take lower-priority gangs' slots off ``node`` (lowest priority first, then the
+    largest slot) until ``pod`` fits; the gangs that lost one."""
+    slots = sorted(((st.gang_priority(st.gangs[k]), -r.requests.get(GPU, 0), r.pod, k)
+                    for r in st.ledger.on_node(node) for k in (r.gang,)),
+                   key=lambda t: (t[0], t[1], t[2]))
+    touched: list[GangKey] = []
+    for _, _, member, gang in slots:
+        if fits(pod.requests, st.capacity.free_for_gang(node)):
+            break
+        g = st.gangs[gang]
+        if member in g.binding:
+            continue  # a binding in flight cannot be taken back
+        st.unpark(g, member, f"node {node} was taken by {pod.key} (priority {pod.priority})")
+        g.drop_slot(member)
+        if gang not in touched:
+            touched.append(gang)
+    return touched
+
+
+def _check_quorum(st: CoreState, g: Gang) -> dict[PodKey, GangReason]:
+    """Before the first binding: every parked member and its node still exist, with the UID
+    that was parked and the slot the plan holds."""
+    gone: dict[PodKey, GangReason] = {}
+    for key, node in st.waiting.parked(g.key).items():
+        pod = st.store.pods.get(key)
+        uid = st.waiting.uid(key)
+        what = ""
+        if pod is None or not pod.active:
+            what = f"pod {key} is gone"
+        elif uid and pod.uid != uid:
+            what = f"pod {key} was recreated (uid {uid} -> {pod.uid})"
+        elif node not in st.store.nodes:
+            what = f"node {node} is gone"
+        elif g.plan.get(key) != node:
+            what = f"the plan no longer holds {node} for {key}"
+        if what:
+            gone[key] = BindTargetGone(g.key, key, what)
+    return gone
+
+
+def bind_outcomes(st: CoreState, outcomes: Sequence[BindOutcome]) -> PartiallyBound | None:
+    """What the API said to bindings the core asked for; a partial gang is reported."""
+    for o in outcomes:
+        if isinstance(o, Bound):
+            assume_bound(st, o.pod, o.node)
+        elif o.pod in st.assumed:
+            forget_assumed(st, o.pod)
+    by_gang: dict[GangKey, list[BindOutcome]] = {}
+    for o in outcomes:
+        gang = gang_key(st.membership.get(o.pod))
+        g = st.gangs.get(gang) if gang is not None else None
+        if g is None:
+            continue
+        by_gang.setdefault(g.key, []).append(o)
+        if isinstance(o, BindFailed):
+            g.bind_settled(o.pod)
+            st.waiting.remove(o.pod)
+    report = None
+    for gang, items in by_gang.items():
+        g = st.gangs[gang]
+        spec = g.spec
+        failed = [o for o in items if isinstance(o, BindFailed) and o.permanent]
+        if spec is None or not failed:
+            continue
+        ok = {o.pod for o in items if isinstance(o, Bound)}
+        bound_keys = {p.key for p in st.live(g) if p.node_name is not None} | ok
+        bound = len(bound_keys)
+        if bound and not meets_quorum(st, spec, bound_keys):
+            report = PartiallyBound(g.key, bound, spec.min_member, tuple(
+                f"{o.pod}: {o.message}" for o in failed)[:5])
+            g.partial = report
+            st.partial_gangs += 1
+            st.notice(NoticeKind.PARTIALLY_BOUND, g.key, sorted(g.members), report)
+        reconcile(st, g)
+    return report

@@ -1,0 +1,168 @@
+"""Every gang convention Lockstep reads, one module each, and the resolver that follows them.
+
+Pods join gangs through the conventions the ecosystem already uses, so a job written for
+scheduler-plugins, Volcano, Koordinator, Kueue or Kubernetes' own gang API works unchanged:
+
+=====================  ===========================================  ===========================
+convention             pod -> group                                 size / timeout
+=====================  ===========================================  ===========================
+Lockstep               ``lockstep.dev/pod-group`` (annotation/label)  ``lockstep.dev/min-member``,
+                                                                    ``lockstep.dev/timeout-seconds``
+scheduler-plugins      label ``scheduling.x-k8s.io/pod-group``       PodGroup ``spec.minMember``,
+                                                                    ``scheduleTimeoutSeconds``
+Volcano                ``scheduling.k8s.io/group-name`` or           ``scheduling.volcano.sh/
+                       ``scheduling.volcano.sh/group-name``          group-min-member``
+Koordinator            ``gang.scheduling.koordinator.sh/name``,      ``.../min-available``,
+                       or the lightweight label                     ``.../waiting-time``,
+                       ``pod-group.scheduling.sigs.k8s.io/name``    ``.../total-number``,
+                                                                    ``.../mode``, ``.../groups``,
+                                                                    ``.../match-policy``
+Kueue plain pods       ``kueue.x-k8s.io/pod-group-name`` (label,     ``kueue.x-k8s.io/
+                       or annotation)                               pod-group-total-count``
+scheduling.k8s.io      ``spec.schedulingGroup`` / ``workloadRef``   PodGroup / Workload policy
+=====================  ===========================================  ===========================
+
+A new convention is a new module defining its keys and its :class:`Convention`, plus its entry
+in :data:`REGISTRY`. The order of :data:`REGISTRY` is the resolution order: declarations are
+listed in it (the first names the gang's source), PodGroup objects are read in it, then the
+size keys on the pod, then each convention's own options. The webhook
+(``coscheduling.gating``) gates every pod that names a gang by any registered key; the adapter
+watches each convention's PodGroup API and writes its status there.
+
+A pod may declare its gang by several conventions at once (a Kubeflow job, say, carries both
+Volcano's and scheduler-plugins' keys): they must name the same gang and agree on its size,
+or the pod gets an :class:`~coscheduling.podgroup.InvalidGang` naming the conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..podgroup import (
+    GangDefaults,
+    GangKey,
+    GangSpec,
+    InvalidGang,
+    Membership,
+    Source,
+    gang_key,
+    int_field,
+    seconds_field,
+)
+from ..records import PodRecord
+from . import koordinator, kueue, lockstep, scheduler_plugins, upstream, volcano
+from .base import Convention, Found, Key, PodGroupAPI, PodGroupRecord, lookup
+
+__all__ = [
+    "REGISTRY",
+    "Convention",
+    "Key",
+    "PodGroupAPI",
+    "PodGroupRecord",
+    "Source",
+    "declarations",
+    "declaring_keys",
+    "points_at_object",
+    "resolve",
+]
+
+REGISTRY: tuple[Convention, ...] = (
+    lockstep.CONVENTION,
+    scheduler_plugins.CONVENTION,
+    volcano.CONVENTION,
+    koordinator.CONVENTION,
+    kueue.CONVENTION,
+    upstream.CONVENTION,
+)
+
+
+def declaring_keys() -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """(annotation keys, label keys, spec paths) by which a pod names a gang."""
+    keys = [k for c in REGISTRY for k in c.declares]
+    return (tuple(k.name for k in keys if k.on in ("annotation", "either")),
+            tuple(k.name for k in keys if k.on in ("label", "either")),
+            tuple(p for c in REGISTRY for p in c.spec_fields))
+
+
+def declarations(pod: PodRecord) -> list[tuple[Source, str, str]]:
+    """(convention, key, gang name) for every key by which the pod names a gang."""
+    return [(c.source, k.name, value) for c in REGISTRY for k in c.declares
+            if (value := k.value(pod))]
+
+
+def points_at_object(pod: PodRecord, name: str) -> bool:
+    """Whether ``pod`` names a gang object called ``name`` (in its own namespace): a
+    convention's PodGroup, or an upstream PodGroup by its spec. Such pods are resolved again
+    when that object comes, changes or goes."""
+    return pod.scheduling_group == name or any(
+        k.value(pod) == name for c in REGISTRY if c.podgroup is not None for k in c.declares)
+
+
+def resolve(
+    pod: PodRecord,
+    podgroups: Mapping[GangKey, PodGroupRecord],
+    defaults: GangDefaults,
+    volcano: Mapping[GangKey, PodGroupRecord] | None = None,
+) -> Membership:
+    """The gang the pod's labels and annotations declare, or why the declaration is
+    unusable; None when it names no gang. ``podgroups`` and ``volcano`` are the
+    scheduler-plugins and Volcano PodGroups the store holds. (Kubernetes' own API, declared
+    in the pod's spec, is resolved by :func:`upstream.resolve_upstream` and combined.)"""
+    decls = declarations(pod)
+    if not decls:
+        return None
+    names = {v for _, _, v in decls}
+    if len(names) > 1:
+        listed = ", ".join(f"{f}={v}" for _, f, v in decls)
+        return InvalidGang(None, "metadata", listed, "conflicting gang declarations")
+    source, fld, name = decls[0]
+    key = gang_key(pod.namespace, name)
+    sources = frozenset(s for s, _, _ in decls)
+    objects = {Source.SCHEDULER_PLUGINS: podgroups, Source.VOLCANO: volcano or {}}
+
+    found = Found(source)
+    for conv in REGISTRY:
+        if conv.source in sources and conv.from_object is not None:
+            step = conv.from_object(pod, key, found, objects)
+            if not isinstance(step, Found):
+                return step
+            found = step
+    min_member, timeout = found.min_member, found.timeout_seconds
+
+    for conv in REGISTRY:
+        if conv.source not in sources:
+            continue
+        for size_key, timeout_key in conv.size:
+            raw_min = lookup(pod, size_key.name)
+            if raw_min is not None:
+                mm = int_field(raw_min, size_key.name, key)
+                if isinstance(mm, InvalidGang):
+                    return mm
+                if min_member is not None and mm != min_member:
+                    return InvalidGang(
+                        key, size_key.name, raw_min,
+                        f"conflicts with min-member {min_member} declared elsewhere",
+                    )
+                min_member = mm
+            if timeout_key is not None and (raw_t := lookup(pod, timeout_key.name)) is not None:
+                t = seconds_field(raw_t, timeout_key.name, key)
+                if isinstance(t, InvalidGang):
+                    return t
+                timeout = t
+
+    if min_member is None:
+        want = next(c.size_key for c in REGISTRY if c.source is found.source)
+        return InvalidGang(key, want, "", f"missing: {fld}={name} needs {want}")
+
+    asked = timeout if timeout is not None else defaults.timeout_seconds
+    capped: float | None = None
+    if asked > defaults.max_timeout_seconds:
+        asked, capped = defaults.max_timeout_seconds, asked
+    spec = GangSpec(key, min_member, asked, found.source, found.min_resources, capped)
+    for conv in REGISTRY:
+        if conv.refine is not None:
+            refined = conv.refine(spec, pod, sources, objects)
+            if isinstance(refined, InvalidGang):
+                return refined
+            spec = refined
+    return spec

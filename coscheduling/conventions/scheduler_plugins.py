@@ -1,0 +1,132 @@
+"""scheduler-plugins Coscheduling: a pod label names a ``PodGroup`` object, which gives the
+size (``spec.minMember``), ``minResources`` and the timeout (``scheduleTimeoutSeconds``).
+
+Lockstep writes the PodGroup's status as scheduler-plugins would (``status.phase`` and the
+counts, plus a ``GangPartiallyBound`` condition when a binding failed for good after siblings
+bound): the rules are :func:`podgroup_status`, decided once here; the app only writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..podgroup import (
+    GangKey,
+    GangSpec,
+    InvalidGang,
+    MissingPodGroup,
+    Source,
+    gang_key,
+    int_field,
+    seconds_field,
+)
+from ..reasons import PartiallyBound
+from ..records import PodRecord
+from ..resources import QuantityError, resource_list
+from . import koordinator
+from .base import Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord
+
+__all__ = [
+    "API",
+    "CONVENTION",
+    "GROUP_LABEL",
+    "PodGroupStatus",
+    "podgroup_from_json",
+    "podgroup_status",
+]
+
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+def podgroup_from_json(obj: Mapping[str, Any], kind: str = "PodGroup") -> PodGroupRecord:
+    """A PodGroup as served; a bad field becomes the record's ``error`` (naming it), which
+    every member's declaration then reports."""
+    meta = obj.get("metadata") or {}
+    key = gang_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+    spec = obj.get("spec") or {}
+    min_member: int | None = None
+    timeout: float | None = None
+    error: InvalidGang | None = None
+    mm = int_field(spec.get("minMember", 1), f"{kind}.spec.minMember", key)
+    if isinstance(mm, InvalidGang):
+        error = mm
+    else:
+        min_member = mm
+    if spec.get("scheduleTimeoutSeconds") is not None:
+        t = seconds_field(
+            spec["scheduleTimeoutSeconds"], f"{kind}.spec.scheduleTimeoutSeconds", key
+        )
+        if isinstance(t, InvalidGang):
+            error = error or t
+        else:
+            timeout = t
+    try:
+        min_resources = resource_list(spec.get("minResources"))
+    except QuantityError as e:
+        min_resources = {}
+        error = error or InvalidGang(key, f"{kind}.spec.minResources", str(e.value), e.reason)
+    status = obj.get("status")
+    phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
+    raw_ann = meta.get("annotations")
+    # Only Koordinator's options are kept: they are all the resolver reads from a PodGroup's
+    # annotations (its gang declared the CRD way).
+    annotations = ({str(k): str(v) for k, v in raw_ann.items() if str(k) in koordinator.OPTIONS}
+                   if isinstance(raw_ann, Mapping) else {})
+    return PodGroupRecord(key, min_member, timeout, min_resources, error, phase, annotations)
+
+
+API = PodGroupAPI("scheduling.x-k8s.io", "v1alpha1", "podgroups", podgroup_from_json)
+
+
+def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
+                 ) -> Found | InvalidGang | MissingPodGroup:
+    """The PodGroup decides the size, timeout and minResources, and the gang is reported as
+    scheduler-plugins' whatever else the pod says."""
+    pg = objects.get(Source.SCHEDULER_PLUGINS, {}).get(key)
+    if pg is None:
+        return MissingPodGroup(key, API.group)
+    if pg.error is not None:
+        return pg.error
+    return Found(Source.SCHEDULER_PLUGINS, pg.min_member, pg.timeout_seconds, pg.min_resources)
+
+
+CONVENTION = Convention(Source.SCHEDULER_PLUGINS, declares=(Key(GROUP_LABEL, "label"),),
+                        podgroup=API, from_object=_from_object)
+
+
+# ---------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupStatus:
+    phase: str
+    scheduled: int
+    running: int
+    succeeded: int
+    failed: int
+    partial: PartiallyBound | None = None
+
+
+def podgroup_status(spec: GangSpec, members: Sequence[PodRecord], *, holding: bool,
+                    partial: PartiallyBound | None) -> PodGroupStatus:
+    """scheduler-plugins' phases: Pending, Scheduling, Running, Finished, Failed.
+
+    ``holding``: the gang holds a reservation or parked binds (it is being scheduled).
+    """
+    running = sum(1 for p in members if p.phase == "Running")
+    succeeded = sum(1 for p in members if p.phase == "Succeeded")
+    failed = sum(1 for p in members if p.phase == "Failed")
+    scheduled = sum(1 for p in members if p.node_name is not None)
+    if succeeded >= spec.min_member:
+        phase = "Finished"
+    elif running >= spec.min_member:
+        phase = "Running"
+    elif failed and failed > len(members) - spec.min_member:
+        phase = "Failed"
+    elif holding or scheduled or failed:
+        phase = "Scheduling"
+    else:
+        phase = "Pending"
+    return PodGroupStatus(phase, scheduled, running, succeeded, failed, partial)

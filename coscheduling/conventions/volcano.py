@@ -1,0 +1,142 @@
+"""Volcano: a pod annotation names the gang; its size comes from Volcano's ``PodGroup`` of
+that name (or from ``group-min-member`` on the pod).
+
+Lockstep also plays Volcano's enqueue step. Volcano's own scheduler moves a PodGroup from
+``Pending`` to ``Inqueue`` once its ``minResources`` fit, and controllers wait for that before
+creating pods (Kubeflow's training-operator in volcano mode creates none until then). With
+Lockstep in place of Volcano's scheduler nobody else would, so :func:`volcano_statuses`
+decides the phase Lockstep writes, in Volcano's vocabulary (``Pending``, ``Inqueue``,
+``Running``, ``Completed``) with an ``Unschedulable`` condition saying why a group stays
+``Pending``.
+
+Capacity is handed out in order: a group enqueued but not running yet keeps its
+``minResources`` out of what the next one may count, so two groups are never enqueued against
+the same GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..podgroup import GangKey, InvalidGang, MissingPodGroup, Source
+from ..reasons import GangReason, InvalidDeclaration, NotEnoughMinResources
+from ..records import PodRecord
+from ..resources import Resources, fits, sub
+from .base import Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord, lookup
+from .scheduler_plugins import podgroup_from_json
+
+__all__ = [
+    "API",
+    "CONVENTION",
+    "GROUP",
+    "MIN_MEMBER",
+    "VolcanoStatus",
+    "volcano_podgroup_from_json",
+    "volcano_statuses",
+]
+
+GROUP = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+MIN_MEMBER = "scheduling.volcano.sh/group-min-member"
+
+
+def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
+    """A Volcano ``PodGroup`` (``scheduling.volcano.sh/v1beta1``): ``spec.minMember`` and
+    ``spec.minResources`` are what Lockstep uses, the same fields as scheduler-plugins'; it
+    has no timeout field."""
+    return podgroup_from_json(obj, kind="PodGroup (scheduling.volcano.sh)")
+
+
+API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json)
+
+
+def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
+                 ) -> Found | InvalidGang | MissingPodGroup:
+    """What Volcano's job controller (and Kubeflow's in volcano mode) writes: only the group
+    name on the pod; the size lives on Volcano's own PodGroup object. A pod that carries
+    ``group-min-member`` itself needs no object."""
+    if lookup(pod, MIN_MEMBER) is not None:
+        return found
+    vpg = objects.get(Source.VOLCANO, {}).get(key)
+    if vpg is None:
+        return MissingPodGroup(key, API.group)
+    if vpg.error is not None:
+        return vpg.error
+    if found.min_member is not None and vpg.min_member != found.min_member:
+        return InvalidGang(key, "PodGroup (scheduling.volcano.sh).spec.minMember",
+                           str(vpg.min_member),
+                           f"conflicts with min-member {found.min_member} declared elsewhere")
+    return replace(found, min_member=vpg.min_member,
+                   min_resources=found.min_resources or vpg.min_resources)
+
+
+CONVENTION = Convention(
+    Source.VOLCANO,
+    declares=tuple(Key(k, "annotation") for k in GROUP),
+    size=((Key(MIN_MEMBER, "either"), None),),
+    podgroup=API,
+    from_object=_from_object,
+)
+
+
+# ---------------------------------------------------------------------------- status (enqueue)
+
+STARTED = ("Inqueue", "Running", "Unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class VolcanoStatus:
+    phase: str
+    running: int
+    succeeded: int
+    failed: int
+    waiting: GangReason | None = None
+    """Why the group stays Pending (becomes an ``Unschedulable`` condition)."""
+
+
+def volcano_statuses(
+    groups: Mapping[GangKey, PodGroupRecord],
+    members_of: Callable[[GangKey], Sequence[PodRecord]],
+    free: Resources,
+) -> dict[GangKey, VolcanoStatus]:
+    """The status each Volcano PodGroup should show; ``free`` is the cluster's capacity
+    outside bound pods and gang reservations."""
+    budget = dict(free)
+    out: dict[GangKey, VolcanoStatus] = {}
+    pending: list[GangKey] = []
+    for key in sorted(groups):
+        pg = groups[key]
+        pods = members_of(key)
+        running = sum(1 for p in pods if p.phase == "Running")
+        succeeded = sum(1 for p in pods if p.phase == "Succeeded")
+        failed = sum(1 for p in pods if p.phase == "Failed")
+        need = pg.min_member or 1
+        if pg.error is not None:
+            out[key] = VolcanoStatus(pg.phase or "Pending", running, succeeded, failed,
+                                     InvalidDeclaration(pg.error))
+        elif succeeded >= need:
+            out[key] = VolcanoStatus("Completed", running, succeeded, failed)
+        elif running >= need:
+            out[key] = VolcanoStatus("Running", running, succeeded, failed)
+        elif pg.phase in STARTED:
+            # Enqueued and not running yet: its pods will need this capacity.
+            bound = sum(1 for p in pods if p.node_name is not None and not p.terminal)
+            if bound == 0:
+                budget = sub(budget, pg.min_resources)
+            out[key] = VolcanoStatus("Inqueue" if pg.phase == "Inqueue" else pg.phase,
+                                     running, succeeded, failed)
+        else:
+            pending.append(key)
+            out[key] = VolcanoStatus("Pending", running, succeeded, failed)
+    for key in pending:
+        pg = groups[key]
+        st = out[key]
+        if fits(pg.min_resources, budget):
+            budget = sub(budget, pg.min_resources)
+            out[key] = VolcanoStatus("Inqueue", st.running, st.succeeded, st.failed)
+        else:
+            shown = {k: max(0, v) for k, v in budget.items()}
+            out[key] = VolcanoStatus("Pending", st.running, st.succeeded, st.failed,
+                                     NotEnoughMinResources(key, pg.min_resources, shown))
+    return out

@@ -1,0 +1,65 @@
+"""Time: admitted gangs that did not bind by their deadline give their capacity back, and
+gangs backing off get another try when their backoff ends. The app's timer calls
+:func:`expire` at :func:`next_deadline`; nothing here reads a clock."""
+
+from __future__ import annotations
+
+from . import preempting
+from .admission import fall_back
+from .decisions import Expired, NoticeKind
+from .gang import GangPhase
+from .held import HELD_RETRY_SECONDS
+from .podgroup import Mode
+from .reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
+from .state import CoreState
+
+__all__ = ["expire", "next_deadline"]
+
+
+def next_deadline(st: CoreState) -> float | None:
+    times = [t for g in st.gangs.values()
+             for t in (g.deadline, g.backoff_until) if t is not None]
+    if st.held_blocked and st.store.epoch != st.held_epoch:
+        times.append(st.held_swept + HELD_RETRY_SECONDS)
+    if (preempting := st.preemptions.next_deadline()) is not None:
+        times.append(preempting)
+    return min(times, default=None)
+
+
+def expire(st: CoreState, now: float) -> list[Expired]:
+    """Time out admitted gangs past their deadline and end finished backoffs."""
+    out = []
+    for stalled in preempting.expired(st, now):
+        # Victims outlived their grace period: the held room goes back, the gang plans anew.
+        g = st.gangs.get(stalled.record.gang) if stalled.record.gang is not None else None
+        if g is not None and g.phase is GangPhase.ADMITTED and not g.binding:
+            fall_back(st, g, PreemptionStalled(g.key, len(stalled.still_there)))
+            st.outbox.requeue.update(g.wake())
+    for g in list(st.gangs.values()):
+        if g.phase is GangPhase.BACKING_OFF and g.backoff_until is not None \
+                and now >= g.backoff_until:
+            g.backoff_over()
+            st.outbox.requeue.update(g.wake())
+            st.held_touched.add(g.key)
+        if g.phase is not GangPhase.ADMITTED or g.deadline is None or now < g.deadline:
+            continue
+        spec = g.spec
+        parked = st.waiting.pop_gang(g.key)
+        pods = st.store.pods
+        stragglers = tuple(
+            f"{k} ({pods[k].node_name or 'not placed'})"
+            for k in sorted(g.members)
+            if k not in parked and k in pods and pods[k].node_name is None)
+        reason = TimedOut(g.key, len(parked), spec.min_member if spec else 0,
+                          spec.timeout_seconds if spec else 0.0, stragglers[:5])
+        # Koordinator's NonStrict: try again at once rather than after a backoff.
+        backoff = 0.0 if spec is not None and spec.mode is Mode.NON_STRICT \
+            else st.settings.backoff_seconds
+        g.expire(now, backoff, reason)
+        st.notice(NoticeKind.TIMED_OUT, g.key, sorted(g.members), reason)
+        out.append(Expired(g.key, parked, reason))
+        # Capacity came free: wake the gangs that were waiting for it.
+        for other in st.gangs.values():
+            if other is not g and isinstance(other.reason, DoesNotFit | PlannedNodeLost):
+                st.outbox.requeue.update(other.wake())
+    return out

@@ -1,0 +1,147 @@
+"""The filter verb: which of kube-scheduler's candidate nodes a pod may use.
+
+A gang member gets exactly its planned node (admitting its gang first when it is not yet
+admitted); a pod outside any gang, or an extra of a released gang, gets every candidate whose
+capacity outside other gangs' reservations fits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import filterfalse
+
+from .admission import admit, extend, replan, turn_away
+from .decisions import FilterDecision
+from .gang import Gang, GangPhase
+from .ingest import learn_newer, upsert_pod
+from .membership import countable, meets_quorum, resolve_pod
+from .podgroup import GangSpec, InvalidGang, MissingPodGroup
+from .preempting import preempting_reason
+from .reasons import (
+    BackingOff,
+    InvalidDeclaration,
+    NodeReason,
+    PodGroupNotFound,
+    PodNotInCache,
+    ReservedForGangs,
+    WaitingForMembers,
+)
+from .records import NodeName, PodRecord
+from .resources import fits, shortfall
+from .state import CoreState
+
+__all__ = ["filter_plain", "filter_pod"]
+
+
+def filter_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName], now: float
+               ) -> FilterDecision:
+    """Which candidates ``pod`` may use; for gang pods exactly the planned node."""
+    cached = st.store.pods.get(pod.key)
+    if cached is None and pod.uid and pod.uid not in st.gone \
+            and pod.resource_version > st.pods_revision:
+        # The watch has not reached this pod yet (it is newer than anything delivered): the
+        # call carries it, as the API server gave it to kube-scheduler, so learn it now
+        # rather than turn it away for a backoff (the watch's own event replaces it). An
+        # older pod absent from the store was deleted, and is not brought back.
+        upsert_pod(st, pod)
+        cached = st.store.pods.get(pod.key)
+    elif cached is not None and learn_newer(st, pod):
+        cached = st.store.pods.get(pod.key)
+    if cached is None or (pod.uid and cached.uid and pod.uid != cached.uid):
+        # Deleted (or recreated) since kube-scheduler saw it: answer from the request alone
+        # and never write it into the store.
+        if resolve_pod(st, pod) is None:
+            return _filter_plain_pod(st, pod, candidates, now)
+        st.outbox.awaited.add(pod.key)
+        return FilterDecision([], unresolvable=PodNotInCache(
+            pod.key, pod.uid, cached.uid if cached is not None else None))
+    pod = cached
+    m = st.membership.get(pod.key)
+    if m is None:
+        return _filter_plain_pod(st, pod, candidates, now)
+    if isinstance(m, InvalidGang | MissingPodGroup):
+        if m.key is not None and m.key in st.gangs:
+            # Woken when its PodGroup appears or changes (no pod event would do it).
+            st.gangs[m.key].turned_away.add(pod.key)
+        if isinstance(m, InvalidGang):
+            return FilterDecision([], unresolvable=InvalidDeclaration(m))
+        return FilterDecision([], unresolvable=PodGroupNotFound(m.key, m.api))
+    g = st.gangs[m.key]
+    decision = _filter_gang(st, g, m, pod, candidates, now)
+    if decision.unresolvable is not None:
+        g.turned_away.add(pod.key)
+    else:
+        g.turned_away.discard(pod.key)
+    return decision
+
+
+def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
+                 candidates: Sequence[NodeName], now: float) -> FilterDecision:
+    spec = g.spec or m
+    expected = dict(spec.parts).get(m.part or m.key, m.min_member) if spec.parts \
+        else spec.min_member
+    if expected != m.min_member:
+        return FilterDecision([], unresolvable=InvalidDeclaration(InvalidGang(
+            m.part or m.key, "min-member", str(m.min_member),
+            f"members of the gang disagree (others say {expected})")))
+    planned = g.plan.get(pod.key)
+    if planned is not None:
+        # The plan holds this pod's slot: hand out exactly that node (idempotent).
+        if planned in candidates:
+            return FilterDecision([planned])
+        if (preempting := preempting_reason(st, g)) is not None:
+            # Its victims still hold the planned node: kube-scheduler's own filters said
+            # so. The slot stays; the member is woken when the victims are gone.
+            return FilterDecision([], unresolvable=turn_away(st, pod.key, g, preempting))
+        return replan(st, g, pod, candidates)
+    if g.phase is GangPhase.RELEASED:
+        # Elastic extras: ordinary pods, but never on capacity reserved for anyone.
+        return filter_plain(st, pod, candidates)
+    if g.phase is GangPhase.BACKING_OFF:
+        assert g.backoff_until is not None
+        if now < g.backoff_until:
+            return FilterDecision([], unresolvable=turn_away(
+                st, pod.key, g, BackingOff(g.key, g.backoff_until - now, g.backoff_cause)))
+        g.backoff_over()
+    if g.phase is GangPhase.ADMITTED:
+        return extend(st, g, pod, candidates)
+    live = st.live(g)
+    if not meets_quorum(st, spec, countable(spec, live)):
+        return FilterDecision([], unresolvable=turn_away(
+            st, pod.key, g, WaitingForMembers(g.key, len(live), spec.min_member)))
+    return admit(st, g, spec, pod, candidates, live, now)
+
+
+def _filter_plain_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName],
+                      now: float) -> FilterDecision:
+    """A pod outside any gang; its answer is kept for ``explain``."""
+    decision = filter_plain(st, pod, candidates)
+    st.verdict(pod.key, filtered_at=now, passed=len(decision.passed),
+               refused=dict(decision.failed))
+    return decision
+
+
+def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
+                 ) -> FilterDecision:
+    """A pod no plan holds: every candidate whose capacity outside reservations fits it."""
+    # kube-scheduler's own filters already checked raw capacity (a node our cache has
+    # not seen yet included), so only nodes holding reservations can turn this pod away:
+    # the work is O(reserved nodes), plus one C-speed pass when some node fails.
+    everything = candidates if isinstance(candidates, list) else list(candidates)
+    totals = st.ledger.total
+    if not totals:
+        return FilterDecision(everything)
+    cand = set(everything) if len(totals) > 8 else None
+    failed: dict[NodeName, NodeReason] = {}
+    for node in totals:
+        if (cand is not None and node not in cand) or (cand is None
+                                                       and node not in everything):
+            continue
+        free = st.capacity.free_for_gang(node)
+        if fits(pod.requests, free):
+            continue
+        gangs = tuple(sorted(st.ledger.gangs_on(node)))
+        failed[node] = ReservedForGangs(node, gangs, shortfall(pod.requests, free))
+    if not failed:
+        return FilterDecision(everything)
+    return FilterDecision(list(filterfalse(failed.__contains__, everything)), failed)

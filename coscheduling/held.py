@@ -1,0 +1,111 @@
+"""Held gangs: members behind Lockstep's scheduling gate, admitted without a filter call.
+
+kube-scheduler never cycles a held member, so no filter call will ask for it: admission
+happens in :func:`admit_held`, after each batch of cluster events, over every node Lockstep
+knows, in kube-scheduler's own queue order. :func:`lift_target` then says which held pods lose
+the gate, and the node each is pinned to (``coscheduling.gating``).
+"""
+
+from __future__ import annotations
+
+from .admission import admit_by_preemption, try_admit, turn_away
+from .decisions import Lift
+from .gang import GangPhase
+from .membership import countable, meets_quorum
+from .podgroup import GangKey, InvalidGang, MissingPodGroup
+from .reasons import WaitingForMembers
+from .records import PodKey
+from .state import CoreState
+
+__all__ = ["HELD_RETRY_SECONDS", "admit_held", "drain_lift", "lift_target", "queue_order"]
+
+HELD_RETRY_SECONDS = 0.5
+"""How often held gangs that did not fit are planned again while capacity keeps changing."""
+
+
+def admit_held(st: CoreState, now: float) -> None:
+    """Admit gangs whose members wait behind the gate.
+
+    A gang that does not fit is planned again when capacity has changed, at most every
+    ``HELD_RETRY_SECONDS`` (planning a big gang on a big cluster costs milliseconds; every
+    binding changes capacity)."""
+    todo, st.held_touched = st.held_touched, set()
+    if st.held_blocked and st.store.epoch != st.held_epoch \
+            and now - st.held_swept >= HELD_RETRY_SECONDS:
+        todo |= st.held_blocked
+        st.held_epoch, st.held_swept = st.store.epoch, now
+    for key in sorted(todo, key=lambda k: queue_order(st, k)):
+        g = st.gangs.get(key)
+        st.held_blocked.discard(key)
+        if g is None or g.spec is None:
+            continue
+        if g.phase is GangPhase.BACKING_OFF:
+            if g.backoff_until is not None and now < g.backoff_until:
+                continue  # expire() hands it back when the backoff ends
+            g.backoff_over()
+        if g.phase is not GangPhase.WAITING:
+            continue
+        live = st.live(g)
+        held = [p.key for p in live if p.held]
+        if not held:
+            # Members kube-scheduler cycles are admitted by their filter call, unless its
+            # own filters found no node at all: then no filter call comes, and only a
+            # preemption can make room.
+            if any(p.unschedulable and p.node_name is None for p in live) \
+                    and not admit_by_preemption(st, g, live, now):
+                st.held_blocked.add(key)
+                st.held_epoch, st.held_swept = st.store.epoch, now
+            continue
+        spec = g.spec
+        if not meets_quorum(st, spec, countable(spec, live)):
+            g.reason = WaitingForMembers(g.key, len(live), spec.min_member)
+            continue
+        outcome = try_admit(st, g, spec, live, now)
+        if not isinstance(outcome, dict):
+            st.held_blocked.add(key)
+            turn_away(st, held[0], g, outcome)
+            st.held_epoch, st.held_swept = st.store.epoch, now
+
+
+def queue_order(st: CoreState, key: GangKey) -> tuple[int, str, str]:
+    """kube-scheduler's queue order for a gang: priority, then the oldest member."""
+    g = st.gangs.get(key)
+    pods = [p for k in (g.members if g is not None else ())
+            if (p := st.store.pods.get(k)) is not None]
+    return (-max((p.priority for p in pods), default=0),
+            min((p.created for p in pods), default=""), key)
+
+
+def lift_target(st: CoreState, key: PodKey) -> Lift | None:
+    """Whether Lockstep's gate should come off ``key`` now, and the node to pin it to.
+
+    A planned member is pinned to its slot. A held pod that is no gang member, or whose
+    declaration is invalid, is let go unpinned (filter then says what is wrong), as is an
+    extra beyond an admitted gang's plan. Members of a gang not admitted yet, or waiting
+    for its PodGroup, stay held."""
+    pod = st.store.pods.get(key)
+    if pod is None or not pod.held or pod.node_name is not None or pod.deleting \
+            or pod.scheduler_name not in st.settings.scheduler_names:
+        return None
+    m = st.membership.get(key)
+    if m is None or isinstance(m, InvalidGang):
+        return Lift(key, pod.uid, None)
+    if isinstance(m, MissingPodGroup):
+        return None
+    g = st.gangs.get(m.key)
+    if g is None:
+        return None
+    node = g.plan.get(key)
+    if node is not None:
+        if st.preemptions.get(str(g.key)) is not None:
+            return None  # pinned once its victims are gone, not onto a node they still hold
+        return Lift(key, pod.uid, node)
+    if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
+        return Lift(key, pod.uid, None)
+    return None
+
+
+def drain_lift(st: CoreState) -> list[Lift]:
+    """Held pods whose gate comes off now (decided now, from the current plan)."""
+    keys, st.outbox.lift = st.outbox.lift, set()
+    return [lift for k in sorted(keys) if (lift := lift_target(st, k)) is not None]

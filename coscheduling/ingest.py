@@ -1,0 +1,411 @@
+"""Cluster events in: one table entry per resource kind the core reads.
+
+Every kind has the same three events: an object came or changed (``upsert``), went
+(``delete``), or the whole set was listed again after a watch expired (``replace``, which must
+work out the deletions). :data:`KINDS` maps each kind to its entry; the facade routes to it and
+the app's watches feed it. What an event means for the gangs is here too: a lost node gives
+back the slots on it, a PodGroup that came or went re-resolves its pods, a pod that changed
+gang leaves the old one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+from .admission import reconcile
+from .conventions import points_at_object
+from .conventions.base import PodGroupRecord
+from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
+from .decisions import NoticeKind, Unparked
+from .disruption import Budget
+from .gang import Gang
+from .gating import pinned_node
+from .membership import gang_key, refresh_spec, resolve_pod
+from .numa import NumaZones
+from .podgroup import GangKey, GangSpec, InvalidGang
+from .preempting import victims_gone
+from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
+from .records import NodeName, NodeRecord, PodKey, PodRecord
+from .state import CoreState
+
+__all__ = [
+    "KINDS",
+    "NODES",
+    "NUMA",
+    "PDBS",
+    "PODS",
+    "SP_PODGROUPS",
+    "UPSTREAM_PODGROUPS",
+    "VOLCANO_PODGROUPS",
+    "WORKLOADS",
+    "Kind",
+    "assume_bound",
+    "delete_pod",
+    "forget_assumed",
+    "learn_newer",
+    "pods_listed",
+    "upsert_pod",
+    "watched_pod",
+]
+
+K = TypeVar("K")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Kind(Generic[K, R]):
+    """How one resource kind's events change the core.
+
+    ``replace`` defaults to: delete what is not listed, upsert what is new or changed; a kind
+    whose store keeps derived caches gives its own."""
+
+    name: str
+    current: Callable[[CoreState], Mapping[K, R]]
+    key: Callable[[R], K]
+    upsert: Callable[[CoreState, R], None]
+    delete: Callable[[CoreState, K], None]
+    replace_all: Callable[[CoreState, Iterable[R]], None] | None = None
+
+    def replace(self, st: CoreState, records: Iterable[R]) -> None:
+        if self.replace_all is not None:
+            self.replace_all(st, records)
+            return
+        fresh = {self.key(r): r for r in records}
+        have = self.current(st)
+        for key in [k for k in have if k not in fresh]:
+            self.delete(st, key)
+        for r in fresh.values():
+            if self.current(st).get(self.key(r)) != r:
+                self.upsert(st, r)
+
+
+# ---------------------------------------------------------------------- nodes
+
+
+def _upsert_node(st: CoreState, node: NodeRecord) -> None:
+    st.store.put_node(node)
+
+
+def _delete_node(st: CoreState, name: NodeName) -> None:
+    if st.store.drop_node(name) is not None:
+        _node_lost(st, name)
+
+
+def _replace_nodes(st: CoreState, nodes: Iterable[NodeRecord]) -> None:
+    """After a relist: the same path as events, so every derived cache is dropped."""
+    for name in st.store.replace_nodes(nodes):
+        _node_lost(st, name)
+
+
+def _node_lost(st: CoreState, name: NodeName) -> None:
+    touched: dict[GangKey, Gang] = {}
+    for r in st.ledger.on_node(name):
+        g = st.gangs[r.gang]
+        if st.waiting.node(r.pod) == name:
+            st.waiting.remove(r.pod)
+            st.outbox.unparked.append(Unparked(g.key, {r.pod: name}, BindTargetGone(
+                g.key, r.pod, f"node {name} was deleted")))
+        g.drop_slot(r.pod)
+        touched[g.key] = g
+    for g in touched.values():
+        reconcile(st, g)
+
+
+# ---------------------------------------------------------------------- PodGroups
+
+
+def _reresolve(st: CoreState, key: GangKey) -> None:
+    """A PodGroup object of this name came, changed or went: re-resolve its pods and wake
+    the members turned away before (kube-scheduler sees no pod event for this)."""
+    ns, name = key.split("/", 1)
+    for pod in list(st.store.pods.values()):
+        if pod.namespace == ns and points_at_object(pod, name):
+            upsert_pod(st, pod)
+    g = st.gangs.get(key)
+    if g is not None:
+        st.outbox.requeue.update(g.wake())
+
+
+def _group_kind(name: str, table: Callable[[CoreState], dict[GangKey, PodGroupRecord]]
+                ) -> Kind[GangKey, PodGroupRecord]:
+    """A PodGroup CRD (scheduler-plugins' or Volcano's): stored by key, pods re-resolved."""
+    def put(st: CoreState, pg: PodGroupRecord) -> None:
+        table(st)[pg.key] = pg
+        _reresolve(st, pg.key)
+
+    def drop(st: CoreState, key: GangKey) -> None:
+        table(st).pop(key, None)
+        _reresolve(st, key)
+
+    return Kind(name, table, lambda pg: pg.key, put, drop)
+
+
+def _upsert_upstream(st: CoreState, pg: UpstreamPodGroup) -> None:
+    """A scheduling.k8s.io PodGroup. Only a change of what it declares re-resolves its pods:
+    the condition Lockstep writes comes back as an event too."""
+    old = st.store.upstream.get(pg.key)
+    st.store.upstream[pg.key] = pg
+    if old is None or (old.policy, old.error) != (pg.policy, pg.error):
+        _reresolve(st, pg.key)
+
+
+def _delete_upstream(st: CoreState, key: GangKey) -> None:
+    if st.store.upstream.pop(key, None) is not None:
+        _reresolve(st, key)
+
+
+def _upsert_workload(st: CoreState, wl: UpstreamWorkload) -> None:
+    """A 1.35 Workload: its pods' gangs are ``workload/podGroup[/replicaKey]``."""
+    old = st.store.workloads.get(wl.key)
+    st.store.workloads[wl.key] = wl
+    if old is None or old.groups != wl.groups:
+        _reresolve_workload(st, wl.key)
+
+
+def _delete_workload(st: CoreState, key: GangKey) -> None:
+    if st.store.workloads.pop(key, None) is not None:
+        _reresolve_workload(st, key)
+
+
+def _reresolve_workload(st: CoreState, key: GangKey) -> None:
+    ns, name = key.split("/", 1)
+    gangs = set()
+    for pod in list(st.store.pods.values()):
+        ref = pod.workload_ref
+        if pod.namespace == ns and ref is not None and ref[0] == name:
+            upsert_pod(st, pod)
+            gangs.add(workload_gang_key(ns, ref))
+    for k in sorted(gangs):
+        if (g := st.gangs.get(k)) is not None:
+            st.outbox.requeue.update(g.wake())
+
+
+# ---------------------------------------------------------------------- pods
+
+
+def upsert_pod(st: CoreState, pod: PodRecord) -> None:
+    pod = _with_assumption(st, pod)
+    change = st.store.put_pod(pod)
+    if change.replaced is not None:  # same name, new UID: the old pod is gone
+        st.forget_gone(change.replaced.uid)
+        _pod_left(st, change.replaced)
+    old = change.old
+    membership = resolve_pod(st, pod)
+    old_gang = gang_key(st.membership.get(pod.key))
+    new_gang = gang_key(membership)
+    st.membership[pod.key] = membership
+    if old_gang is not None and old_gang != new_gang:
+        _leave(st, old_gang, pod.key)
+    if new_gang is not None:
+        g = st.gangs.get(new_gang)
+        if g is None:
+            g = st.gangs[new_gang] = Gang(new_gang, st.ledger)
+        g.members.add(pod.key)
+        pin = pinned_node(pod.required_affinity)
+        if pin is not None and g.plan.get(pod.key) not in (None, pin):
+            # Its gate came off with a pin decided on an older plan: the slot must
+            # follow the pin (re-placed on it below, or the gang gives all back).
+            g.drop_slot(pod.key)
+        if pod.node_name is not None or not pod.active:
+            # Bound: the slot became usage. Finished or deleting: it never will be.
+            st.unpark(g, pod.key, f"pod {pod.key} is "
+                      + (f"bound to {pod.node_name}" if pod.node_name else "finishing"))
+            g.drop_slot(pod.key)
+            g.binding.discard(pod.key)
+        refresh_spec(st, g)
+        reconcile(st, g)
+        if isinstance(membership, GangSpec) and membership.capped_from is not None \
+                and old is None:
+            st.notice(NoticeKind.TIMEOUT_CAPPED, g.key, (pod.key,), detail=(
+                f"{membership.capped_from:g}s capped to {membership.timeout_seconds:g}s"))
+    if isinstance(membership, InvalidGang) and (
+        old is None or old.annotations != pod.annotations or old.labels != pod.labels
+    ):
+        st.notice(NoticeKind.INVALID, membership.key, (pod.key,),
+                  InvalidDeclaration(membership))
+    if pod.held:
+        st.outbox.lift.add(pod.key)
+    if pod.terminal:
+        victims_gone(st, (pod.key,))
+    elif pod.unschedulable and pod.node_name is None and new_gang is not None:
+        st.held_touched.add(new_gang)  # kube-scheduler found no node: may preempt
+    _track_pending(st, pod, membership is None)
+    st.outbox.arrived(pod)
+
+
+def assume_bound(st: CoreState, key: PodKey, node: NodeName) -> None:
+    """Lockstep bound ``key`` to ``node`` (the API server said so): count it there now,
+    before the watch shows it, as kube-scheduler's cache assumes a pod it bound."""
+    pod = st.store.pods.get(key)
+    if pod is None or pod.node_name is not None:
+        return
+    st.assumed[key] = (pod.uid, node)
+    upsert_pod(st, pod)
+
+
+def forget_assumed(st: CoreState, key: PodKey) -> None:
+    """The binding Lockstep assumed failed: the pod is pending again."""
+    if st.assumed.pop(key, None) is None:
+        return
+    pod = st.store.pods.get(key)
+    if pod is not None and pod.node_name is not None:
+        upsert_pod(st, replace(pod, node_name=None))
+
+
+def _with_assumption(st: CoreState, pod: PodRecord) -> PodRecord:
+    """The pod as the core must count it: a watch event older than Lockstep's own binding
+    (no ``nodeName`` yet, same UID, still running) keeps the assumed node; an event that
+    shows it bound, finished or replaced ends the assumption."""
+    assumed = st.assumed.get(pod.key)
+    if assumed is None:
+        return pod
+    uid, node = assumed
+    if pod.uid == uid and pod.node_name is None and not pod.terminal and not pod.deleting:
+        return replace(pod, node_name=node)
+    del st.assumed[pod.key]
+    return pod
+
+
+def _track_pending(st: CoreState, pod: PodRecord, plain: bool) -> None:
+    """Keep ``pending_plain`` (plain pods kube-scheduler is placing); when one leaves it,
+    gangs that waited for it are tried again."""
+    placing = (plain and pod.scheduler_name in st.settings.scheduler_names
+               and pod.node_name is None and pod.active and not pod.held
+               and not pod.unschedulable)
+    if placing:
+        st.pending_plain[pod.key] = pod.priority
+    elif st.pending_plain.pop(pod.key, None) is not None:
+        _wake_deferred(st)
+
+
+def _wake_deferred(st: CoreState) -> None:
+    for g in st.gangs.values():
+        if isinstance(g.reason, HigherPriorityPodsWaiting):
+            st.outbox.requeue.update(g.wake())
+            st.held_touched.add(g.key)
+
+
+def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
+    """The pod is gone; a ``uid`` that is not the cached pod's is a stale event, ignored."""
+    current = st.store.pods.get(key)
+    if current is None or (uid and current.uid and uid != current.uid):
+        return
+    rec = st.store.drop_pod(key)
+    if rec is not None:
+        st.forget_gone(rec.uid)
+        _pod_left(st, rec)
+
+
+def watched_pod(st: CoreState, pod: PodRecord) -> None:
+    """A pod as the watch delivers it: it also moves how far the watch has read. An event
+    older than the version the core holds (a filter call brought a newer one first) is
+    superseded: applying it would take the pod back in time, e.g. put a lifted gate back on
+    a member whose bind is parked."""
+    st.pods_revision = max(st.pods_revision, pod.resource_version)
+    if not _superseded(st, pod):
+        upsert_pod(st, pod)
+
+
+def learn_newer(st: CoreState, pod: PodRecord) -> bool:
+    """A scheduler call carried ``pod``: take it when the core holds an older version of the
+    same pod (kube-scheduler's watch ran ahead of Lockstep's). Says whether it was taken."""
+    cached = st.store.pods.get(pod.key)
+    if cached is None or not pod.uid or cached.uid != pod.uid \
+            or not 0 < cached.resource_version < pod.resource_version:
+        return False
+    upsert_pod(st, pod)
+    return True
+
+
+def _superseded(st: CoreState, pod: PodRecord) -> bool:
+    cached = st.store.pods.get(pod.key)
+    return (cached is not None and bool(pod.uid) and cached.uid == pod.uid
+            and 0 < pod.resource_version < cached.resource_version)
+
+
+def pods_listed(st: CoreState, revision: int) -> None:
+    """A list or bookmark at ``revision``: everything up to it has been seen."""
+    st.pods_revision = max(st.pods_revision, revision)
+
+
+def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
+    """After a relist: make the pod set exactly ``pods``, deletions included."""
+    fresh = {p.key: p for p in pods}
+    st.pods_revision = max([st.pods_revision, *(p.resource_version for p in fresh.values())])
+    for key in [k for k in st.store.pods if k not in fresh]:
+        delete_pod(st, key)
+    for p in fresh.values():
+        if st.store.pods.get(p.key) != p:
+            upsert_pod(st, p)
+        # A (re)list may follow a restart: members the previous process turned away
+        # carry kube-scheduler's Unschedulable condition, and only a nudge wakes them.
+        gang = st.gangs.get(gang_key(st.membership.get(p.key)) or GangKey(""))
+        if gang is not None and p.unschedulable and p.node_name is None and p.active:
+            gang.turned_away.add(p.key)
+
+
+def _pod_left(st: CoreState, rec: PodRecord) -> None:
+    st.assumed.pop(rec.key, None)
+    victims_gone(st, (rec.key,))
+    if st.pending_plain.pop(rec.key, None) is not None:
+        _wake_deferred(st)
+    gang = gang_key(st.membership.pop(rec.key, None))
+    if gang is not None:
+        _leave(st, gang, rec.key)
+
+
+def _leave(st: CoreState, gang: GangKey, pod: PodKey) -> None:
+    g = st.gangs.get(gang)
+    if g is None:
+        return
+    g.members.discard(pod)
+    g.turned_away.discard(pod)
+    g.told.pop(pod, None)
+    st.unpark(g, pod, f"pod {pod} was deleted or left the gang")
+    g.drop_slot(pod)
+    g.binding.discard(pod)
+    refresh_spec(st, g)
+    if not g.members and not g.plan and not g.binding:
+        del st.gangs[gang]
+        st.preempt_tried.pop(gang, None)
+        return
+    reconcile(st, g)
+
+
+# ---------------------------------------------------------------------- the table
+
+NODES: Kind[NodeName, NodeRecord] = Kind(
+    "nodes", lambda st: st.store.nodes, lambda n: n.name,
+    _upsert_node, _delete_node, _replace_nodes)
+NUMA: Kind[NodeName, NumaZones] = Kind(
+    "noderesourcetopologies", lambda st: st.store.numa, lambda z: z.node,
+    lambda st, z: st.store.put_numa(z), lambda st, n: st.store.drop_numa(n),
+    lambda st, items: st.store.replace_numa(items))
+SP_PODGROUPS = _group_kind("podgroups.scheduling.x-k8s.io", lambda st: st.store.podgroups)
+VOLCANO_PODGROUPS = _group_kind("podgroups.scheduling.volcano.sh",
+                                lambda st: st.store.volcano)
+UPSTREAM_PODGROUPS: Kind[GangKey, UpstreamPodGroup] = Kind(
+    "podgroups.scheduling.k8s.io", lambda st: st.store.upstream, lambda pg: pg.key,
+    _upsert_upstream, _delete_upstream)
+WORKLOADS: Kind[GangKey, UpstreamWorkload] = Kind(
+    "workloads.scheduling.k8s.io", lambda st: st.store.workloads, lambda w: w.key,
+    _upsert_workload, _delete_workload)
+def _put_budget(st: CoreState, b: Budget) -> None:
+    st.budgets[b.key] = b
+
+
+def _drop_budget(st: CoreState, key: str) -> None:
+    st.budgets.pop(key, None)
+
+
+PDBS: Kind[str, Budget] = Kind(
+    "poddisruptionbudgets", lambda st: st.budgets, lambda b: b.key, _put_budget, _drop_budget)
+PODS: Kind[PodKey, PodRecord] = Kind(
+    "pods", lambda st: st.store.pods, lambda p: p.key, watched_pod,
+    delete_pod, _replace_pods)
+
+KINDS: dict[str, Kind[Any, Any]] = {k.name: k for k in (
+    NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PDBS, PODS)}
+"""Every kind the core reads, by its resource name."""

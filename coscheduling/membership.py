@@ -1,0 +1,124 @@
+"""Which gang a pod is in, and whether a gang has enough members: its quorum.
+
+A pod's membership is resolved from every convention it may declare (``conventions.resolve``
+for the annotation and CRD conventions, combined with ``conventions.upstream`` for Kubernetes'
+own gang API); a gang's spec is
+its members' (a Koordinator gang group sums each gang's own minimum). The quorum rules here
+are the ones admission, binding and release all count by.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from .conventions import resolve
+from .conventions.upstream import combine, resolve_upstream
+from .gang import Gang
+from .podgroup import (
+    GangKey,
+    GangSpec,
+    InvalidGang,
+    MatchPolicy,
+    Membership,
+    MissingPodGroup,
+)
+from .records import PodKey, PodRecord
+from .state import CoreState
+
+__all__ = [
+    "bound_count",
+    "countable",
+    "departed",
+    "gang_key",
+    "meets_quorum",
+    "part_of",
+    "pick",
+    "refresh_spec",
+    "resolve_pod",
+]
+
+
+def gang_key(m: Membership) -> GangKey | None:
+    if isinstance(m, GangSpec | MissingPodGroup | InvalidGang):
+        return m.key
+    return None
+
+
+def resolve_pod(st: CoreState, pod: PodRecord) -> Membership:
+    """The gang ``pod`` declares (None: not a gang member, or not Lockstep's pod)."""
+    if pod.scheduler_name not in st.settings.scheduler_names:
+        return None
+    store, settings = st.store, st.settings
+    m = resolve(pod, store.podgroups, settings.defaults, store.volcano)
+    if pod.scheduling_group is None and pod.workload_ref is None:
+        return m
+    return combine(m, resolve_upstream(pod, store.upstream, store.workloads,
+                                       settings.defaults, settings.levels))
+
+
+def refresh_spec(st: CoreState, g: Gang) -> None:
+    specs = [m for k in sorted(g.members)
+             if isinstance(m := st.membership.get(k), GangSpec)]
+    if not specs or not specs[0].group:
+        g.spec = specs[0] if specs else None
+        return
+    # A Koordinator gang group: every gang keeps its own minimum, and a gang none of
+    # whose members exist yet needs at least one (so the group waits for it).
+    mins: dict[GangKey, int] = {}
+    for m in specs:
+        if m.part is not None:
+            mins.setdefault(m.part, m.min_member)
+    parts = tuple((p, mins.get(p, 1)) for p in specs[0].group)
+    g.spec = replace(specs[0], min_member=sum(n for _, n in parts), parts=parts,
+                     part=None, timeout_seconds=min(m.timeout_seconds for m in specs))
+
+
+def part_of(st: CoreState, key: PodKey) -> GangKey | None:
+    m = st.membership.get(key)
+    return m.part if isinstance(m, GangSpec) else None
+
+
+def meets_quorum(st: CoreState, spec: GangSpec, keys: Iterable[PodKey]) -> bool:
+    """Whether ``keys`` are enough members: minMember of them, or for a gang group each
+    gang's own minimum."""
+    if not spec.parts:
+        return sum(1 for _ in keys) >= spec.min_member
+    have = Counter(part_of(st, k) for k in keys)
+    return all(have[p] >= n for p, n in spec.parts)
+
+
+def pick(st: CoreState, spec: GangSpec, have: Sequence[PodKey], todo: Sequence[PodKey]
+         ) -> list[PodKey] | None:
+    """The fewest of ``todo`` (in order) that complete a quorum with ``have``."""
+    if not spec.parts:
+        need = max(0, spec.min_member - len(have))
+        return list(todo[:need]) if len(todo) >= need else None
+    count = Counter(part_of(st, k) for k in have)
+    short = {p: max(0, n - count[p]) for p, n in spec.parts}
+    out = []
+    for k in todo:
+        p = part_of(st, k)
+        if p is not None and short.get(p, 0) > 0:
+            out.append(k)
+            short[p] -= 1
+    return None if any(short.values()) else out
+
+
+def countable(spec: GangSpec, live: Sequence[PodRecord]) -> list[PodKey]:
+    """Members that count toward the quorum: Koordinator's ``only-waiting`` leaves out the
+    bound ones."""
+    if spec.match_policy is MatchPolicy.ONLY_WAITING:
+        return [p.key for p in live if p.node_name is None]
+    return [p.key for p in live]
+
+
+def bound_count(st: CoreState, g: Gang) -> int:
+    return sum(1 for p in st.live(g) if p.node_name is not None)
+
+
+def departed(g: Gang, live: list[PodRecord]) -> tuple[str, ...]:
+    """Up to five members that left, for the reason a person reads."""
+    alive = {p.key for p in live}
+    return tuple(sorted(k for k in g.members if k not in alive))[:5]

@@ -1,0 +1,184 @@
+"""Preemption carried out in the core: a gang that does not fit evicts whole lower-priority
+gangs and plain pods, and holds the room they free until they are gone.
+
+:mod:`coscheduling.preemption` decides *which* victims (pure, over a capacity view);
+:mod:`coscheduling.preemption_state` remembers preemptions in flight. This module joins them
+to the core state:
+
+* :func:`try_preempt` is asked by admission when a gang's whole plan does not fit. It builds
+  the candidates (every bound pod, each gang's bound members together), asks
+  :func:`~coscheduling.preemption.choose_victims`, records the preemption in the book and
+  queues one :class:`~coscheduling.decisions.Eviction` per victim. It returns the plan the
+  gang is admitted into at once: the ledger reserves the victims' room for the preemptor
+  while they terminate, so no third gang or plain pod can take it (the victims still count
+  as usage until the watch shows them gone, so that room is counted twice, never lent).
+* :func:`victims_gone` is told of every pod that left; a preemption with no victim left
+  completes, and the preemptor's members are woken (and their gate lifted) to bind.
+* :func:`expired` gives back preemptions whose victims outlived their grace period plus a
+  margin; the deadline module then gives the gang's room back, and it is planned again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .decisions import Eviction, NoticeKind
+from .disruption import Budget, protected
+from .gang import Gang
+from .keys import GangKey
+from .membership import gang_key
+from .planner import Member, Plan
+from .preemption import (
+    AlreadyFits,
+    Candidate,
+    PreemptionPolicy,
+    Preemptor,
+    Victims,
+    choose_victims,
+    describe,
+)
+from .preemption_state import Expired, InFlight
+from .reasons import BeingPreempted, GangReason, Preempting
+from .records import PodKey, PodRecord
+from .state import CoreState
+from .topology import GPU, Level
+
+__all__ = ["KUEUE_QUEUE", "blocked", "expired", "preempting_reason", "try_preempt",
+           "victims_gone"]
+
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+"""Kueue's LocalQueue label: Lockstep never evicts across quota lines (Kueue preempts for
+quota itself)."""
+
+
+def blocked(st: CoreState, g: Gang) -> GangReason | None:
+    """Why the gang may not be admitted now because of a preemption, or None.
+
+    A gang being evicted waits (its recreated members must not race the preemptor for the
+    room); a preemptor that gave its room back waits for its victims to finish going."""
+    by = st.preemptions.evicting(g.key)
+    if by is not None:
+        return BeingPreempted(g.key, by.preemptor)
+    return None
+
+
+def preempting_reason(st: CoreState, g: Gang) -> Preempting | None:
+    """The gang's preemption in flight, as a reason (for members whose planned node still
+    holds victims), or None."""
+    rec = st.preemptions.get(str(g.key))
+    if rec is None:
+        return None
+    return _reason(g.key, rec)
+
+
+def _reason(gang: GangKey, rec: InFlight) -> Preempting:
+    gpus = sum(r.get(GPU, 0) for r in rec.freed.values())
+    return Preempting(gang, tuple(sorted(str(v) for v in rec.victim_gangs)), rec.plain, gpus,
+                      len(rec.waiting_for))
+
+
+def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: Level | None,
+                now: float) -> Plan | GangReason | str | None:
+    """Evict for ``g`` so that ``members`` fit, and return the plan to admit them into.
+
+    A reason when the gang waits on a preemption in flight; a sentence when preemption
+    cannot help (why, for ``explain``); None when preemption is off or has nothing to say."""
+    if not st.settings.preemption or not members:
+        return None
+    rec = st.preemptions.get(str(g.key))
+    if rec is not None:
+        # Its room was given back (a deadline) while victims still go: no second set.
+        return _reason(g.key, rec)
+    epoch = st.store.epoch
+    tried = st.preempt_tried.get(g.key)
+    if tried is not None and tried[0] == epoch:
+        return tried[1]
+    priority = st.gang_priority(g)
+    policy = (PreemptionPolicy.NEVER if any(p.preempt_never for p in members)
+              else PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
+    preemptor = Preemptor(str(g.key), tuple(Member(p) for p in members), priority, policy,
+                          required, g.key, _quota(members[0]))
+    found = choose_victims(preemptor, _candidates(st, priority), st.capacity,
+                           st.settings.levels)
+    if isinstance(found, AlreadyFits):
+        # Only outside the nodes kube-scheduler's filters passed for the asking member:
+        # no eviction helps that, and the member's next filter call decides.
+        return None
+    if not isinstance(found, Victims):
+        why = describe(found)
+        st.preempt_tried[g.key] = (epoch, why)
+        return why
+    requests = {p.key: p.requests for p in members}
+    started = st.preemptions.start(preemptor=str(g.key), gang=g.key, priority=priority,
+                                   victims=found, requests=requests, now=now)
+    if not isinstance(started, InFlight):  # refused above already; the book has the say
+        return None
+    st.preempt_tried.pop(g.key, None)
+    by = f"by gang {g.key} (priority {priority})"
+    for c in found.evict:
+        st.outbox.evictions.append(Eviction(c.key, st.store.pods[c.key].uid, c.node,
+                                            str(g.key), priority, c.gang))
+    for victim in found.gangs:
+        st.notice(NoticeKind.PREEMPTED, victim,
+                  [c.key for c in found.evict if c.gang == victim], detail=by)
+    for key in found.pods:
+        st.notice(NoticeKind.PREEMPTED, None, (key,), detail=by)
+    st.notice(NoticeKind.PREEMPTING, g.key, (members[0].key,), _reason(g.key, started))
+    return found.plan
+
+
+def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
+    """The watch showed these pods gone (deleted or finished)."""
+    if not len(st.preemptions):
+        return
+    for done in st.preemptions.gone(pods):
+        g = st.gangs.get(done.record.gang) if done.record.gang is not None else None
+        if g is None:
+            continue
+        # The room is free now: members turned away while victims held it are woken, held
+        # ones lose the gate (pinned to their slot).
+        st.outbox.requeue.update(g.wake())
+        st.outbox.lift.update(p.key for p in st.live(g) if p.held)
+        st.held_touched.add(g.key)
+
+
+def expired(st: CoreState, now: float) -> list[Expired]:
+    """Preemptions whose victims outlived the deadline; the caller gives the room back."""
+    if not len(st.preemptions):
+        return []
+    return st.preemptions.expire(now)
+
+
+def _quota(pod: PodRecord) -> str | None:
+    queue = pod.labels.get(KUEUE_QUEUE)
+    return f"{pod.namespace}/{queue}" if queue else None
+
+
+def _candidates(st: CoreState, below: int) -> list[Candidate]:
+    """Every bound pod that could be a victim, each gang's bound members all together (a
+    unit is eligible only when every one of them is below the preemptor). Victims already
+    terminating are left out: their room is on its way back to somebody.
+
+    Two cheap passes: the first finds the plain pods and gangs with a pod below ``below``
+    (nothing else is ever a victim, and on most clusters that is nothing at all), only the
+    second builds records."""
+    terminating = st.preemptions.terminating()
+    bound = [p for p in st.store.pods.values()
+             if p.holds_capacity and p.priority < below and p.key not in terminating]
+    if not bound:
+        return []
+    gangs_low = {g for p in bound if (g := gang_key(st.membership.get(p.key))) is not None}
+    pods = [p for p in bound if gang_key(st.membership.get(p.key)) is None]
+    for g in sorted(gangs_low):  # every bound member, whatever its own priority
+        gang = st.gangs.get(g)
+        for k in sorted(gang.members) if gang is not None else ():
+            p = st.store.pods.get(k)
+            if p is not None and p.holds_capacity and k not in terminating:
+                pods.append(p)
+    budgets: dict[str, list[Budget]] = {}
+    for b in st.budgets.values():
+        budgets.setdefault(b.namespace, []).append(b)
+    return [Candidate(p.key, p.node_name, p.requests, p.priority,
+                      gang_key(st.membership.get(p.key)), p.started,
+                      protected(p, budgets.get(p.namespace, ())), p.grace_seconds, _quota(p))
+            for p in pods if p.node_name is not None]

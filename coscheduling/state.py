@@ -1,0 +1,151 @@
+"""Everything the gang rules read and change, held in one place the rule modules share.
+
+The rule modules (``ingest``, ``admission``, ``held``, ``filtering``, ``binding``,
+``deadlines``, ``views``) are functions over one :class:`CoreState`; the
+:class:`~coscheduling.core.Coscheduler` facade owns it and routes cluster events and verbs to
+them. Three owners keep their own invariants inside it:
+
+* :class:`~coscheduling.store.ClusterStore` holds what the API server sent and every cache
+  derived from it;
+* :class:`~coscheduling.ledger.Ledger` holds one reservation per planned pod;
+* :class:`~coscheduling.gang.Gang` is each gang's state machine, the only code that reserves
+  or unreserves.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .capacity import Capacity
+from .decisions import NoticeKind, Unparked
+from .disruption import Budget
+from .gang import Gang
+from .ledger import Ledger
+from .outbox import Outbox
+from .podgroup import GangDefaults, GangKey, Membership
+from .preemption_state import PreemptionBook
+from .reasons import BindTargetGone, GangReason, NodeReason
+from .records import NodeName, PodKey, PodRecord
+from .store import ClusterStore
+from .topology import DEFAULT_LEVELS, Level
+from .waiting import WaitingMap
+
+__all__ = ["GONE_REMEMBERED", "VERDICTS_REMEMBERED", "CoreState", "PlainVerdict", "Settings"]
+
+GONE_REMEMBERED = 10000
+VERDICTS_REMEMBERED = 10000
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    scheduler_names: frozenset[str] = frozenset({"lockstep"})
+    defaults: GangDefaults = GangDefaults()
+    backoff_seconds: float = 30.0
+    levels: tuple[Level, ...] = DEFAULT_LEVELS
+    preemption: bool = True
+    """Gangs that do not fit evict whole lower-priority gangs and pods (``--preemption``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlainVerdict:
+    """What Lockstep last answered for a pod outside any gang."""
+
+    filtered_at: float | None = None
+    passed: int = 0
+    """Candidate nodes the filter passed."""
+    refused: Mapping[NodeName, NodeReason] = field(default_factory=dict)
+    """Candidates the filter turned away, and why (another gang's reservation)."""
+    bind_at: float | None = None
+    bind_node: NodeName | None = None
+    bind_refused: GangReason | NodeReason | None = None
+
+
+class CoreState:
+    """The store, the ledger, the waiting map, the gangs and each pod's membership."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = ClusterStore(settings.levels)
+        self.ledger = Ledger(on_change=self.store.touch)
+        self.capacity = Capacity(self.store, self.ledger)
+        self.waiting = WaitingMap()
+        self.gangs: dict[GangKey, Gang] = {}
+        self.membership: dict[PodKey, Membership] = {}
+        self.outbox = Outbox()
+        self.held_touched: set[GangKey] = set()
+        """Gangs with held members whose admission may have become possible."""
+        self.held_blocked: set[GangKey] = set()
+        """Held gangs that did not fit: planned again when capacity changed."""
+        self.held_epoch = -1
+        self.held_swept = float("-inf")
+        self.partial_gangs = 0
+        """Gangs left partly bound by a permanently failed binding (a counter for metrics)."""
+        self.assumed: dict[PodKey, tuple[str, NodeName]] = {}
+        """Pods Lockstep bound (uid, node) that the watch has not shown bound yet: counted on
+        their node at once, as kube-scheduler's cache assumes a pod, so no plan is made on
+        the room they took; kept until the watch confirms or contradicts it."""
+        self.pods_revision = 0
+        """The newest pod resourceVersion the watch (or a list) has delivered: a pod in a verb
+        call that is newer is one the watch has not reached yet; an older one absent from the
+        store is gone."""
+        self.gone: OrderedDict[str, None] = OrderedDict()
+        """UIDs of pods the watch showed deleted (the latest ``GONE_REMEMBERED``): a filter
+        call for one is kube-scheduler's stale view, never a pod to learn from the call."""
+        self.pending_plain: dict[PodKey, int] = {}
+        """Pods of Lockstep's schedulers outside any gang that kube-scheduler is placing now
+        (unbound, ungated, not marked unschedulable), with their priority: a gang of lower
+        priority is not admitted onto the room they need."""
+        self.budgets: dict[str, Budget] = {}
+        """PodDisruptionBudgets by ``namespace/name``: preemption spares the pods they
+        protect when it can."""
+        self.preemptions = PreemptionBook()
+        """Preemptions whose victims are terminating, by preemptor gang."""
+        self.preempt_tried: dict[GangKey, tuple[int, str]] = {}
+        """The store epoch at which each gang last looked for victims in vain, and why it
+        found none: it looks again only once capacity or pods changed."""
+        self.plain_verdicts: OrderedDict[PodKey, PlainVerdict] = OrderedDict()
+        """The last filter and bind answer for each pod outside a gang (the latest
+        ``VERDICTS_REMEMBERED``), for ``explain``."""
+
+    def forget_gone(self, uid: str) -> None:
+        if uid:
+            self.gone[uid] = None
+            while len(self.gone) > GONE_REMEMBERED:
+                self.gone.popitem(last=False)
+
+    def verdict(self, pod: PodKey, **changes: object) -> None:
+        """Record part of a plain pod's last answer (filter or bind)."""
+        old = self.plain_verdicts.pop(pod, None) or PlainVerdict()
+        fields = {k: getattr(old, k) for k in PlainVerdict.__slots__}
+        fields.update(changes)
+        self.plain_verdicts[pod] = PlainVerdict(**fields)
+        while len(self.plain_verdicts) > VERDICTS_REMEMBERED:
+            self.plain_verdicts.popitem(last=False)
+
+    def gang_priority(self, g: Gang) -> int:
+        """A gang's priority: its highest member's, as kube-scheduler's queue orders it."""
+        return max((p.priority for k in g.members if (p := self.store.pods.get(k))),
+                   default=0)
+
+    def live(self, g: Gang) -> list[PodRecord]:
+        """The gang's members that exist and are not finishing, in name order."""
+        out = []
+        for k in sorted(g.members):
+            p = self.store.pods.get(k)
+            if p is not None and p.active:
+                out.append(p)
+        return out
+
+    def notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
+               reason: GangReason | None = None, detail: str = "") -> None:
+        self.outbox.notice(kind, gang, pods, reason, detail)
+
+    def unpark(self, g: Gang, pod: PodKey, what: str) -> None:
+        """Let go of ``pod``'s parked bind call, if any, saying why."""
+        node = self.waiting.node(pod)
+        if node is not None:
+            self.waiting.remove(pod)
+            self.outbox.unparked.append(
+                Unparked(g.key, {pod: node}, BindTargetGone(g.key, pod, what)))

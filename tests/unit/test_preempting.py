@@ -1,0 +1,147 @@
+"""Preemption carried out by the core: victims evicted whole for a gang admitted at once into
+the room they free, that room held until they are gone or a deadline, PodDisruptionBudgets
+respected when there is a choice, and no preemption when it is turned off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coscheduling import (
+    Coscheduler,
+    GangPhase,
+    NodeName,
+    Settings,
+    gang_key,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
+from coscheduling.disruption import budget_from_json
+from coscheduling.ingest import PDBS
+from coscheduling.reasons import BeingPreempted, DoesNotFit, Preempting, PreemptionStalled
+from tests.builders import node, pod
+
+
+def cluster(*gpus: int, preemption: bool = True) -> Coscheduler:
+    core = Coscheduler(Settings(backoff_seconds=5, preemption=preemption))
+    for i, n in enumerate(gpus):
+        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+    return core
+
+
+def running(core: Coscheduler, gang: str, size: int, node_name: str, prio: int,
+            **labels: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(size):
+        b = pod(f"{gang}-{i}").gang(gang, size, timeout=30).gpu(1).priority(prio)
+        for k, v in labels.items():
+            b = b.label(k, v)
+        obj = b.on(node_name).build()
+        obj["metadata"]["uid"] = f"uid-{gang}-{i}"
+        core.upsert_pod(pod_from_json(obj))
+        out.append(obj)
+    return out
+
+
+def arrive(core: Coscheduler, gang: str, size: int, prio: int) -> None:
+    for i in range(size):
+        core.upsert_pod(pod_from_json(pod(f"{gang}-{i}").gang(gang, size, timeout=30).gpu(1)
+                                      .priority(prio).build()))
+
+
+def test_a_gang_evicts_a_whole_lower_gang_and_holds_the_room_until_it_is_gone() -> None:
+    core = cluster(4)
+    low = running(core, "low", 4, "n0", 10)
+    arrive(core, "high", 4, 100)
+    d = core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    assert d.passed == [] and isinstance(d.unresolvable, Preempting)
+    evictions = core.drain_evictions()
+    assert sorted(e.pod for e in evictions) == [pod_key("default", f"low-{i}") for i in range(4)]
+    assert {e.gang for e in evictions} == {gang_key("default", "low")}
+    high = core.gangs()[gang_key("default", "high")]
+    assert high.phase is GangPhase.ADMITTED and len(high.plan) == 4
+    # A recreated low member waits while the preemption is in flight.
+    for obj in low[:3]:
+        core.delete_pod(pod_key("default", obj["metadata"]["name"]), obj["metadata"]["uid"])
+    assert core.state.preemptions.get("default/high") is not None
+    core.drain_requeue()
+    core.delete_pod(pod_key("default", "low-3"), "uid-low-3")
+    assert core.state.preemptions.get("default/high") is None  # completed
+    assert set(core.drain_requeue()) >= {pod_key("default", "high-0")}
+    d = core.filter(core.pods[pod_key("default", "high-1")], [NodeName("n0")], 1.0)
+    assert d.passed == [NodeName("n0")]
+
+
+def test_a_recreated_victim_gang_waits_while_its_preemptor_is_not_running() -> None:
+    core = cluster(4, 4)
+    low = running(core, "low", 4, "n0", 10)
+    running(core, "other", 4, "n1", 50)
+    arrive(core, "high", 4, 100)
+    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    for obj in low[:3]:  # three are gone, one still terminates
+        core.delete_pod(pod_key("default", obj["metadata"]["name"]), obj["metadata"]["uid"])
+    for i in range(4):  # the controller recreates them
+        core.upsert_pod(pod_from_json(pod(f"low-new-{i}").gang("low", 4, timeout=30).gpu(1)
+                                      .priority(10).build()))
+    d = core.filter(core.pods[pod_key("default", "low-new-0")], [NodeName("n0")], 0.5)
+    assert isinstance(d.unresolvable, BeingPreempted)
+
+
+def test_victims_that_never_go_give_the_room_back_at_the_deadline() -> None:
+    core = cluster(4)
+    running(core, "low", 4, "n0", 10)
+    arrive(core, "high", 4, 100)
+    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    rec = core.state.preemptions.get("default/high")
+    assert rec is not None
+    core.expire(rec.deadline + 0.1)
+    high = core.gangs()[gang_key("default", "high")]
+    assert high.phase is not GangPhase.ADMITTED and not high.plan
+    assert isinstance(high.reason, PreemptionStalled)
+
+
+def test_a_budget_that_allows_no_disruption_steers_the_choice_to_the_other_gang() -> None:
+    core = cluster(4, 4)
+    running(core, "guarded", 4, "n0", 10, app="guarded")
+    running(core, "free", 4, "n1", 10, app="free")
+    core.upsert(PDBS, budget_from_json({
+        "metadata": {"name": "guard", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
+        "status": {"disruptionsAllowed": 0}}))
+    arrive(core, "high", 4, 100)
+    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "free")}
+
+
+def test_without_the_budget_the_same_tie_goes_the_other_way() -> None:
+    """The control for the test above: it is the budget that decides, not the names."""
+    core = cluster(4, 4)
+    running(core, "guarded", 4, "n0", 10)
+    running(core, "free", 4, "n1", 10)
+    arrive(core, "high", 4, 100)
+    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "guarded")}
+
+
+def test_preemption_off_evicts_nothing_and_says_the_gang_does_not_fit() -> None:
+    core = cluster(4, preemption=False)
+    running(core, "low", 4, "n0", 10)
+    arrive(core, "high", 4, 100)
+    d = core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    assert isinstance(d.unresolvable, DoesNotFit) and d.unresolvable.preemption == ""
+    assert core.drain_evictions() == []
+
+
+def test_an_unschedulable_gang_with_no_filter_call_preempts_from_the_sweep() -> None:
+    """kube-scheduler's own filters found no node, so no filter call comes: the members'
+    Unschedulable condition brings the gang to Lockstep's sweep."""
+    core = cluster(4)
+    running(core, "low", 4, "n0", 10)
+    for i in range(4):
+        obj = pod(f"high-{i}").gang("high", 4, timeout=30).gpu(1).priority(100).build()
+        obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                        "reason": "Unschedulable"}]
+        core.upsert_pod(pod_from_json(obj))
+    core.admit_held(0.0)
+    assert len(core.drain_evictions()) == 4
+    assert core.gangs()[gang_key("default", "high")].phase is GangPhase.ADMITTED
