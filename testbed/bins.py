@@ -6,12 +6,15 @@ too, so a version bump rebuilds into a new directory and never runs a stale bina
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 __all__ = ["K8S_NAMES", "K8S_VERSIONS", "NAMES", "REPO", "VERSIONS", "BinaryMissing",
-           "bin_path", "ensure_bins", "version_of"]
+           "bin_path", "ensure_bins", "go_module_dir", "version_of"]
 
 REPO = Path(__file__).resolve().parent.parent
 _ENV = Path(__file__).with_name("versions.env")
@@ -82,3 +85,33 @@ def ensure_bins() -> None:
     rc = subprocess.run(["bash", str(REPO / "hack" / "build-bins.sh")], check=False).returncode
     if rc != 0:
         raise BinaryMissing(f"hack/build-bins.sh failed (exit {rc}); see its output above")
+
+
+def _go() -> str:
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists()
+                                else None)
+    if go is None:
+        raise BinaryMissing("Go is needed to locate a Go module's manifests "
+                            "(see hack/build-bins.sh)")
+    return go
+
+
+@functools.cache
+def go_module_dir(gomod: str, module: str, name: str) -> Path:
+    """The source of ``module`` in the Go module cache, at the version ``hack/gomod/<gomod>``
+    pins (downloaded and checked against its go.sum if absent), for the manifests the binary
+    ``name`` was built with (CRDs, webhook configurations): taken from the module itself,
+    never copied by hand. BinaryMissing when the pinned version is not ``name``'s in
+    ``testbed/versions.env``."""
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
+    out = subprocess.run([_go(), "mod", "download", "-json", module],
+                         cwd=REPO / "hack" / "gomod" / gomod, env=env,
+                         capture_output=True, text=True, check=False)
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or info.get("Error") or not info.get("Dir"):
+        raise BinaryMissing(f"go mod download {module} failed: {info.get('Error') or out.stderr}")
+    want = version_of(name)
+    if info.get("Version") != want:
+        raise BinaryMissing(f"hack/gomod/{gomod} pins {module} {info.get('Version')}, "
+                            f"testbed/versions.env says {want}")
+    return Path(info["Dir"])

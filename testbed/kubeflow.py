@@ -34,15 +34,12 @@ collector would.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from .bins import REPO, BinaryMissing, bin_path, version_of
+from .bins import bin_path, go_module_dir
 from .certs import make_certs
 from .kube import Conflict, Kube, NotFound
 from .runner import Proc, TestBed, free_port
@@ -51,7 +48,6 @@ __all__ = ["JOBS", "MODULE", "NAMESPACE", "crd_path", "delete_job", "module_dir"
            "pytorchjob", "start_training_operator"]
 
 MODULE = "github.com/kubeflow/training-operator"
-GOMOD = REPO / "hack" / "gomod" / "kubeflow"
 NAMESPACE = "kubeflow"
 """The operator's namespace outside a cluster (``MY_POD_NAMESPACE`` unset): where it looks for
 its webhook Secret."""
@@ -66,30 +62,10 @@ DEPENDENTS = ("/api/v1/namespaces/{ns}/pods", "/api/v1/namespaces/{ns}/services"
 """What the operator creates with the job as controller owner."""
 
 
-def _go() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists()
-                                else None)
-    if go is None:
-        raise BinaryMissing("Go is needed to locate the training-operator module's CRDs "
-                            "(see hack/build-bins.sh)")
-    return go
-
-
-@functools.cache
 def module_dir() -> Path:
     """The training-operator module in the Go module cache, at the pinned version (downloaded
     and checked against hack/gomod/kubeflow/go.sum if absent)."""
-    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
-    out = subprocess.run([_go(), "mod", "download", "-json", MODULE], cwd=GOMOD, env=env,
-                         capture_output=True, text=True, check=False)
-    info = json.loads(out.stdout or "{}")
-    if out.returncode != 0 or info.get("Error") or not info.get("Dir"):
-        raise BinaryMissing(f"go mod download {MODULE} failed: {info.get('Error') or out.stderr}")
-    want = version_of("training-operator")
-    if info.get("Version") != want:
-        raise BinaryMissing(f"hack/gomod/kubeflow pins {MODULE} {info.get('Version')}, "
-                            f"testbed/versions.env says {want}")
-    return Path(info["Dir"])
+    return go_module_dir("kubeflow", MODULE, "training-operator")
 
 
 def crd_path(plural: str = "pytorchjobs") -> Path:
