@@ -2,9 +2,8 @@
 
 These pods carry exactly what Kueue's plain-pod integration writes on the pods it manages (the
 ``kueue.x-k8s.io/pod-group-name`` label, the ``kueue.x-k8s.io/pod-group-total-count``
-annotation and the ``kueue.x-k8s.io/admission`` scheduling gate until it admits the group).
-Kueue's own controller is not in the test bed, so this proves Lockstep reads the objects, not
-that it works with a running Kueue.
+annotation and the ``kueue.x-k8s.io/admission`` scheduling gate until it admits the group):
+they prove Lockstep reads the objects. tests/e2e/test_kueue.py runs Kueue's real controller.
 """
 
 from __future__ import annotations
