@@ -2,10 +2,10 @@
 
 kube-scheduler's preemption prefers victims whose eviction keeps every PodDisruptionBudget
 within ``status.disruptionsAllowed``; Lockstep's (``coscheduling.preemption``) orders victim
-sets by the same count first. A pod counts as protected when a budget selecting it allows no
-disruption now. kube-scheduler also decrements a budget for each victim already chosen; this
-per-pod flag does not (a budget allowing one disruption protects none of its pods), which
-only matters when one victim set holds several pods of one budget.
+sets by the same count first. Each candidate carries the budgets selecting it with what they
+allow now (:func:`selecting`), and a victim set spends them: every victim takes one from
+each of its budgets, and the victims that take one below zero are the set's violations
+(``preemption.pdb_violations``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from .eligibility import match_expression
 from .records import PodRecord, RecordError
 
-__all__ = ["Budget", "budget_from_json", "protected"]
+__all__ = ["Budget", "budget_from_json", "selecting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,6 @@ def budget_from_json(obj: Mapping[str, Any]) -> Budget:
     )
 
 
-def protected(pod: PodRecord, budgets: Iterable[Budget]) -> bool:
-    """Evicting ``pod`` now would take a budget that selects it below zero."""
-    return any(b.disruptions_allowed <= 0 and b.selects(pod) for b in budgets)
+def selecting(pod: PodRecord, budgets: Iterable[Budget]) -> tuple[tuple[str, int], ...]:
+    """The budgets selecting ``pod``, each with the disruptions it allows now, by key."""
+    return tuple(sorted((b.key, b.disruptions_allowed) for b in budgets if b.selects(pod)))

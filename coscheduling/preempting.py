@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .decisions import Eviction, NoticeKind
-from .disruption import Budget, protected
+from .disruption import Budget, selecting
 from .gang import Gang
 from .keys import GangKey
 from .membership import gang_key
@@ -180,5 +180,5 @@ def _candidates(st: CoreState, below: int) -> list[Candidate]:
         budgets.setdefault(b.namespace, []).append(b)
     return [Candidate(p.key, p.node_name, p.requests, p.priority,
                       gang_key(st.membership.get(p.key)), p.started,
-                      protected(p, budgets.get(p.namespace, ())), p.grace_seconds, _quota(p))
+                      selecting(p, budgets.get(p.namespace, ())), p.grace_seconds, _quota(p))
             for p in pods if p.node_name is not None]

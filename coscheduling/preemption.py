@@ -62,6 +62,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from .freed import FreedView, Region
 from .keys import GangKey
@@ -85,6 +86,8 @@ __all__ = [
     "WouldNotFit",
     "choose_victims",
     "describe",
+    "pdb_violating",
+    "pdb_violations",
     "victim_units",
 ]
 
@@ -113,9 +116,9 @@ class Candidate:
     """The gang it belongs to: the whole gang is evicted, or none of it. None: a plain pod."""
     started: float
     """When it started (seconds, any epoch the caller uses consistently)."""
-    pdb_protected: bool = False
-    """Evicting it would violate a PodDisruptionBudget (as the disruption controller counts
-    ``disruptionsAllowed`` now)."""
+    budgets: tuple[tuple[str, int], ...] = ()
+    """The PodDisruptionBudgets selecting it, each with its ``disruptionsAllowed`` now.
+    Evictions in one victim set share a budget's allowance (:func:`pdb_violations`)."""
     grace_seconds: float = 30.0
     """``terminationGracePeriodSeconds``: how long it may take to go."""
     quota: str | None = None
@@ -159,7 +162,8 @@ class VictimUnit:
 
     @property
     def pdb_pods(self) -> int:
-        return sum(1 for p in self.pods if p.pdb_protected)
+        """Its pods whose eviction would violate a budget, counted as if it went alone."""
+        return pdb_violations(self.pods)
 
     @property
     def gpus(self) -> int:
@@ -170,10 +174,14 @@ class VictimUnit:
         """When the unit began running: its earliest pod's start."""
         return min(p.started for p in self.pods)
 
-    def reprieve_order(self) -> tuple[int, int, int, int, float, str]:
-        """Most worth keeping first: PDB-protected, higher priority, smaller, older."""
-        return (-self.pdb_pods, -self.priority, self.gpus, len(self.pods), self.started,
-                self.key)
+    def reprieve_order(self, violating: set[PodKey] | None = None
+                       ) -> tuple[int, int, int, int, float, str]:
+        """Most worth keeping first: with more pods whose eviction violates a budget (among
+        ``violating``, the set's own count; alone when not given), higher priority,
+        smaller, older. kube-scheduler reprieves violating pods first too."""
+        pdb = (self.pdb_pods if violating is None
+               else sum(1 for p in self.pods if p.key in violating))
+        return (-pdb, -self.priority, self.gpus, len(self.pods), self.started, self.key)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -194,12 +202,34 @@ class Cost:
         if not us:
             return Cost(0, 0, 0, 0, 0.0)
         return Cost(
-            pdb_violations=sum(u.pdb_pods for u in us),
+            pdb_violations=pdb_violations(p for u in us for p in u.pods),
             highest_priority=max(u.priority for u in us),
             units=len(us),
             gpus=sum(u.gpus for u in us),
             neg_earliest_start=-min(u.started for u in us),
         )
+
+
+def pdb_violating(pods: Iterable[Candidate]) -> set[PodKey]:
+    """Which of ``pods``, evicted together, would violate a PodDisruptionBudget.
+
+    As kube-scheduler's ``filterPodsWithPDBViolation`` counts: the pods are taken most
+    important first (higher priority, then earlier start), each takes one from every budget
+    selecting it, and a pod that takes some budget below zero violates. So a budget allowing
+    one disruption lets the first of its pods go free and counts every further one."""
+    left: dict[str, int] = {}
+    out: set[PodKey] = set()
+    for p in sorted(pods, key=lambda p: (-p.priority, p.started, p.key)):
+        for key, allowed in p.budgets:
+            left[key] = left.get(key, allowed) - 1
+            if left[key] < 0:
+                out.add(p.key)
+    return out
+
+
+def pdb_violations(pods: Iterable[Candidate]) -> int:
+    """How many of ``pods``, evicted together, would violate a budget."""
+    return len(pdb_violating(pods))
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,12 +466,34 @@ def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Le
         return trial, _plan(members, FreedView(base, levels, _pods(trial), region), levels,
                             required)
 
-    victims = sorted(units, key=VictimUnit.reprieve_order)
-    plan = attempt(victims)
+    violating = pdb_violating(_pods(units))
+
+    def value(u: VictimUnit) -> tuple[int, int]:
+        return u.reprieve_order(violating)[:2]
+
+    # Grow the set a value class at a time (budget violations, then priority), cheapest
+    # first, until the gang fits: dearer classes are never touched when cheaper ones
+    # suffice, and the arithmetic bound refutes most sizes without a plan.
+    classes = [list(g) for _, g in groupby(sorted(units, key=value), key=value)]
+    victims: list[VictimUnit] = []
+    plan: Plan | None = None
+    for cls in reversed(classes):
+        victims += cls
+        plan = attempt(victims)
+        if plan is not None:
+            break
     if plan is None:
         return None
+    victims.sort(key=lambda u: u.reprieve_order(violating))
+    # Units with no pod on a planned node are reprieved in one batch (one plan, not one per
+    # unit), but only those at least as worth keeping as every unit the plan does use: the
+    # plan chose its nodes without knowing the victims' value, and a cheaper idle unit must
+    # still be able to take the place of a dearer one in the pass below.
     used = set(plan.assignments.values())
-    idle = {id(u) for u in victims if not any(p.node in used for p in u.pods)}
+    needed = [value(u) for u in victims if any(p.node in used for p in u.pods)]
+    dearest = min(needed, default=None)
+    idle = {id(u) for u in victims if not any(p.node in used for p in u.pods)
+            and (dearest is None or value(u) <= dearest)}
     if idle:
         rest = [u for u in victims if id(u) not in idle]
         p2 = attempt(rest)

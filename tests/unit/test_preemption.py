@@ -72,6 +72,9 @@ class B:
     gang: str | None = None
     started: float = 0.0
     pdb: bool = False
+    """A budget of its own that allows no disruption."""
+    budget: tuple[str, int] | None = None
+    """A shared budget (key, disruptions allowed now)."""
     grace: float = 30.0
     quota: str | None = None
 
@@ -107,7 +110,8 @@ def world(nodes: list[N], bound: list[B], reserved: dict[str, int] | None = None
         cands.append(Candidate(
             key=rec.key, node=NodeName(p.node), requests=rec.requests, priority=p.prio,
             gang=GangKey(f"default/{p.gang}") if p.gang else None, started=p.started,
-            pdb_protected=p.pdb, grace_seconds=p.grace, quota=p.quota,
+            budgets=((f"default/own-{p.name}", 0),) * p.pdb + ((p.budget,) if p.budget else ()),
+            grace_seconds=p.grace, quota=p.quota,
         ))
     return Capacity(store, ledger), cands
 
@@ -162,6 +166,17 @@ FULL4 = [N("n1"), N("n2")]
         FULL4, [B("pdb", "n1", 4, 1, pdb=True), B("free", "n2", 4, 3)], gang(1, 4),
         keys("free"),
         id="order 1: fewest PodDisruptionBudget violations, before priority"),
+    pytest.param(
+        [N("n1"), N("n2"), N("n3")],
+        [B("a", "n1", 4, 1, budget=("default/x", 1)), B("b", "n2", 4, 1, budget=("default/x", 1)),
+         B("c", "n3", 4, 5)], gang(2, 4),
+        keys("a", "c"),
+        id="order 1: a budget allowing one disruption is spent by the first of its victims"),
+    pytest.param(
+        [N("n1"), N("n2"), N("n3")],
+        [B("a", "n1", 4, 5), B("b", "n2", 4, 1), B("c", "n3", 4, 1)], gang(2, 4),
+        keys("b", "c"),
+        id="order 2 across nodes the first plan did not pick: the dearer pod is spared"),
     pytest.param(
         FULL4, [B("three", "n1", 4, 3), B("two", "n2", 4, 2)], gang(1, 4),
         keys("two"),
