@@ -29,6 +29,7 @@ from coscheduling import (
     node_from_json,
     pod_from_json,
     pod_key,
+    priority_class_from_json,
 )
 from coscheduling.conventions import scheduler_plugins, volcano
 from coscheduling.conventions.upstream import (
@@ -57,6 +58,7 @@ PODGROUPS = scheduler_plugins.API.path
 VOLCANO_PODGROUPS = volcano.API.path
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 PDBS = "/apis/policy/v1/poddisruptionbudgets"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
 def _namespaced(ns: str, name: str) -> Any:
@@ -123,6 +125,8 @@ class ClusterCache:
                      lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
             Resource("poddisruptionbudgets", PDBS, ingest.PDBS,
                      lambda o, _: budget_from_json(o), lambda ns, name: f"{ns}/{name}"),
+            Resource("priorityclasses", PRIORITY_CLASSES, ingest.PRIORITY_CLASSES,
+                     lambda o, _: priority_class_from_json(o), _cluster_scoped),
             Resource("upstream-podgroups", "", ingest.UPSTREAM_PODGROUPS,
                      upstream_podgroup_from_json, optional=True,
                      discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),

@@ -34,6 +34,7 @@ from .records import (
     node_from_json,
     pod_from_json,
     pod_key,
+    priority_class_from_json,
 )
 from .resources import QuantityError, Resources, format_resources
 from .topology import DEFAULT_LEVELS, Level
@@ -78,4 +79,5 @@ __all__ = [
     "pod_from_json",
     "pod_key",
     "podgroup_from_json",
+    "priority_class_from_json",
 ]

@@ -27,7 +27,7 @@ from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang
 from .preempting import victims_gone
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
-from .records import NodeName, NodeRecord, PodKey, PodRecord
+from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .state import CoreState
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "NUMA",
     "PDBS",
     "PODS",
+    "PRIORITY_CLASSES",
     "SP_PODGROUPS",
     "UPSTREAM_PODGROUPS",
     "VOLCANO_PODGROUPS",
@@ -402,10 +403,26 @@ def _drop_budget(st: CoreState, key: str) -> None:
 
 PDBS: Kind[str, Budget] = Kind(
     "poddisruptionbudgets", lambda st: st.budgets, lambda b: b.key, _put_budget, _drop_budget)
+
+
+def _put_class(st: CoreState, c: PriorityClass) -> None:
+    st.priority_classes[c.name] = c
+    st.preempt_tried.clear()  # a group's priority may have changed: look for victims again
+
+
+def _drop_class(st: CoreState, name: str) -> None:
+    st.priority_classes.pop(name, None)
+    st.preempt_tried.clear()
+
+
+PRIORITY_CLASSES: Kind[str, PriorityClass] = Kind(
+    "priorityclasses", lambda st: st.priority_classes, lambda c: c.name, _put_class,
+    _drop_class)
 PODS: Kind[PodKey, PodRecord] = Kind(
     "pods", lambda st: st.store.pods, lambda p: p.key, watched_pod,
     delete_pod, _replace_pods)
 
 KINDS: dict[str, Kind[Any, Any]] = {k.name: k for k in (
-    NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PDBS, PODS)}
+    NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PDBS,
+    PRIORITY_CLASSES, PODS)}
 """Every kind the core reads, by its resource name."""

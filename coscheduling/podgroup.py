@@ -99,6 +99,17 @@ class GangSpec:
     topology: str | None = None
     """A required topology level by name (an upstream PodGroup's ``schedulingConstraints``);
     the ``lockstep.dev/topology-required`` annotation is read by the core itself."""
+    priority: int | None = None
+    """The group's own priority (an upstream PodGroup's ``spec.priority``, which the API
+    server's Priority admission fills from its class); None: its highest member's."""
+    priority_class: str | None = None
+    """The group's PriorityClass by name (Volcano PodGroup or upstream PodGroup
+    ``priorityClassName``), used when ``priority`` is None and the class exists."""
+    preempt_never: bool = False
+    """The group says ``preemptionPolicy: Never`` (upstream PodGroup): it never preempts."""
+    disruption_single: bool = False
+    """The group allows its pods to be disrupted one by one (upstream ``disruptionMode``
+    ``Pod`` / ``single``): as a victim, each bound member is its own unit."""
 
     @property
     def namespace(self) -> str:

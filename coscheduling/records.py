@@ -20,11 +20,13 @@ __all__ = [
     "NodeRecord",
     "PodKey",
     "PodRecord",
+    "PriorityClass",
     "RecordError",
     "Toleration",
     "node_from_json",
     "pod_from_json",
     "pod_key",
+    "priority_class_from_json",
 ]
 
 PodKey = NewType("PodKey", str)
@@ -268,3 +270,21 @@ def _workload_ref(spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
         return None
     return (str(ref["name"]), str(ref.get("podGroup") or ""),
             str(ref.get("podGroupReplicaKey") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """A ``scheduling.k8s.io/v1`` PriorityClass: the value a group naming it gets."""
+
+    name: str
+    value: int
+
+
+def priority_class_from_json(obj: Mapping[str, Any]) -> PriorityClass:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise RecordError("PriorityClass.metadata.name", "missing")
+    value = obj.get("value")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordError("PriorityClass.value", f"not a whole number: {value!r}")
+    return PriorityClass(str(meta["name"]), value)

@@ -27,7 +27,7 @@ from .outbox import Outbox
 from .podgroup import GangDefaults, GangKey, Membership
 from .preemption_state import PreemptionBook
 from .reasons import BindTargetGone, GangReason, NodeReason
-from .records import NodeName, PodKey, PodRecord
+from .records import NodeName, PodKey, PodRecord, PriorityClass
 from .store import ClusterStore
 from .topology import DEFAULT_LEVELS, Level
 from .waiting import WaitingMap
@@ -100,6 +100,9 @@ class CoreState:
         self.budgets: dict[str, Budget] = {}
         """PodDisruptionBudgets by ``namespace/name``: preemption spares the pods they
         protect when it can."""
+        self.priority_classes: dict[str, PriorityClass] = {}
+        """PriorityClass values by name, for groups that name a class themselves (Volcano
+        and upstream PodGroups): pods carry their resolved priority, groups do not."""
         self.preemptions = PreemptionBook()
         """Preemptions whose victims are terminating, by preemptor gang."""
         self.preempt_tried: dict[GangKey, tuple[int, str]] = {}
@@ -125,7 +128,18 @@ class CoreState:
             self.plain_verdicts.popitem(last=False)
 
     def gang_priority(self, g: Gang) -> int:
-        """A gang's priority: its highest member's, as kube-scheduler's queue orders it."""
+        """A gang's priority: its group object's when it has one (an upstream PodGroup's
+        ``spec.priority``, else the value of the class a Volcano or upstream PodGroup
+        names), as Volcano's and the native gang scheduler read it; otherwise its highest
+        member's, as kube-scheduler's queue orders it."""
+        spec = g.spec
+        if spec is not None:
+            if spec.priority is not None:
+                return spec.priority
+            if spec.priority_class is not None:
+                pc = self.priority_classes.get(spec.priority_class)
+                if pc is not None:
+                    return pc.value
         return max((p.priority for k in g.members if (p := self.store.pods.get(k))),
                    default=0)
 

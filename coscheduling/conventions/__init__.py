@@ -158,7 +158,8 @@ def resolve(
     capped: float | None = None
     if asked > defaults.max_timeout_seconds:
         asked, capped = defaults.max_timeout_seconds, asked
-    spec = GangSpec(key, min_member, asked, found.source, found.min_resources, capped)
+    spec = GangSpec(key, min_member, asked, found.source, found.min_resources, capped,
+                    priority_class=found.priority_class)
     for conv in REGISTRY:
         if conv.refine is not None:
             refined = conv.refine(spec, pod, sources, objects)

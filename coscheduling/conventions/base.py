@@ -70,6 +70,8 @@ class PodGroupRecord:
     """``status.phase`` as last written (Volcano's enqueue state lives there)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Koordinator reads its gang options from the PodGroup's annotations (CRD way)."""
+    priority_class: str | None = None
+    """``spec.priorityClassName`` (Volcano's PodGroup has one; scheduler-plugins' has not)."""
 
 
 Objects = Mapping[Source, Mapping[GangKey, PodGroupRecord]]
@@ -84,6 +86,7 @@ class Found:
     min_member: int | None = None
     timeout_seconds: float | None = None
     min_resources: Resources = field(default_factory=dict)
+    priority_class: str | None = None
 
 
 ObjectStep = Callable[[PodRecord, GangKey, Found, Objects],

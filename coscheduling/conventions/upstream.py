@@ -82,6 +82,7 @@ __all__ = [
     "ConditionUpdate",
     "GangProgress",
     "GroupPolicy",
+    "Priority",
     "UpstreamPodGroup",
     "UpstreamWorkload",
     "combine",
@@ -152,6 +153,21 @@ class UpstreamPodGroup:
     condition_managers: tuple[str, ...] = ()
     """Field managers that have written that condition (``metadata.managedFields``)."""
     generation: int = 0
+    priority: Priority | None = None
+    """The group's priority fields; None until parsed (or when the spec is invalid)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    """A PodGroup's own priority fields (1.36+): ``priority`` (filled by the Priority
+    admission plugin from ``priorityClassName``), ``preemptionPolicy`` (1.37, behind
+    ``PodGroupPreemptionPolicy``) and ``disruptionMode`` (the string ``Pod`` / ``PodGroup``
+    in v1alpha2, the union ``{single: {}}`` / ``{all: {}}`` from v1alpha3)."""
+
+    value: int | None = None
+    class_name: str | None = None
+    never: bool = False
+    single: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,10 +269,11 @@ def upstream_podgroup_from_json(obj: Mapping[str, Any], version: str) -> Upstrea
     managers = _condition_managers(obj, ctype) if ctype else ()
     gen = generation if isinstance(generation, int) else 0
 
-    def made(result: GroupPolicy | InvalidGang) -> UpstreamPodGroup:
+    def made(result: GroupPolicy | InvalidGang, prio: Priority | None = None
+             ) -> UpstreamPodGroup:
         if isinstance(result, InvalidGang):
             return UpstreamPodGroup(key, version, None, result, condition, managers, gen)
-        return UpstreamPodGroup(key, version, result, None, condition, managers, gen)
+        return UpstreamPodGroup(key, version, result, None, condition, managers, gen, prio)
 
     if not isinstance(spec, Mapping):
         return made(InvalidGang(key, f"{kind}.spec", "", "missing"))
@@ -264,8 +281,36 @@ def upstream_podgroup_from_json(obj: Mapping[str, Any], version: str) -> Upstrea
         return made(InvalidGang(key, f"{kind}.spec.parentCompositePodGroupName",
                                 str(spec["parentCompositePodGroupName"]),
                                 "composite pod groups are not supported by Lockstep"))
+    prio = _priority(spec, f"{kind}.spec", key)
+    if isinstance(prio, InvalidGang):
+        return made(prio)
     return made(_policy(spec.get("schedulingPolicy"), spec.get("schedulingConstraints"),
-                        f"{kind}.spec.schedulingPolicy", key))
+                        f"{kind}.spec.schedulingPolicy", key), prio)
+
+
+def _priority(spec: Mapping[str, Any], where: str, key: GangKey) -> Priority | InvalidGang:
+    value = spec.get("priority")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        return InvalidGang(key, f"{where}.priority", str(value), "not a whole number")
+    name = spec.get("priorityClassName")
+    policy = spec.get("preemptionPolicy")
+    if policy not in (None, "Never", "PreemptLowerPriority"):
+        return InvalidGang(key, f"{where}.preemptionPolicy", str(policy),
+                           "must be Never or PreemptLowerPriority")
+    mode = spec.get("disruptionMode")
+    if isinstance(mode, Mapping):
+        picked = [k for k in ("single", "all") if mode.get(k) is not None]
+        if len(picked) != 1:
+            return InvalidGang(key, f"{where}.disruptionMode", str(dict(mode)),
+                               "exactly one of single or all")
+        single = picked[0] == "single"
+    elif mode in (None, "Pod", "PodGroup"):
+        single = mode == "Pod"
+    else:
+        return InvalidGang(key, f"{where}.disruptionMode", str(mode),
+                           "must be Pod or PodGroup")
+    return Priority(value, str(name) if isinstance(name, str) and name else None,
+                    policy == "Never", single)
 
 
 def upstream_workload_from_json(obj: Mapping[str, Any], version: str) -> UpstreamWorkload:
@@ -305,7 +350,9 @@ def resolve_upstream(
         if pg.error is not None:
             return pg.error
         policy: GroupPolicy | InvalidGang | None = pg.policy
+        prio = pg.priority or Priority()
     elif pod.workload_ref is not None:
+        prio = Priority()
         key = workload_gang_key(pod.namespace, pod.workload_ref)
         wl = workloads.get(gang_key(pod.namespace, pod.workload_ref[0]))
         if wl is None:
@@ -333,14 +380,15 @@ def resolve_upstream(
                                f"not a topology label Lockstep has a level for ({known})")
         topology = level.name
     return GangSpec(key, policy.min_count, defaults.timeout_seconds, Source.UPSTREAM,
-                    topology=topology)
+                    topology=topology, priority=prio.value, priority_class=prio.class_name,
+                    preempt_never=prio.never, disruption_single=prio.single)
 
 
 def combine(other: Membership, upstream: Membership) -> Membership:
     """One membership from the annotation/label conventions (``other``) and the upstream
     reference: they must name the same gang and agree on its size, like any two conventions
     on one pod. The other convention's spec wins when they agree (it may carry a timeout);
-    the upstream topology constraint is kept."""
+    the upstream topology constraint and priority fields are kept."""
     if upstream is None:
         return other
     if other is None:
@@ -359,7 +407,11 @@ def combine(other: Membership, upstream: Membership) -> Membership:
         return InvalidGang(other.key, "spec.schedulingPolicy.gang.minCount",
                            str(upstream.min_member),
                            f"conflicts with min-member {other.min_member} declared elsewhere")
-    return replace(other, topology=other.topology or upstream.topology)
+    return replace(other, topology=other.topology or upstream.topology,
+                   priority=upstream.priority,
+                   priority_class=upstream.priority_class or other.priority_class,
+                   preempt_never=upstream.preempt_never,
+                   disruption_single=upstream.disruption_single)
 
 
 # ---------------------------------------------------------------------------- status

@@ -44,8 +44,12 @@ MIN_MEMBER = "scheduling.volcano.sh/group-min-member"
 def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
     """A Volcano ``PodGroup`` (``scheduling.volcano.sh/v1beta1``): ``spec.minMember`` and
     ``spec.minResources`` are what Lockstep uses, the same fields as scheduler-plugins'; it
-    has no timeout field."""
-    return podgroup_from_json(obj, kind="PodGroup (scheduling.volcano.sh)")
+    has no timeout field. ``spec.priorityClassName`` gives the group's priority, as
+    Volcano's scheduler reads it for job order and preemption."""
+    rec = podgroup_from_json(obj, kind="PodGroup (scheduling.volcano.sh)")
+    spec = obj.get("spec")
+    name = spec.get("priorityClassName") if isinstance(spec, Mapping) else None
+    return replace(rec, priority_class=name) if isinstance(name, str) and name else rec
 
 
 API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json)
@@ -56,9 +60,9 @@ def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
     """What Volcano's job controller (and Kubeflow's in volcano mode) writes: only the group
     name on the pod; the size lives on Volcano's own PodGroup object. A pod that carries
     ``group-min-member`` itself needs no object."""
-    if lookup(pod, MIN_MEMBER) is not None:
-        return found
     vpg = objects.get(Source.VOLCANO, {}).get(key)
+    if lookup(pod, MIN_MEMBER) is not None:
+        return found if vpg is None else replace(found, priority_class=vpg.priority_class)
     if vpg is None:
         return MissingPodGroup(key, API.group)
     if vpg.error is not None:
@@ -68,7 +72,8 @@ def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
                            str(vpg.min_member),
                            f"conflicts with min-member {found.min_member} declared elsewhere")
     return replace(found, min_member=vpg.min_member,
-                   min_resources=found.min_resources or vpg.min_resources)
+                   min_resources=found.min_resources or vpg.min_resources,
+                   priority_class=vpg.priority_class)
 
 
 CONVENTION = Convention(

@@ -55,6 +55,8 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
         ("", "pods", "patch"), ("", "pods", "delete"), ("", "pods/status", "patch"),
         ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
+        ("scheduling.k8s.io", "priorityclasses", "list"),
+        ("scheduling.k8s.io", "priorityclasses", "watch"),
         ("", "pods/binding", "create"), ("", "events", "create"),
         ("scheduling.x-k8s.io", "podgroups", "list"), ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("scheduling.x-k8s.io", "podgroups/status", "patch"),

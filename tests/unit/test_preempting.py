@@ -1,6 +1,7 @@
 """Preemption carried out by the core: victims evicted whole for a gang admitted at once into
 the room they free, that room held until they are gone or a deadline, PodDisruptionBudgets
-respected when there is a choice, and no preemption when it is turned off."""
+respected when there is a choice, no preemption when it is turned off, and a group's own
+priority fields (Volcano's class, upstream priority, preemptionPolicy, disruptionMode)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
+from coscheduling.conventions.upstream import upstream_podgroup_from_json
+from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.disruption import budget_from_json
-from coscheduling.ingest import PDBS
+from coscheduling.ingest import PDBS, PRIORITY_CLASSES, UPSTREAM_PODGROUPS, VOLCANO_PODGROUPS
 from coscheduling.reasons import BeingPreempted, DoesNotFit, Preempting, PreemptionStalled
+from coscheduling.records import priority_class_from_json
 from tests.builders import node, pod
 
 
@@ -145,3 +149,77 @@ def test_an_unschedulable_gang_with_no_filter_call_preempts_from_the_sweep() -> 
     core.admit_held(0.0)
     assert len(core.drain_evictions()) == 4
     assert core.gangs()[gang_key("default", "high")].phase is GangPhase.ADMITTED
+
+
+# ------------------------------------------------------------------ the group's own priority
+
+
+def upstream_group(core: Coscheduler, name: str, size: int, **spec: Any) -> None:
+    obj = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+           "metadata": {"name": name, "namespace": "default"},
+           "spec": {"schedulingPolicy": {"gang": {"minCount": size}}, **spec}}
+    core.upsert(UPSTREAM_PODGROUPS, upstream_podgroup_from_json(obj, "v1beta1"))
+
+
+def upstream_pods(core: Coscheduler, group: str, size: int, prio: int = 0,
+                  node_name: str | None = None) -> None:
+    for i in range(size):
+        b = pod(f"{group}-{i}").gpu(1).priority(prio)
+        obj = (b.on(node_name) if node_name else b).build()
+        obj["spec"]["schedulingGroup"] = {"podGroupName": group}
+        obj["metadata"]["uid"] = f"uid-{group}-{i}"
+        core.upsert_pod(pod_from_json(obj))
+
+
+def test_a_volcano_podgroup_priority_class_outranks_its_pods_own_priority() -> None:
+    """Volcano's scheduler orders and preempts jobs by the PodGroup's priorityClassName; the
+    pods here carry none (priority 0), so without the class nothing would be evicted."""
+    core = cluster(4)
+    running(core, "low", 4, "n0", 10)
+    core.upsert(VOLCANO_PODGROUPS, volcano_podgroup_from_json({
+        "metadata": {"name": "urgent", "namespace": "default"},
+        "spec": {"minMember": 4, "priorityClassName": "urgent"}}))
+    for i in range(4):
+        core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).annotate(
+            "scheduling.k8s.io/group-name", "urgent").build()))
+    urgent0 = core.pods[pod_key("default", "urgent-0")]
+    d = core.filter(urgent0, [], 0.0)
+    assert core.drain_evictions() == [] and not isinstance(d.unresolvable, Preempting)
+    core.upsert(PRIORITY_CLASSES, priority_class_from_json(
+        {"metadata": {"name": "urgent"}, "value": 1000}))
+    d = core.filter(urgent0, [], 1.0)
+    assert isinstance(d.unresolvable, Preempting)
+    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "low")}
+
+
+def test_an_upstream_podgroup_priority_and_never_policy_are_its_own() -> None:
+    core = cluster(4)
+    running(core, "low", 4, "n0", 10)
+    upstream_group(core, "never", 4, priority=1000, preemptionPolicy="Never")
+    upstream_pods(core, "never", 4)
+    d = core.filter(core.pods[pod_key("default", "never-0")], [], 0.0)
+    assert core.drain_evictions() == [] and isinstance(d.unresolvable, DoesNotFit)
+    assert "preemptionPolicy is Never" in d.unresolvable.preemption
+    upstream_group(core, "urgent", 4, priority=1000)
+    upstream_pods(core, "urgent", 4)
+    d = core.filter(core.pods[pod_key("default", "urgent-0")], [], 1.0)
+    assert isinstance(d.unresolvable, Preempting)
+    assert len(core.drain_evictions()) == 4
+
+
+def test_a_victim_group_with_single_disruption_loses_only_the_pods_needed() -> None:
+    """``disruptionMode: {single: {}}`` says its pods may be disrupted one by one: two of
+    the four go, where an ordinary gang (the control below) is evicted whole."""
+    for mode, want in (({"single": {}}, 2), ({"all": {}}, 4)):
+        core = cluster(2, 2)
+        upstream_group(core, "low", 4, disruptionMode=mode)
+        upstream_pods(core, "low", 2, 10, "n0")
+        for i in (2, 3):
+            obj = pod(f"low-{i}").gpu(1).priority(10).on("n1").build()
+            obj["spec"]["schedulingGroup"] = {"podGroupName": "low"}
+            core.upsert_pod(pod_from_json(obj))
+        arrive(core, "high", 2, 100)
+        core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+        evicted = core.drain_evictions()
+        assert len(evicted) == want, mode
+        assert len({e.node for e in evicted}) == (1 if want == 2 else 2)
