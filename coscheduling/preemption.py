@@ -484,21 +484,17 @@ def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Le
             break
     if plan is None:
         return None
+    # Units with no pod on a node the plan uses are reprieved in batches (a plan per value
+    # class, not one per unit), dearest class first, each against the latest plan.
+    for _, group in groupby(sorted(victims, key=value), key=value):
+        used = set(plan.assignments.values())
+        idle = {id(u) for u in group if not any(p.node in used for p in u.pods)}
+        if idle:
+            rest = [u for u in victims if id(u) not in idle]
+            p2 = attempt(rest)
+            if p2 is not None:
+                victims, plan = rest, p2
     victims.sort(key=lambda u: u.reprieve_order(violating))
-    # Units with no pod on a planned node are reprieved in one batch (one plan, not one per
-    # unit), but only those at least as worth keeping as every unit the plan does use: the
-    # plan chose its nodes without knowing the victims' value, and a cheaper idle unit must
-    # still be able to take the place of a dearer one in the pass below.
-    used = set(plan.assignments.values())
-    needed = [value(u) for u in victims if any(p.node in used for p in u.pods)]
-    dearest = min(needed, default=None)
-    idle = {id(u) for u in victims if not any(p.node in used for p in u.pods)
-            and (dearest is None or value(u) <= dearest)}
-    if idle:
-        rest = [u for u in victims if id(u) not in idle]
-        p2 = attempt(rest)
-        if p2 is not None:
-            victims, plan = rest, p2
     cur = bound.state(victims)
     # One pass in reprieve order. A unit refused was refused against the victims of that
     # moment; only if a later unit was reprieved after it can the answer have changed (the
