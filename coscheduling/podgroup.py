@@ -107,9 +107,6 @@ class GangSpec:
     ``priorityClassName``), used when ``priority`` is None and the class exists."""
     preempt_never: bool = False
     """The group says ``preemptionPolicy: Never`` (upstream PodGroup): it never preempts."""
-    disruption_single: bool = False
-    """The group allows its pods to be disrupted one by one (upstream ``disruptionMode``
-    ``Pod`` / ``single``): as a victim, each bound member is its own unit."""
 
     @property
     def namespace(self) -> str:

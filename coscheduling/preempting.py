@@ -155,16 +155,6 @@ def _quota(pod: PodRecord) -> str | None:
     return f"{pod.namespace}/{queue}" if queue else None
 
 
-def _unit_gang(st: CoreState, pod: PodRecord) -> GangKey | None:
-    """The gang evicted together with ``pod``; None when it goes alone: a plain pod, or a
-    member of a group whose ``disruptionMode`` lets its pods be disrupted one by one."""
-    key = gang_key(st.membership.get(pod.key))
-    g = st.gangs.get(key) if key is not None else None
-    if g is not None and g.spec is not None and g.spec.disruption_single:
-        return None
-    return key
-
-
 def _candidates(st: CoreState, below: int) -> list[Candidate]:
     """Every bound pod that could be a victim, each gang's bound members all together (a
     unit is eligible only when every one of them is below the preemptor). Victims already
@@ -189,6 +179,7 @@ def _candidates(st: CoreState, below: int) -> list[Candidate]:
     budgets: dict[str, list[Budget]] = {}
     for b in st.budgets.values():
         budgets.setdefault(b.namespace, []).append(b)
-    return [Candidate(p.key, p.node_name, p.requests, p.priority, _unit_gang(st, p), p.started,
+    return [Candidate(p.key, p.node_name, p.requests, p.priority,
+                      gang_key(st.membership.get(p.key)), p.started,
                       selecting(p, budgets.get(p.namespace, ())), p.grace_seconds, _quota(p))
             for p in pods if p.node_name is not None]

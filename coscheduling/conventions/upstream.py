@@ -159,15 +159,19 @@ class UpstreamPodGroup:
 
 @dataclass(frozen=True, slots=True)
 class Priority:
-    """A PodGroup's own priority fields (1.36+): ``priority`` (filled by the Priority
-    admission plugin from ``priorityClassName``), ``preemptionPolicy`` (1.37, behind
-    ``PodGroupPreemptionPolicy``) and ``disruptionMode`` (the string ``Pod`` / ``PodGroup``
-    in v1alpha2, the union ``{single: {}}`` / ``{all: {}}`` from v1alpha3)."""
+    """A PodGroup's own priority fields (1.36+): ``priority`` (the 1.37 API server's
+    admission fills it from ``priorityClassName``, as the test bed shows) and
+    ``preemptionPolicy`` (1.37, behind ``PodGroupPreemptionPolicy``).
+
+    ``disruptionMode`` is not read: the API server defaults it to ``{single: {}}``
+    (``pkg/apis/scheduling/v1beta1/zz_generated.defaults.go`` in k8s.io/kubernetes
+    v1.37.2) and records the default as the creator's field, so a user's choice cannot be
+    told from the default; and a gang evicted in part stops anyway. Lockstep evicts a
+    victim gang whole whatever it says (docs/preemption.md)."""
 
     value: int | None = None
     class_name: str | None = None
     never: bool = False
-    single: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,20 +301,8 @@ def _priority(spec: Mapping[str, Any], where: str, key: GangKey) -> Priority | I
     if policy not in (None, "Never", "PreemptLowerPriority"):
         return InvalidGang(key, f"{where}.preemptionPolicy", str(policy),
                            "must be Never or PreemptLowerPriority")
-    mode = spec.get("disruptionMode")
-    if isinstance(mode, Mapping):
-        picked = [k for k in ("single", "all") if mode.get(k) is not None]
-        if len(picked) != 1:
-            return InvalidGang(key, f"{where}.disruptionMode", str(dict(mode)),
-                               "exactly one of single or all")
-        single = picked[0] == "single"
-    elif mode in (None, "Pod", "PodGroup"):
-        single = mode == "Pod"
-    else:
-        return InvalidGang(key, f"{where}.disruptionMode", str(mode),
-                           "must be Pod or PodGroup")
     return Priority(value, str(name) if isinstance(name, str) and name else None,
-                    policy == "Never", single)
+                    policy == "Never")
 
 
 def upstream_workload_from_json(obj: Mapping[str, Any], version: str) -> UpstreamWorkload:
@@ -381,7 +373,7 @@ def resolve_upstream(
         topology = level.name
     return GangSpec(key, policy.min_count, defaults.timeout_seconds, Source.UPSTREAM,
                     topology=topology, priority=prio.value, priority_class=prio.class_name,
-                    preempt_never=prio.never, disruption_single=prio.single)
+                    preempt_never=prio.never)
 
 
 def combine(other: Membership, upstream: Membership) -> Membership:
@@ -410,8 +402,7 @@ def combine(other: Membership, upstream: Membership) -> Membership:
     return replace(other, topology=other.topology or upstream.topology,
                    priority=upstream.priority,
                    priority_class=upstream.priority_class or other.priority_class,
-                   preempt_never=upstream.preempt_never,
-                   disruption_single=upstream.disruption_single)
+                   preempt_never=upstream.preempt_never)
 
 
 # ---------------------------------------------------------------------------- status

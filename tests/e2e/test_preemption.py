@@ -14,6 +14,9 @@ With Kubeflow's real training-operator: a high-priority PyTorchJob preempts a ru
 low-priority one; the operator recreates the evicted pods, which wait with zero bound while
 the high job runs, and run in full once it is deleted.
 
+A Volcano PodGroup whose ``priorityClassName`` is high preempts although its pods carry no
+priority of their own.
+
 And the guards, each with nothing evicted: a high-priority gang too big even after evicting
 everything, a gang of equal priority, and a high-priority gang whose class says
 ``preemptionPolicy: Never``. The binding recorder asserts no partial gang throughout.
@@ -151,6 +154,40 @@ def test_nothing_is_evicted_when_preemption_cannot_help_or_is_not_allowed(
     assert "no bound pod of its quota has a lower priority" in gang_reason(c, f"{ns}/peer")
     assert "preemptionPolicy is Never" in gang_reason(c, f"{ns}/polite")
     assert metric(c, "lockstep_preemptions_total") == 0.0
+    c.recorder.assert_gang_invariants(ns)
+
+
+def test_a_volcano_podgroups_priority_class_makes_it_preempt(cluster: ClusterFactory) -> None:
+    """Volcano's scheduler takes a job's priority from its PodGroup's ``priorityClassName``;
+    the pods here name no class (priority 0, below the low gang's 10), so only the group's
+    class can make this gang preempt. The low gang goes whole, the Volcano gang binds 4/4."""
+    c = cluster("tiny-3x2", volcano=True)
+    c.kube.delete("/api/v1/nodes/" + sorted(
+        n["metadata"]["name"] for n in c.kube.list("/api/v1/nodes"))[-1])  # 4 GPUs left
+    priority_classes(c)
+    ns = "pre-volcano"
+    c.kube.ensure_namespace(ns)
+    low = gang(c, ns, "low", 4, 1, LOW)
+    c.recorder.wait_bound(ns, low, 30)
+    c.kube.create(f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "urgent", "namespace": ns},
+        "spec": {"minMember": 4, "queue": "default", "priorityClassName": HIGH[0],
+                 "minResources": {"nvidia.com/gpu": "4"}}})
+    c.recorder.min_member_of[f"{ns}/urgent"] = 4
+    urgent = []
+    for i in range(4):
+        obj = pod(f"urgent-{i}", ns).annotate("scheduling.k8s.io/group-name", "urgent") \
+            .gpu(1).build()
+        obj["spec"]["terminationGracePeriodSeconds"] = 0
+        c.kube.create_pod(obj)
+        urgent.append(obj["metadata"]["name"])
+    assert all(p["spec"].get("priority", 0) == 0 for p in c.kube.pods(ns)
+               if p["metadata"]["name"] in urgent)
+    c.kube.wait("the Volcano gang bound in full", lambda: sum(
+        n in c.recorder.bound(ns) for n in urgent) == 4, 60)
+    assert deleted(c, ns, low) == set(low), "the low gang is evicted whole"
+    assert metric(c, "lockstep_preemptions_total") == 1.0
     c.recorder.assert_gang_invariants(ns)
 
 

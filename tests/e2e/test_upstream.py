@@ -188,3 +188,42 @@ def test_lockstep_starts_fine_where_the_api_is_not_served(cluster: ClusterFactor
     assert "upstream-podgroups: scheduling.k8s.io podgroups not served" in log, log[-2000:]
     assert c.bed.procs["lockstep"].alive()
     c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_a_podgroup_priority_class_makes_its_gang_preempt_a_lower_one(
+        cluster: ClusterFactory) -> None:
+    """The 1.37 PodGroup's ``priority`` (the API server's admission fills it from
+    ``priorityClassName``) is the gang's priority: its pods name no class, yet it evicts a
+    lower gang whole (6 pods where 4 GPUs would do: the defaulted ``disruptionMode: single``
+    does not split a gang) and binds in full. Lockstep runs under exactly its ClusterRole."""
+    c = upstream_bed(cluster)
+    for name, value in (("up-high", 100000), ("up-low", 10)):
+        c.kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value})
+    job(c, "low", 6)
+    low = [f"low-{i}" for i in range(6)]
+    for n in low:
+        obj = member(n, "low")
+        obj["spec"]["priorityClassName"] = "up-low"
+        obj["spec"]["terminationGracePeriodSeconds"] = 0
+        c.create(obj)
+    c.wait_bound(low, 30)
+    c.kube.create(f"{API}/namespaces/{c.ns}/workloads", workload("urgent", 4))
+    pg = podgroup("urgent", 4)
+    pg["spec"]["priorityClassName"] = "up-high"
+    created = c.kube.create(f"{API}/namespaces/{c.ns}/podgroups", pg)
+    urgent = [f"urgent-{i}" for i in range(4)]
+    for n in urgent:
+        c.create(member(n, "urgent"))
+    c.wait_bound(urgent, 60)
+    # What the API server made of it: admission filled the priority from the class, and
+    # defaulted disruptionMode to single (Lockstep still evicts the gang whole).
+    assert created["spec"]["priority"] == 100000
+    assert created["spec"]["disruptionMode"] == {"single": {}}
+    c.kube.wait("the low gang evicted whole", lambda: not any(
+        p["metadata"]["name"] in low for p in c.kube.pods(c.ns)), 30)
+    assert all(p["spec"].get("priority", 0) == 0 for p in c.kube.pods(c.ns)
+               if p["metadata"]["name"] in urgent)
+    c.recorder.assert_gang_invariants(c.ns)
+    no_forbidden(c)

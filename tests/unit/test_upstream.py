@@ -495,27 +495,25 @@ async def test_podgroups_are_found_by_discovery_or_synced_empty(
 
 
 @pytest.mark.parametrize(
-    ("extra", "version", "want"),
+    ("extra", "want"),
     [
-        pytest.param({"priorityClassName": "high", "priority": 1000}, "v1beta1",
-                     Priority(1000, "high", False, False), id="priority-filled-by-admission"),
+        pytest.param({"priorityClassName": "high", "priority": 1000}, Priority(1000, "high"),
+                     id="priority-filled-by-admission"),
+        pytest.param({"priorityClassName": "high"}, Priority(None, "high"),
+                     id="class-only-priority-not-filled"),
         pytest.param({"preemptionPolicy": "Never", "disruptionMode": {"single": {}}},
-                     "v1beta1", Priority(None, None, True, True), id="v1beta1-never-single"),
-        pytest.param({"disruptionMode": {"all": {}}}, "v1alpha3", Priority(),
-                     id="v1alpha3-all"),
-        pytest.param({"disruptionMode": "Pod"}, "v1alpha2", Priority(single=True),
-                     id="v1alpha2-string-pod"),
-        pytest.param({"disruptionMode": "PodGroup"}, "v1alpha2", Priority(),
-                     id="v1alpha2-string-podgroup"),
+                     Priority(None, None, True), id="never"),
+        pytest.param({"preemptionPolicy": "PreemptLowerPriority"}, Priority(),
+                     id="preempt-lower-priority"),
     ],
 )
-def test_podgroup_priority_fields(extra: dict[str, Any], version: str, want: Priority) -> None:
-    got = upstream_podgroup_from_json(podgroup(version=version, extra_spec=extra), version)
+def test_podgroup_priority_fields(extra: dict[str, Any], want: Priority) -> None:
+    got = upstream_podgroup_from_json(podgroup(extra_spec=extra), "v1beta1")
     assert got.error is None and got.priority == want
     spec = resolve_upstream(member(), {KEY: got}, {}, DEFAULTS, DEFAULT_LEVELS)
     assert isinstance(spec, GangSpec)
-    assert (spec.priority, spec.priority_class, spec.preempt_never, spec.disruption_single) \
-        == (want.value, want.class_name, want.never, want.single)
+    assert (spec.priority, spec.priority_class, spec.preempt_never) \
+        == (want.value, want.class_name, want.never)
 
 
 @pytest.mark.parametrize(
@@ -525,10 +523,6 @@ def test_podgroup_priority_fields(extra: dict[str, Any], version: str, want: Pri
                      id="priority-not-a-number"),
         pytest.param({"preemptionPolicy": "Sometimes"}, f"{V1B1}.preemptionPolicy",
                      "Never or PreemptLowerPriority", id="unknown-policy"),
-        pytest.param({"disruptionMode": {"single": {}, "all": {}}}, f"{V1B1}.disruptionMode",
-                     "exactly one of single or all", id="both-modes"),
-        pytest.param({"disruptionMode": "Sometimes"}, f"{V1B1}.disruptionMode",
-                     "Pod or PodGroup", id="unknown-mode"),
     ],
 )
 def test_bad_priority_fields_are_named(extra: dict[str, Any], field: str, problem: str) -> None:
