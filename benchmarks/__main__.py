@@ -1,6 +1,7 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
 ``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [preemption]
+[victims]
 [--quick]``; results go
 to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
@@ -18,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import client, memory, placement, preemption, throughput, verbs
+from . import client, memory, placement, preemption, throughput, verbs, victims
 
-BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption")
+BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption", "victims")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -117,6 +118,8 @@ def main() -> None:
         _client(args, out, meta)
     if "preemption" in args.which:
         _preemption(args, out, meta)
+    if "victims" in args.which:
+        _victims(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -205,6 +208,18 @@ def _preemption(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
                                                      **result}, indent=2))
     print("\nPreemption latency (last member created to all bound, victims' grace 0)")
     print(table(result["rows"], preemption.TABLE_COLUMNS))
+
+
+def _victims(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    nodes = 1000 if args.quick else 5000
+    print(f"\nPreemption decision: {nodes} synthetic nodes x 8 GPUs full of bound pods, "
+          "one choose_victims call per preemptor", flush=True)
+    measured = _commit()
+    result = victims.run(nodes)
+    (out / "victims.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                  **result}, indent=2))
+    print(f"\nPreemption decision ({result['candidates']} candidate pods; event-loop time)")
+    print(table(result["rows"], victims.TABLE_COLUMNS))
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:

@@ -312,9 +312,12 @@ def describe(reason: NoPreemption) -> str:
                     f"lower priority ({bound} looked at, {low})")
         case WouldNotFit(p, prio, units, pods, nofit):
             where = f" in one {nofit.required_level}" if nofit.required_level else ""
+            fit = (f"at most {nofit.widest_domain_fit} of {nofit.members} members would fit "
+                   f"in any one {nofit.required_level}" if nofit.required_level
+                   else f"{nofit.free_units} of {nofit.members} members would fit")
             return (f"{p} (priority {prio}) would not fit{where} even after evicting all "
                     f"{units} lower-priority gangs and pods ({pods} pods): nothing evicted; "
-                    f"{nofit.free_units} of {nofit.members} members would fit")
+                    f"{fit}")
         case AlreadyFits(p, _):
             return f"{p} fits without preemption"
 

@@ -549,10 +549,12 @@ def test_no_eviction_loop_between_two_gangs() -> None:
 
 
 def test_describe_names_what_to_change() -> None:
-    nofit = NoFit(members=3, shape={GPU: 4}, free_units=2, eligible_nodes=2,
-                  required_level="rack")
+    nofit = NoFit(members=3, shape={GPU: 4}, free_units=5, eligible_nodes=2,
+                  required_level="rack", widest_domain_fit=2)
     text = describe(WouldNotFit("default/hi", 10, 2, 2, nofit))
     assert "in one rack" in text and "2 lower-priority" in text
+    # The cluster-wide count (5 of 3) would read as a contradiction: say the rack's.
+    assert "at most 2 of 3 members would fit in any one rack" in text
     assert "Never" in describe(PolicyNever("default/hi"))
     assert "none is bound" in describe(NoLowerPriority("default/hi", 3, 0, None))
 
