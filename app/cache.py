@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,7 @@ from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import Kind
 from coscheduling.numa import nrt_from_json
 from coscheduling.podgroup import gang_key
+from coscheduling.queues import queue_from_json
 from coscheduling.records import NodeName
 from coscheduling.resources import QuantityError
 
@@ -65,6 +66,7 @@ PODGROUPS = scheduler_plugins.API.path
 VOLCANO_PODGROUPS = volcano.API.path
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 PDBS = "/apis/policy/v1/poddisruptionbudgets"
+QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 MISSING_POLL_SECONDS = 30.0
 """How long an optional resource that is not served waits before looking again, unless its
@@ -135,6 +137,8 @@ class ClusterCache:
                      lambda o, _: scheduler_plugins.API.parse(o), optional=True),
             Resource("volcano-podgroups", VOLCANO_PODGROUPS, ingest.VOLCANO_PODGROUPS,
                      lambda o, _: volcano.API.parse(o), optional=True),
+            Resource("volcano-queues", QUEUES, ingest.QUEUES,
+                     lambda o, _: queue_from_json(o), lambda _, name: name, optional=True),
             Resource("noderesourcetopologies", NRTS, ingest.NUMA,
                      lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
             Resource("poddisruptionbudgets", PDBS, ingest.PDBS,
@@ -176,10 +180,6 @@ class ClusterCache:
             log.warning("skipping unparsable %s %s: %s", kind, _name(obj), e)
             return None
 
-    def _replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
-        self._apply_all(kind, [r for r in (self._parse(kind, o) for o in items)
-                               if r is not None])
-
     def _apply_all(self, kind: str, records: list[Any]) -> None:
         """Make the core's set of ``kind`` exactly ``records`` (after a list)."""
         self.core.replace(self.resources[kind].kind, records)
@@ -219,7 +219,7 @@ class ClusterCache:
                 if not res.optional:
                     raise
                 # CRD not installed: synced-empty; look again when its CRD comes, or later.
-                self._replace(kind, [])
+                self.core.unserved(res.kind)
                 res.synced, res.last_sync = True, time.monotonic()
                 await self._wait_for_crd(res)
             except (APIUnreachable, APIError) as e:

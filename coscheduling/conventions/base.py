@@ -70,6 +70,8 @@ class PodGroupRecord:
     """``status.phase`` as last written (Volcano's enqueue state lives there)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Koordinator reads its gang options from the PodGroup's annotations (CRD way)."""
+    queue: str = ""
+    """Volcano's ``spec.queue`` (``default`` when unset); "" for other conventions."""
 
 
 Objects = Mapping[Source, Mapping[GangKey, PodGroupRecord]]
