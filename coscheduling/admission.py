@@ -329,6 +329,8 @@ def _outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
 def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
            ) -> FilterDecision:
     """An admitted gang's plan is whole; this pod is an extra beyond minMember."""
+    if g.spec is not None and (full := queue_gate(st, g, g.spec, (), pod.requests)) is not None:
+        return FilterDecision([], unresolvable=full)  # its Volcano queue has no room for it
     required, _ = levels_for(st, g)
     result = plan_gang([Member(pod, frozenset(candidates))], st.capacity,
                        st.settings.levels, required=required, fixed=dict(g.plan))

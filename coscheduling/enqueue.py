@@ -20,7 +20,7 @@ from .records import PodRecord
 from .resources import Resources, add
 from .state import CoreState
 
-__all__ = ["queue_freed", "queue_gate", "queue_of", "queue_use", "wake_queued"]
+__all__ = ["holds", "queue_freed", "queue_gate", "queue_of", "queue_use", "wake_queued"]
 
 
 def queue_of(st: CoreState, g: Gang) -> str | None:
@@ -32,7 +32,8 @@ def queue_of(st: CoreState, g: Gang) -> str | None:
     return pg.queue if pg is not None else DEFAULT_QUEUE
 
 
-def _holds(st: CoreState, g: Gang) -> Resources:
+def holds(st: CoreState, g: Gang) -> Resources:
+    """What the gang holds: its reservations and its bound live members' requests."""
     total: Resources = {}
     for key in g.plan:
         r = st.ledger.get(key)
@@ -51,7 +52,7 @@ def queue_use(st: CoreState) -> QueueUse | None:
     use = QueueUse(st.store.queues)
     for g in st.gangs.values():
         queue = queue_of(st, g)
-        if queue is not None and (held := _holds(st, g)):
+        if queue is not None and (held := holds(st, g)):
             use.take(g.key, queue, held)
     for key, pg in st.store.volcano.items():
         if key not in use.held and pg.phase == "Inqueue":
@@ -59,18 +60,29 @@ def queue_use(st: CoreState) -> QueueUse | None:
     return use
 
 
-def queue_gate(st: CoreState, g: Gang, spec: GangSpec, live: Sequence[PodRecord]
-               ) -> GangReason | None:
+def queue_gate(st: CoreState, g: Gang, spec: GangSpec, live: Sequence[PodRecord],
+               adding: Resources | None = None) -> GangReason | None:
     """Why a Volcano gang may not be admitted for its queue, or None (other conventions,
-    no Queue CRD, an open queue with room)."""
+    no Queue CRD, an open queue with room).
+
+    The gang asks for its ``minResources`` (or members x minMember), and never less than
+    all its live members together: admission plans every member that fits, extras beyond
+    minMember too, so this keeps what a queue's gangs hold within its capability whatever
+    the plan takes. With ``adding``, an admitted gang asks to grow by one extra member."""
     queue = queue_of(st, g)
     if queue is None:
         return None
     use = queue_use(st)
     if use is None:
         return None
+    if adding is not None:
+        return use.check(g.key, queue, add(holds(st, g), adding))
     want = demand(spec.min_resources, spec.min_member, [p.requests for p in live])
-    return use.check(g.key, queue, want)
+    everyone: Resources = {}
+    for p in live:
+        everyone = add(everyone, p.requests)
+    return use.check(g.key, queue, {r: max(want.get(r, 0), everyone.get(r, 0))
+                                    for r in want.keys() | everyone.keys()})
 
 
 def wake_queued(st: CoreState, queue: str | None = None) -> None:

@@ -213,3 +213,25 @@ def test_the_enqueue_status_says_which_queue_holds_a_group_back() -> None:
            for k, s in core.volcano_statuses().items()}
     assert out == {"a": ("Inqueue", None), "b": ("Pending", "QueueFull"),
                    "c": ("Pending", "QueueNotOpen"), "d": ("Pending", "QueueNotFound")}
+
+
+def test_extra_members_never_take_a_queue_past_its_capability() -> None:
+    core = core_with(queue("q", 3))
+    gang(core, "a", size=2)  # minResources 2 GPUs: two members, both planned
+    assert filt(core, "a-0").passed
+    core.upsert_pod(pod_from_json(
+        pod("a-2").annotate("scheduling.k8s.io/group-name", "a").gpu(1).build()))
+    assert filt(core, "a-2").passed  # 3 of 3
+    core.upsert_pod(pod_from_json(
+        pod("a-3").annotate("scheduling.k8s.io/group-name", "a").gpu(1).build()))
+    assert isinstance(filt(core, "a-3").unresolvable, QueueFull)
+
+
+def test_a_gang_with_more_members_than_its_queue_holds_waits() -> None:
+    """Admission plans every member that fits: all of them must fit the queue."""
+    core = core_with(queue("q", 3))
+    gang(core, "a", size=2)
+    for i in (2, 3):
+        core.upsert_pod(pod_from_json(
+            pod(f"a-{i}").annotate("scheduling.k8s.io/group-name", "a").gpu(1).build()))
+    assert isinstance(filt(core, "a-0").unresolvable, QueueFull)
