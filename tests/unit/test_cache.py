@@ -241,3 +241,26 @@ async def test_crd_watch_refused_falls_back_to_the_poll_and_says_so_once(
     task.cancel()
     assert len(calls) == 1
     assert sum("every 30s" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_volcano_queues_are_read_and_their_absence_means_no_gating() -> None:
+    served = False
+
+    def api(request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch") or not served:
+            return httpx.Response(404 if not served else 200,
+                                  content=b"404 page not found\n" if not served else b"")
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "3"}, "items": [
+            {"metadata": {"name": "team"}, "spec": {"capability": {"nvidia.com/gpu": "4"}},
+             "status": {"state": "Closed"}}]})
+
+    core = Coscheduler()
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
+    res = cache.resources["volcano-queues"]
+    await run_until(cache, "volcano-queues", lambda: res.synced)
+    assert core.store.queues is None  # no CRD: nothing is gated
+    served = True  # the CRD is installed; the loop lists again
+    await run_until(cache, "volcano-queues", lambda: res.relists >= 1)
+    assert core.store.queues is not None
+    q = core.store.queues["team"]
+    assert (q.capability, q.state) == ({"nvidia.com/gpu": 4}, "Closed")
