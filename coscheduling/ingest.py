@@ -374,8 +374,8 @@ def _leave(st: CoreState, gang: GangKey, pod: PodKey) -> None:
     st.unpark(g, pod, f"pod {pod} was deleted or left the gang")
     g.drop_slot(pod)
     g.binding.discard(pod)
+    queue_freed(st, g)  # before its spec may go with its last member
     refresh_spec(st, g)
-    queue_freed(st, g)
     if not g.members and not g.plan and not g.binding:
         del st.gangs[gang]
         st.preempt_tried.pop(gang, None)

@@ -235,3 +235,36 @@ def test_a_gang_with_more_members_than_its_queue_holds_waits() -> None:
         core.upsert_pod(pod_from_json(
             pod(f"a-{i}").annotate("scheduling.k8s.io/group-name", "a").gpu(1).build()))
     assert isinstance(filt(core, "a-0").unresolvable, QueueFull)
+
+
+def test_the_last_member_of_a_gang_leaving_wakes_the_queue() -> None:
+    core = core_with(queue("q", 4))
+    core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(vpg("a", 4)))
+    for i in range(4):  # running: bound members hold their room in the queue
+        core.upsert_pod(pod_from_json(pod(f"a-{i}").annotate(
+            "scheduling.k8s.io/group-name", "a").gpu(1).on(f"n{i // 2}").build()))
+    gang(core, "b")
+    for i in range(3):
+        core.delete_pod(pod_key("default", f"a-{i}"))
+    assert isinstance(filt(core, "b-0").unresolvable, QueueFull)  # a-3 still holds one
+    core.drain_requeue()
+    core.delete_pod(pod_key("default", "a-3"))
+    assert pod_key("default", "b-0") in core.drain_requeue()
+    assert filt(core, "b-0").passed
+
+
+def test_the_last_member_of_a_gang_finishing_wakes_the_queue() -> None:
+    core = core_with(queue("q", 4))
+    core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(vpg("a", 4)))
+    members = [pod(f"a-{i}").annotate("scheduling.k8s.io/group-name", "a").gpu(1)
+               for i in range(4)]
+    for i, b in enumerate(members):
+        core.upsert_pod(pod_from_json(b.on(f"n{i // 2}").build()))
+    gang(core, "b")
+    for i in range(3):
+        core.upsert_pod(pod_from_json(members[i].on(f"n{i // 2}", "Succeeded").build()))
+    assert isinstance(filt(core, "b-0").unresolvable, QueueFull)  # a-3 still runs
+    core.drain_requeue()
+    core.upsert_pod(pod_from_json(members[3].on("n1", "Succeeded").build()))
+    assert pod_key("default", "b-0") in core.drain_requeue()
+    assert filt(core, "b-0").passed
