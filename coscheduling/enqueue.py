@@ -70,8 +70,11 @@ def queue_gate(st: CoreState, g: Gang, spec: GangSpec, live: Sequence[PodRecord]
     minMember too, so this keeps what a queue's gangs hold within its capability whatever
     the plan takes. With ``adding``, an admitted gang asks to grow by one extra member."""
     queue = queue_of(st, g)
-    if queue is None:
+    if queue is None or st.store.queues is None:
         return None
+    q = st.store.queues.get(queue)
+    if (q is None and queue == DEFAULT_QUEUE) or (q is not None and q.open and not q.capability):
+        return None  # unlimited: no need to add up what the queue's groups hold
     use = queue_use(st)
     if use is None:
         return None
