@@ -11,6 +11,14 @@ discovery: whichever of its versions the server serves
 (``coscheduling.conventions.upstream``), or none (Kubernetes before 1.35, or the
 ``GenericWorkload`` gate off), which counts as synced and empty and is looked for again
 every 30 s. Its absence never fails Lockstep.
+
+An optional CRD (scheduler-plugins' or Volcano's PodGroup, NodeResourceTopology) installed
+after Lockstep started is noticed at once: a watch of CustomResourceDefinitions
+(:meth:`ClusterCache.watch_crds`) wakes the sleeping loop of the resource whose CRD became
+Established, so a training operator that creates its Volcano PodGroups right after
+installing Volcano's CRDs does not wait out the 30 s poll. The poll stays as the fallback
+(when RBAC denies the CRD watch, and for ``scheduling.k8s.io``, which is built in and found
+by discovery, not by a CRD).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +51,7 @@ from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import Kind
 from coscheduling.numa import nrt_from_json
 from coscheduling.podgroup import gang_key
+from coscheduling.queues import queue_from_json
 from coscheduling.records import NodeName
 from coscheduling.resources import QuantityError
 
@@ -59,6 +68,11 @@ VOLCANO_PODGROUPS = volcano.API.path
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 PDBS = "/apis/policy/v1/poddisruptionbudgets"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+MISSING_POLL_SECONDS = 30.0
+"""How long an optional resource that is not served waits before looking again, unless its
+CRD's watch event wakes it first."""
 
 
 def _namespaced(ns: str, name: str) -> Any:
@@ -94,6 +108,10 @@ class Resource:
     """The discovered version ("" when not served)."""
     protobuf: Callable[[bytes], dict[str, Any]] | None = None
     """Lists ask for protobuf and decode it with this (only built-in kinds have it)."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when this resource's CRD becomes Established: ends the wait for a missing CRD."""
+    eager: int = 0
+    """Quick retries left after a wake (a list may 404 for a moment after Established)."""
     first_from_cache: bool = False
     """The first list is served by the API server's watch cache (``resourceVersion=0``), as
     client-go's first list is: at 5,000 nodes 0.16-0.26 s and 0.2-0.3 s of API server CPU,
@@ -121,6 +139,8 @@ class ClusterCache:
                      lambda o, _: scheduler_plugins.API.parse(o), optional=True),
             Resource("volcano-podgroups", VOLCANO_PODGROUPS, ingest.VOLCANO_PODGROUPS,
                      lambda o, _: volcano.API.parse(o), optional=True),
+            Resource("volcano-queues", QUEUES, ingest.QUEUES,
+                     lambda o, _: queue_from_json(o), lambda _, name: name, optional=True),
             Resource("noderesourcetopologies", NRTS, ingest.NUMA,
                      lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
             Resource("poddisruptionbudgets", PDBS, ingest.PDBS,
@@ -135,6 +155,16 @@ class ClusterCache:
                      discover=(GROUP, "workloads", WORKLOAD_VERSIONS)),
         ):
             self.resources[r.name] = r
+
+    def crd_names(self) -> dict[str, Resource]:
+        """The optional resources a CRD serves, by the CRD's name (``plural.group``); those
+        found by discovery (built into the API server) have none."""
+        out: dict[str, Resource] = {}
+        for r in self.resources.values():
+            parts = r.path.split("/")
+            if r.optional and r.discover is None and len(parts) == 5 and parts[1] == "apis":
+                out[f"{parts[4]}.{parts[2]}"] = r
+        return out
 
     @property
     def synced(self) -> bool:
@@ -153,10 +183,6 @@ class ClusterCache:
             # One malformed object must not stop the cache; it is simply not scheduled around.
             log.warning("skipping unparsable %s %s: %s", kind, _name(obj), e)
             return None
-
-    def _replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
-        self._apply_all(kind, [r for r in (self._parse(kind, o) for o in items)
-                               if r is not None])
 
     def _apply_all(self, kind: str, records: list[Any]) -> None:
         """Make the core's set of ``kind`` exactly ``records`` (after a list)."""
@@ -184,6 +210,7 @@ class ClusterCache:
         res = self.resources[kind]
         delay = 0.5
         while True:
+            res.wake.clear()  # a CRD event from here on ends the wait below
             try:
                 if res.discover is not None:
                     await self._discover(res)
@@ -195,12 +222,77 @@ class ClusterCache:
             except NotFound:
                 if not res.optional:
                     raise
-                # CRD not installed: synced-empty; look again later.
-                self._replace(kind, [])
+                # CRD not installed: synced-empty; look again when its CRD comes, or later.
+                self.core.unserved(res.kind)
                 res.synced, res.last_sync = True, time.monotonic()
-                await asyncio.sleep(30)
+                await self._wait_for_crd(res)
             except (APIUnreachable, APIError) as e:
                 log.warning("%s: %s; retrying in %.1fs", kind, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _wait_for_crd(self, res: Resource) -> None:
+        """Sleep until the resource's CRD is Established (:meth:`watch_crds` sets
+        ``res.wake``) or the poll comes round. Just after a wake the API server may still
+        answer 404 for a moment: a few quick retries cover that."""
+        if res.eager > 0:
+            res.eager -= 1
+            await asyncio.sleep(0.2)
+            return
+        try:
+            await asyncio.wait_for(res.wake.wait(), MISSING_POLL_SECONDS)
+        except TimeoutError:
+            return
+        res.eager = 5
+        log.info("%s: its CRD is established; listing now", res.name)
+
+    async def watch_crds(self) -> None:
+        """List then watch CustomResourceDefinitions forever, waking the loop of each
+        optional resource whose CRD is Established. Only the CRDs of :meth:`crd_names`
+        matter (the API server cannot select CRDs by group, so the rest are ignored here).
+        A refusal (RBAC without the CRD rule) is logged once; the 30 s poll then stands."""
+        wanted = self.crd_names()
+        rv = ""
+        delay = 0.5
+        refused = False
+        while True:
+            try:
+                if not rv:
+                    names, rv = await self.kube.list_parsed(
+                        CRDS, lambda o: _established(o, wanted))
+                    for name in names:
+                        wanted[name].wake.set()
+                    delay = 0.5
+                async for ev in self.kube.watch(CRDS, rv, timeout_seconds=self.watch_timeout):
+                    obj = ev.get("object") or {}
+                    if ev.get("type") == "ERROR":
+                        if obj.get("code") == 410:
+                            raise Gone(410, "Expired", str(obj.get("message")), path=CRDS)
+                        raise APIError(int(obj.get("code") or 500), str(obj.get("reason") or ""),
+                                       str(obj.get("message") or ""), path=CRDS)
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if ev.get("type") in ("ADDED", "MODIFIED") \
+                            and (ready := _established(obj, wanted)) is not None:
+                        wanted[ready].wake.set()
+                await asyncio.sleep(0.2)  # a watch that ends at once must not spin
+            except Gone:
+                rv = ""
+            except APIError as e:
+                if e.status in (401, 403, 404):
+                    if not refused:
+                        log.warning("CustomResourceDefinitions cannot be watched (%s); optional "
+                                    "resources installed later are looked for every %.0fs",
+                                    e.status, MISSING_POLL_SECONDS)
+                        refused = True
+                    rv = ""
+                    await asyncio.sleep(300)
+                    continue
+                log.warning("customresourcedefinitions: %s; retrying in %.1fs", e, delay)
+                rv = ""
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+            except APIUnreachable as e:
+                log.warning("customresourcedefinitions watch broken: %s", e)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
@@ -285,6 +377,17 @@ class ClusterCache:
                 continue
             # A watch that ends at once (a proxy closing idle streams) must not spin.
             await asyncio.sleep(0.2 if time.monotonic() - started < 1.0 else 0)
+
+
+def _established(obj: dict[str, Any], wanted: Mapping[str, Resource]) -> str | None:
+    """The CRD's name when it is one of ``wanted`` and Established (its API is served)."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    if name not in wanted:
+        return None
+    conds = (obj.get("status") or {}).get("conditions") or ()
+    ok = any(isinstance(c, dict) and c.get("type") == "Established" and c.get("status") == "True"
+             for c in conds)
+    return name if ok else None
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -24,6 +24,9 @@ from coscheduling.reasons import (
     PodNotInCache,
     Preempting,
     PreemptionStalled,
+    QueueFull,
+    QueueNotFound,
+    QueueNotOpen,
     Reason,
     ReservedForGangs,
     TimedOut,
@@ -107,6 +110,17 @@ def render(reason: Reason) -> str:
                     f"failed after its siblings bound: {why}")
         case UnknownNode(node):
             return f"node {node} is not in Lockstep's cache yet"
+        case QueueNotFound(gang, queue):
+            return (f"gang {gang}: Volcano queue {queue!r} does not exist; the group waits "
+                    f"until it is created (or spec.queue names another)")
+        case QueueNotOpen(gang, queue, state):
+            return (f"gang {gang}: Volcano queue {queue!r} is {state}; the group waits until "
+                    f"the queue is Open")
+        case QueueFull(gang, queue, want, used, capability, over):
+            return (f"gang {gang}: Volcano queue {queue!r} is at its capability "
+                    f"{format_resources(capability)}: its other groups hold "
+                    f"{format_resources(used)} and this one needs {format_resources(want)} "
+                    f"({', '.join(over)} over); it waits until they finish")
         case HigherPriorityPodsWaiting(gang, priority, pods, count):
             listed = ", ".join(pods) + (f" and {count - len(pods)} more" if count > len(pods)
                                         else "")

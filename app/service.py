@@ -99,6 +99,7 @@ class Lockstep:
     async def start(self) -> None:
         runners: dict[str, Coroutine[Any, Any, None]] = {
             **{f"watch-{name}": self.cache.run(name) for name in self.cache.resources},
+            "watch-crds": self.cache.watch_crds(),
             "deadline-timer": self.binder.expire_loop(),
             "event-poster": self.poster.post_events(),
             "requeue-nudger": self.poster.nudge(),

@@ -18,7 +18,7 @@ from coscheduling import Coscheduler, GangKey
 from coscheduling.conventions import scheduler_plugins, volcano
 from coscheduling.conventions.upstream import GROUP, GangProgress, condition_updates
 from coscheduling.podgroup import InvalidGang
-from coscheduling.reasons import InvalidDeclaration
+from coscheduling.reasons import InvalidDeclaration, QueueFull, QueueNotFound, QueueNotOpen
 
 from .errors import APIError, APIUnreachable
 from .kube import KubeClient
@@ -77,7 +77,7 @@ class StatusWriter:
                                       "succeeded": st.succeeded, "failed": st.failed}
             if st.waiting is not None:
                 status["conditions"] = [{
-                    "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                    "type": "Unschedulable", "status": "True", "reason": _reason(st.waiting),
                     "message": render(st.waiting)[:1024], "lastTransitionTime": _now()}]
             elif st.phase != "Pending":
                 status["conditions"] = []
@@ -131,6 +131,14 @@ class StatusWriter:
                     content_type="application/strategic-merge-patch+json")
             except (APIError, APIUnreachable) as e:
                 log.info("PodGroup %s (%s) status not written: %s", upd.key, GROUP, e)
+
+
+def _reason(why: object) -> str:
+    """The Unschedulable condition's reason: a Volcano queue that holds the group back is
+    named for what the queue says, anything else is short of resources."""
+    if isinstance(why, QueueFull | QueueNotFound | QueueNotOpen):
+        return type(why).__name__
+    return "NotEnoughResources"
 
 
 def _same(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:

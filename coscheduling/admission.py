@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from .decisions import FilterDecision, NoticeKind, Unparked
 from .eligibility import eligible
+from .enqueue import queue_gate
 from .gang import Gang, GangPhase
 from .membership import countable, departed, meets_quorum, pick
 from .nofit import NoFit
@@ -192,6 +193,8 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         return bad
     if (waits_for := blocked(st, g)) is not None:
         return waits_for
+    if (queue_says := queue_gate(st, g, spec, live)) is not None:
+        return queue_says  # a Volcano gang whose queue is closed, missing or full
     if spec.min_resources:
         total = free_outside_reservations(st)
         if not fits(spec.min_resources, total):
@@ -258,6 +261,8 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
     required, bad = levels_for(st, g)
     if bad is not None or blocked(st, g) is not None:
         return False
+    if queue_gate(st, g, spec, live) is not None:
+        return False  # no eviction for a gang its Volcano queue holds back
     pending = [p for p in live if p.node_name is None and not p.held]
     have = [p.key for p in live if p.node_name is not None] \
         if spec.match_policy is not MatchPolicy.ONLY_WAITING else []
@@ -324,6 +329,8 @@ def _outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
 def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
            ) -> FilterDecision:
     """An admitted gang's plan is whole; this pod is an extra beyond minMember."""
+    if g.spec is not None and (full := queue_gate(st, g, g.spec, (), pod.requests)) is not None:
+        return FilterDecision([], unresolvable=full)  # its Volcano queue has no room for it
     required, _ = levels_for(st, g)
     result = plan_gang([Member(pod, frozenset(candidates))], st.capacity,
                        st.settings.levels, required=required, fixed=dict(g.plan))

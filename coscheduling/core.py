@@ -175,6 +175,13 @@ class Coscheduler:
         """After a relist: exactly ``records`` of ``kind``, deletions included."""
         kind.replace(self.state, records)
 
+    def unserved(self, kind: Kind[Any, Any]) -> None:
+        """``kind``'s CRD is not installed: an empty set, unless the kind says more."""
+        if kind.unserved is not None:
+            kind.unserved(self.state)
+        else:
+            kind.replace(self.state, [])
+
     def upsert_pod(self, pod: PodRecord) -> None:
         """A pod as the watch delivers it."""
         self.upsert(ingest.PODS, pod)

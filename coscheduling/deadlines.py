@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import preempting
 from .admission import fall_back
 from .decisions import Expired, NoticeKind
+from .enqueue import queue_freed
 from .gang import GangPhase
 from .held import HELD_RETRY_SECONDS
 from .podgroup import Mode
@@ -58,6 +59,7 @@ def expire(st: CoreState, now: float) -> list[Expired]:
         g.expire(now, backoff, reason)
         st.notice(NoticeKind.TIMED_OUT, g.key, sorted(g.members), reason)
         out.append(Expired(g.key, parked, reason))
+        queue_freed(st, g)  # a Volcano gang gave its queue's room back
         # Capacity came free: wake the gangs that were waiting for it.
         for other in st.gangs.values():
             if other is not g and isinstance(other.reason, DoesNotFit | PlannedNodeLost):

@@ -20,12 +20,14 @@ from .conventions.base import PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .decisions import NoticeKind, Unparked
 from .disruption import Budget
+from .enqueue import queue_freed, wake_queued
 from .gang import Gang
 from .gating import pinned_node
 from .membership import gang_key, refresh_spec, resolve_pod
 from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang
 from .preempting import victims_gone
+from .queues import QueueRecord
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .state import CoreState
@@ -37,6 +39,7 @@ __all__ = [
     "PDBS",
     "PODS",
     "PRIORITY_CLASSES",
+    "QUEUES",
     "SP_PODGROUPS",
     "UPSTREAM_PODGROUPS",
     "VOLCANO_PODGROUPS",
@@ -68,6 +71,9 @@ class Kind(Generic[K, R]):
     upsert: Callable[[CoreState, R], None]
     delete: Callable[[CoreState, K], None]
     replace_all: Callable[[CoreState, Iterable[R]], None] | None = None
+    unserved: Callable[[CoreState], None] | None = None
+    """The kind's CRD is not installed, when that means more than an empty set (Volcano's
+    Queues: no CRD, no gating; an empty set: every queue but ``default`` is missing)."""
 
     def replace(self, st: CoreState, records: Iterable[R]) -> None:
         if self.replace_all is not None:
@@ -230,6 +236,8 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
         st.outbox.lift.add(pod.key)
     if pod.terminal:
         victims_gone(st, (pod.key,))
+        if new_gang is not None and (g := st.gangs.get(new_gang)) is not None:
+            queue_freed(st, g)
     elif pod.unschedulable and pod.node_name is None and new_gang is not None:
         st.held_touched.add(new_gang)  # kube-scheduler found no node: may preempt
     _track_pending(st, pod, membership is None)
@@ -367,6 +375,7 @@ def _leave(st: CoreState, gang: GangKey, pod: PodKey) -> None:
     st.unpark(g, pod, f"pod {pod} was deleted or left the gang")
     g.drop_slot(pod)
     g.binding.discard(pod)
+    queue_freed(st, g)  # before its spec may go with its last member
     refresh_spec(st, g)
     if not g.members and not g.plan and not g.binding:
         del st.gangs[gang]
@@ -418,11 +427,41 @@ def _drop_class(st: CoreState, name: str) -> None:
 PRIORITY_CLASSES: Kind[str, PriorityClass] = Kind(
     "priorityclasses", lambda st: st.priority_classes, lambda c: c.name, _put_class,
     _drop_class)
+
+
+def _put_queue(st: CoreState, q: QueueRecord) -> None:
+    if st.store.queues is None:
+        st.store.queues = {}
+    st.store.queues[q.name] = q
+    wake_queued(st, q.name)
+
+
+def _drop_queue(st: CoreState, name: str) -> None:
+    if st.store.queues is not None and st.store.queues.pop(name, None) is not None:
+        wake_queued(st, name)
+
+
+def _replace_queues(st: CoreState, queues: Iterable[QueueRecord]) -> None:
+    st.store.queues = {q.name: q for q in queues}
+    wake_queued(st)
+
+
+def _queues_unserved(st: CoreState) -> None:
+    if st.store.queues is not None:
+        st.store.queues = None
+        wake_queued(st)
+
+
+QUEUES: Kind[str, QueueRecord] = Kind(
+    "queues.scheduling.volcano.sh", lambda st: st.store.queues or {}, lambda q: q.name,
+    _put_queue, _drop_queue, _replace_queues, _queues_unserved)
+
+
 PODS: Kind[PodKey, PodRecord] = Kind(
     "pods", lambda st: st.store.pods, lambda p: p.key, watched_pod,
     delete_pod, _replace_pods)
 
 KINDS: dict[str, Kind[Any, Any]] = {k.name: k for k in (
     NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PDBS,
-    PRIORITY_CLASSES, PODS)}
+    PRIORITY_CLASSES, PODS, QUEUES)}
 """Every kind the core reads, by its resource name."""

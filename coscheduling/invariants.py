@@ -12,7 +12,10 @@
    domains);
 6. a member pinned to a node (Lockstep lifted its gate) is only ever planned on that node,
    and no held member (its gate still on) is parked;
-7. preemptions in flight evict only strictly lower priorities, and victim gangs whole.
+7. preemptions in flight evict only strictly lower priorities, and victim gangs whole;
+8. what the Volcano gangs of a queue hold (reservations and bound members) stays within the
+   queue's capability, for each resource it names (a capability lowered under running
+   gangs would break this by the user's hand: the model only raises it).
 
 :func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
 """
@@ -22,10 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 from .core import Coscheduler, GangPhase
+from .enqueue import holds, queue_of
 from .gating import pinned_node
 from .ledger import LedgerDrift, check_ledger
 from .records import NodeName
-from .resources import add, sub
+from .resources import Resources, add, sub
 from .topology import domain_of
 
 __all__ = ["InvariantBroken", "check_invariants", "cluster_facts"]
@@ -43,6 +47,7 @@ def check_invariants(core: Coscheduler) -> None:
     store = core.store
     leaving = core.state.preemptions.terminating()
     _check_preemptions(core)
+    _check_queues(core)
     for n in core.ledger.nodes():
         if n not in store.nodes:
             raise InvariantBroken(f"reservation on node {n} that is not in the store")
@@ -160,3 +165,23 @@ def _check_preemptions(core: Coscheduler) -> None:
                 if p.holds_capacity and not p.deleting and p.key not in rec.victims:
                     raise InvariantBroken(f"gang {victim} evicted for {rec.preemptor} in part: "
                                           f"{p.key} on {p.node_name} is not a victim")
+
+
+def _check_queues(core: Coscheduler) -> None:
+    """8. no Volcano queue's gangs hold more than its capability."""
+    st = core.state
+    if st.store.queues is None:
+        return
+    held: dict[str, Resources] = {}
+    for g in st.gangs.values():
+        queue = queue_of(st, g)
+        if queue is not None:
+            held[queue] = add(held.get(queue, {}), holds(st, g))
+    for name, amount in sorted(held.items()):
+        q = st.store.queues.get(name)
+        if q is None:
+            continue
+        over = {r: amount.get(r, 0) for r, cap in q.capability.items() if amount.get(r, 0) > cap}
+        if over:
+            raise InvariantBroken(f"Volcano queue {name} holds {over}, over its capability "
+                                  f"{q.capability}")

@@ -32,6 +32,9 @@ __all__ = [
     "PodNotInCache",
     "Preempting",
     "PreemptionStalled",
+    "QueueFull",
+    "QueueNotFound",
+    "QueueNotOpen",
     "Reason",
     "ReservedForGangs",
     "TimedOut",
@@ -204,6 +207,38 @@ class PartiallyBound:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueNotFound:
+    """A Volcano group names a Queue that does not exist: Volcano's enqueue skips it."""
+
+    gang: GangKey
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueNotOpen:
+    """A Volcano group's Queue is Closed, Closing (or Unknown): nothing new enters it."""
+
+    gang: GangKey
+    queue: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFull:
+    """A Volcano group would take its Queue past ``spec.capability``: it waits until the
+    queue's other groups finish or the capability grows. Only the resources it asks for."""
+
+    gang: GangKey
+    queue: str
+    want: Resources
+    used: Resources
+    """What the queue's other groups hold (reserved, bound, or enqueued)."""
+    capability: Resources
+    over: tuple[str, ...]
+    """The resources that would go past the capability."""
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownNode:
     node: NodeName
 
@@ -227,6 +262,9 @@ GangReason = (
     | Preempting
     | PreemptionStalled
     | BeingPreempted
+    | QueueNotFound
+    | QueueNotOpen
+    | QueueFull
 )
 NodeReason = ReservedForGangs | UnknownNode
 Reason = GangReason | NodeReason

@@ -21,6 +21,7 @@ from .conventions.base import PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload
 from .keys import GangKey
 from .numa import NumaZones
+from .queues import QueueRecord
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, sub
 from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout
@@ -46,6 +47,8 @@ class ClusterStore:
     podgroups: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
     volcano: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
     """Volcano PodGroups (scheduling.volcano.sh/v1beta1), a separate API of the same name."""
+    queues: dict[str, QueueRecord] | None = None
+    """Volcano Queues by name; None while their CRD is not served (then nothing is gated)."""
     upstream: dict[GangKey, UpstreamPodGroup] = field(default_factory=dict)
     """Kubernetes' own PodGroups (scheduling.k8s.io, whichever version the server serves)."""
     workloads: dict[GangKey, UpstreamWorkload] = field(default_factory=dict)

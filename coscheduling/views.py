@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from .admission import free_outside_reservations
 from .conventions.scheduler_plugins import PodGroupStatus, podgroup_status
 from .conventions.volcano import VolcanoStatus, volcano_statuses
+from .enqueue import queue_use
 from .gang import GangPhase
 from .membership import part_of
 from .podgroup import GangKey, GangSpec, Source
@@ -105,4 +106,4 @@ def volcano_status_map(st: CoreState) -> dict[GangKey, VolcanoStatus]:
     if not st.store.volcano:
         return {}
     return volcano_statuses(st.store.volcano, lambda k: members_of(st, k),
-                            free_outside_reservations(st))
+                            free_outside_reservations(st), queue_use(st))

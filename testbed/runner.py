@@ -62,6 +62,7 @@ STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
 NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"
 VOLCANO_CRD = Path(__file__).with_name("crds") / "volcano-podgroup-crd.yaml"
+VOLCANO_QUEUE_CRD = Path(__file__).with_name("crds") / "volcano-queue-crd.yaml"
 WEBHOOK_CONFIG = REPO / "deploy" / "webhook" / "webhook.yaml"
 
 UPSTREAM_GANG_API: dict[int, tuple[str, str]] = {
@@ -226,7 +227,7 @@ class TestBed:
     with_nrt: bool = False
     """Also install the NodeResourceTopology CRD (topology.node.k8s.io/v1alpha2)."""
     with_volcano: bool = False
-    """Also install Volcano's PodGroup CRD (scheduling.volcano.sh/v1beta1)."""
+    """Also install Volcano's PodGroup and Queue CRDs (scheduling.volcano.sh/v1beta1)."""
     k8s: str = field(default_factory=default_k8s)
     """Kubernetes version of kube-apiserver, kube-scheduler and kubectl (``K8S_VERSIONS``)."""
     procs: dict[str, Proc] = field(default_factory=dict)
@@ -463,11 +464,12 @@ class TestBed:
 
     def _apply_crds(self) -> None:
         files = [*(CRDS if self.with_crds else ()), *((NRT_CRD,) if self.with_nrt else ()),
-                 *((VOLCANO_CRD,) if self.with_volcano else ())]
+                 *((VOLCANO_CRD, VOLCANO_QUEUE_CRD) if self.with_volcano else ())]
         names = [*(("crd/podgroups.scheduling.x-k8s.io",) if self.with_crds else ()),
                  *(("crd/noderesourcetopologies.topology.node.k8s.io",) if self.with_nrt
                    else ()),
-                 *(("crd/podgroups.scheduling.volcano.sh",) if self.with_volcano else ())]
+                 *(("crd/podgroups.scheduling.volcano.sh", "crd/queues.scheduling.volcano.sh")
+                   if self.with_volcano else ())]
         self.kubectl("apply", "--server-side", *(a for f in files for a in ("-f", str(f))))
         self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
 

@@ -72,6 +72,8 @@ class PodGroupRecord:
     """Koordinator reads its gang options from the PodGroup's annotations (CRD way)."""
     priority_class: str | None = None
     """``spec.priorityClassName`` (Volcano's PodGroup has one; scheduler-plugins' has not)."""
+    queue: str = ""
+    """Volcano's ``spec.queue`` (``default`` when unset); "" for other conventions."""
 
 
 Objects = Mapping[Source, Mapping[GangKey, PodGroupRecord]]

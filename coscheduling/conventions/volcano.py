@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..podgroup import GangKey, InvalidGang, MissingPodGroup, Source
+from ..queues import DEFAULT_QUEUE, QueueUse, demand
 from ..reasons import GangReason, InvalidDeclaration, NotEnoughMinResources
 from ..records import PodRecord
 from ..resources import Resources, fits, sub
@@ -45,11 +46,14 @@ def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
     """A Volcano ``PodGroup`` (``scheduling.volcano.sh/v1beta1``): ``spec.minMember`` and
     ``spec.minResources`` are what Lockstep uses, the same fields as scheduler-plugins'; it
     has no timeout field. ``spec.priorityClassName`` gives the group's priority, as
-    Volcano's scheduler reads it for job order and preemption."""
+    Volcano's scheduler reads it for job order and preemption; ``spec.queue`` (``default``
+    when unset) the Queue it is enqueued into."""
     rec = podgroup_from_json(obj, kind="PodGroup (scheduling.volcano.sh)")
     spec = obj.get("spec")
+    queue = spec.get("queue") if isinstance(spec, Mapping) else None
     name = spec.get("priorityClassName") if isinstance(spec, Mapping) else None
-    return replace(rec, priority_class=name) if isinstance(name, str) and name else rec
+    return replace(rec, queue=str(queue or DEFAULT_QUEUE),
+                   priority_class=name if isinstance(name, str) and name else None)
 
 
 API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json)
@@ -104,9 +108,12 @@ def volcano_statuses(
     groups: Mapping[GangKey, PodGroupRecord],
     members_of: Callable[[GangKey], Sequence[PodRecord]],
     free: Resources,
+    queues: QueueUse | None = None,
 ) -> dict[GangKey, VolcanoStatus]:
     """The status each Volcano PodGroup should show; ``free`` is the cluster's capacity
-    outside bound pods and gang reservations."""
+    outside bound pods and gang reservations. With ``queues`` (Volcano's Queue CRD is
+    served), a group is enqueued only into an open queue with room under its capability
+    (``coscheduling.queues``); what each group holds there is already counted in it."""
     budget = dict(free)
     out: dict[GangKey, VolcanoStatus] = {}
     pending: list[GangKey] = []
@@ -137,8 +144,18 @@ def volcano_statuses(
     for key in pending:
         pg = groups[key]
         st = out[key]
+        want: Resources = {}
+        if queues is not None:
+            want = demand(pg.min_resources, pg.min_member or 1,
+                          [p.requests for p in members_of(key)])
+            if (held_back := queues.check(key, pg.queue, want)) is not None:
+                out[key] = VolcanoStatus("Pending", st.running, st.succeeded, st.failed,
+                                         held_back)
+                continue
         if fits(pg.min_resources, budget):
             budget = sub(budget, pg.min_resources)
+            if queues is not None:
+                queues.take(key, pg.queue, want)
             out[key] = VolcanoStatus("Inqueue", st.running, st.succeeded, st.failed)
         else:
             shown = {k: max(0, v) for k, v in budget.items()}

@@ -156,3 +156,111 @@ async def test_unknown_api_group_plain_text_404_is_synced_empty() -> None:
                                                    connect=Wire(api)))
     await run_until(cache, "noderesourcetopologies",
                     lambda: cache.resources["noderesourcetopologies"].synced)
+
+
+def _crd(name: str, established: bool) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "7"},
+            "status": {"conditions": [{"type": "Established",
+                                       "status": "True" if established else "False"}]}}
+
+
+async def test_a_crd_established_after_start_wakes_its_resource_at_once() -> None:
+    """Volcano's PodGroup CRD is installed while Lockstep waits: the CRD watch wakes the
+    PodGroup loop, which lists well before its 30 s poll would."""
+    crd_events: asyncio.Queue[bytes] = asyncio.Queue()
+    installed = False
+    lists: list[float] = []
+    loop = asyncio.get_running_loop()
+    vpg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+           "metadata": {"name": "pg", "namespace": "default", "resourceVersion": "3"},
+           "spec": {"minMember": 2}}
+
+    def api(request: httpx.Request) -> httpx.Response:
+        path, watch = request.url.path, request.url.params.get("watch")
+        if path.endswith("/customresourcedefinitions"):
+            if not watch:
+                return httpx.Response(200, json={"metadata": {"resourceVersion": "5"},
+                                                 "items": [_crd("other.example.com", True)]})
+            try:
+                line = crd_events.get_nowait()
+            except asyncio.QueueEmpty:
+                return httpx.Response(200, content=b"")
+            return httpx.Response(200, content=line)
+        if path == "/apis/scheduling.volcano.sh/v1beta1/podgroups":
+            if not installed:
+                return httpx.Response(404, content=b"404 page not found\n")
+            if watch:
+                return httpx.Response(200, content=b"")
+            lists.append(loop.time())
+            return httpx.Response(200, json={"metadata": {"resourceVersion": "4"},
+                                             "items": [vpg]})
+        return httpx.Response(404, content=b"404 page not found\n")
+
+    core = Coscheduler()
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
+    assert set(cache.crd_names()) == {
+        "podgroups.scheduling.x-k8s.io", "podgroups.scheduling.volcano.sh",
+        "noderesourcetopologies.topology.node.k8s.io", "queues.scheduling.volcano.sh"}
+    crds = asyncio.create_task(cache.watch_crds())
+    res = cache.resources["volcano-podgroups"]
+    try:
+        await run_until(cache, "volcano-podgroups", lambda: res.synced)
+        loop_task = asyncio.create_task(cache.run("volcano-podgroups"))
+        await asyncio.sleep(0.1)  # asleep on the missing CRD now
+        installed = True
+        t0 = loop.time()
+        # Created, not yet Established: nothing to list; then Established.
+        for ev in (_crd("podgroups.scheduling.volcano.sh", False),
+                   _crd("podgroups.scheduling.volcano.sh", True)):
+            crd_events.put_nowait(json.dumps({"type": "MODIFIED", "object": ev}).encode()
+                                  + b"\n")
+        for _ in range(300):
+            if "default/pg" in core.store.volcano:
+                break
+            await asyncio.sleep(0.01)
+        assert "default/pg" in core.store.volcano
+        assert lists and lists[0] - t0 < 2.0
+        loop_task.cancel()
+    finally:
+        crds.cancel()
+
+
+async def test_crd_watch_refused_falls_back_to_the_poll_and_says_so_once(
+        caplog: Any) -> None:
+    calls: list[str] = []
+
+    def api(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(403, json={"reason": "Forbidden", "message": "no"})
+
+    cache = ClusterCache(Coscheduler(), KubeClient(KubeConfig("http://api.test"),
+                                                   connect=Wire(api)))
+    task = asyncio.create_task(cache.watch_crds())
+    await asyncio.sleep(0.2)
+    assert not task.done()  # it keeps the service up: the poll stands
+    task.cancel()
+    assert len(calls) == 1
+    assert sum("every 30s" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_volcano_queues_are_read_and_their_absence_means_no_gating() -> None:
+    served = False
+
+    def api(request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch") or not served:
+            return httpx.Response(404 if not served else 200,
+                                  content=b"404 page not found\n" if not served else b"")
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "3"}, "items": [
+            {"metadata": {"name": "team"}, "spec": {"capability": {"nvidia.com/gpu": "4"}},
+             "status": {"state": "Closed"}}]})
+
+    core = Coscheduler()
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
+    res = cache.resources["volcano-queues"]
+    await run_until(cache, "volcano-queues", lambda: res.synced)
+    assert core.store.queues is None  # no CRD: nothing is gated
+    served = True  # the CRD is installed; the loop lists again
+    await run_until(cache, "volcano-queues", lambda: res.relists >= 1)
+    assert core.store.queues is not None
+    q = core.store.queues["team"]
+    assert (q.capability, q.state) == ({"nvidia.com/gpu": 4}, "Closed")

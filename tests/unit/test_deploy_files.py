@@ -63,11 +63,14 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("scheduling.volcano.sh", "podgroups", "list"),
         ("scheduling.volcano.sh", "podgroups", "watch"),
         ("scheduling.volcano.sh", "podgroups/status", "patch"),
+        ("scheduling.volcano.sh", "queues", "list"), ("scheduling.volcano.sh", "queues", "watch"),
         ("topology.node.k8s.io", "noderesourcetopologies", "list"),
         ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
         ("scheduling.k8s.io", "podgroups", "list"), ("scheduling.k8s.io", "podgroups", "watch"),
         ("scheduling.k8s.io", "workloads", "list"), ("scheduling.k8s.io", "workloads", "watch"),
         ("scheduling.k8s.io", "podgroups/status", "patch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     }
 
 

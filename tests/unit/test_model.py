@@ -25,6 +25,9 @@ step it asserts:
   yet is assumed at once);
 * a plain pod's bind is refused for a reservation only when a gang of its priority or
   higher holds it;
+* (in ``check_invariants``) the Volcano gangs of a queue never hold more than its
+  capability: two Volcano gangs share a Queue whose capability grows and whose state flips
+  between Open, Closed and Closing;
 * once the watch has caught up, a core rebuilt from the same API-server state agrees on
   every fact derived from it.
 
@@ -65,8 +68,10 @@ from coscheduling import (
     podgroup_from_json,
 )
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
+from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.gating import GANG_GATE, pinned_node
 from coscheduling.invariants import check_invariants, cluster_facts
+from coscheduling.queues import queue_from_json
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from tests.builders import node, pod, podgroup
 
@@ -93,6 +98,9 @@ PG = "pg"
 UP = "up"
 """A gang of Kubernetes' own API: pods name it in ``spec.schedulingGroup``, and its
 ``scheduling.k8s.io/v1beta1`` PodGroup (gang.minCount, or a basic policy) comes and goes."""
+VOLCANO = {"v1": (2, 1), "v2": (2, 1)}
+"""Volcano gangs (name -> minMember, GPUs per member), both in the Queue ``VQ``."""
+VQ = "vq"
 NODES = [f"n{i}" for i in range(5)]
 RACKS = ["r0", "r1"]
 SETTINGS = Settings(defaults=GangDefaults(timeout_seconds=20, max_timeout_seconds=60),
@@ -149,6 +157,15 @@ class GangModel(RuleBasedStateMachine):
         """Gangs the cluster itself left short (a bound member deleted/failed, a bind failed)."""
         for name in NODES[:3]:
             self._put_node(name, 4, RACKS[0])
+        self.queue: dict[str, Any] = {
+            "metadata": {"name": VQ}, "spec": {"capability": {"nvidia.com/gpu": "2"}},
+            "status": {"state": "Open"}}
+        self.core.replace(ingest.QUEUES, [queue_from_json(self.queue)])
+        self.volcano = [self._volcano_pg(g) for g in sorted(VOLCANO)]
+        self.core.replace(ingest.VOLCANO_PODGROUPS,
+                          [volcano_podgroup_from_json(o) for o in self.volcano])
+        for gang in sorted(VOLCANO):  # their quorum exists from the start: any two cycles of
+            self.create_volcano_members(gang, VOLCANO[gang][0] - 1, True)  # them test the queue
 
     # ------------------------------------------------------------------ helpers
 
@@ -194,6 +211,13 @@ class GangModel(RuleBasedStateMachine):
         self.core.delete_pod(key, obj["metadata"]["uid"])
 
     @staticmethod
+    def _volcano_pg(name: str) -> dict[str, Any]:
+        mm, gpus = VOLCANO[name]
+        return {"metadata": {"name": name, "namespace": "default"},
+                "spec": {"minMember": mm, "queue": VQ,
+                         "minResources": {"nvidia.com/gpu": str(mm * gpus)}}}
+
+    @staticmethod
     def _gang(obj: dict[str, Any]) -> str:
         """The unit that must never rest partial: a gang, or a whole gang group."""
         part = GangModel._part(obj)
@@ -206,7 +230,8 @@ class GangModel(RuleBasedStateMachine):
         return str(ann.get("lockstep.dev/pod-group")
                    or ann.get("gang.scheduling.koordinator.sh/name")
                    or (meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group")
-                   or (obj["spec"].get("schedulingGroup") or {}).get("podGroupName") or "")
+                   or (obj["spec"].get("schedulingGroup") or {}).get("podGroupName")
+                   or ann.get("scheduling.k8s.io/group-name") or "")
 
     def _partial(self, gang: str, binding: frozenset[PodKey] = frozenset()) -> str | None:
         """Why ``gang`` is partially bound (counting ``binding`` as bound), or None: some
@@ -230,8 +255,8 @@ class GangModel(RuleBasedStateMachine):
                            or {}).get("gang")
             mm = int(gang_policy["minCount"]) if gang_policy else None
         else:
-            mm = {**GANGS, **KOORD, **HELD}[gang][0] \
-                if gang in {**GANGS, **KOORD, **HELD} else None
+            mm = {**GANGS, **KOORD, **HELD, **VOLCANO}[gang][0] \
+                if gang in {**GANGS, **KOORD, **HELD, **VOLCANO} else None
         n = sum(bound.values())
         return f"{n}/{mm}" if mm is not None and n < mm else None
 
@@ -350,7 +375,29 @@ class GangModel(RuleBasedStateMachine):
         for k in range(GANGS[gang][0] + int(extra)):
             self.create_member(gang, k)
 
-    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko", UP, *HELD]),
+    @rule(gang=st.sampled_from(sorted(VOLCANO)), k=st.integers(0, 2), whole=st.booleans())
+    def create_volcano_members(self, gang: str, k: int, whole: bool) -> None:
+        """Member ``k`` of a Volcano gang, or members 0..k (k=2 is an extra beyond
+        minMember)."""
+        for i in range(k + 1) if whole else (k,):
+            key = pod_key("default", f"{gang}-{i}")
+            if key not in self.pods:
+                self._put_pod(pod(f"{gang}-{i}").annotate("scheduling.k8s.io/group-name", gang)
+                              .gpu(VOLCANO[gang][1]).build())
+
+    @rule(grow=st.sampled_from([0, 0, 1, 2]),
+          state=st.sampled_from(["Open", "Open", "Closed", "Closing"]))
+    def change_queue(self, grow: int, state: str) -> None:
+        """The Volcano Queue opens or closes, and its capability grows (never shrinks: a
+        capability lowered under running gangs is over it by the user's hand)."""
+        cap = int(self.queue["spec"]["capability"]["nvidia.com/gpu"]) + grow
+        self.queue = {**self.queue, "spec": {"capability": {"nvidia.com/gpu": str(min(cap, 6))}},
+                      "status": {"state": state}}
+        saw(f"queue:{state}")
+        self.core.upsert(ingest.QUEUES, queue_from_json(self.queue))
+        self._answered()
+
+    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko", UP, *HELD, *sorted(VOLCANO)]),
           fate=st.integers(0, 9),
           data=st.data())
     def schedule_gang(self, gang: str, fate: int, data: st.DataObject) -> None:
@@ -755,6 +802,9 @@ class GangModel(RuleBasedStateMachine):
         if self.upstream is not None:
             fresh.replace_upstream_podgroups(
                 [upstream_podgroup_from_json(self.upstream, "v1beta1")])
+        fresh.replace(ingest.QUEUES, [queue_from_json(self.queue)])
+        fresh.replace(ingest.VOLCANO_PODGROUPS,
+                      [volcano_podgroup_from_json(o) for o in self.volcano])
         fresh.replace_pods([pod_from_json(p) for p in self.pods.values()])
         live, rebuilt = cluster_facts(self.core), cluster_facts(fresh)
         rebuilt["scores"] = {n: s for n, s in rebuilt["scores"].items() if n in live["scores"]}

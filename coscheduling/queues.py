@@ -1,0 +1,134 @@
+"""Volcano's queues, as Volcano's enqueue step decides them: a pure leaf over plain data.
+
+A Volcano ``PodGroup`` names a cluster-scoped ``Queue`` (``spec.queue``, ``default`` when
+unset). Lockstep plays Volcano's enqueue step (``coscheduling.conventions.volcano``), so it
+honours what that step honours, as Volcano's source has it:
+
+* the queue must be ``Open`` (``pkg/scheduler/plugins/proportion/proportion.go``,
+  ``AddJobEnqueueableFn``: any other state rejects; Volcano's PodGroup webhook refuses a
+  group whose queue is missing or not Open, ``pkg/webhooks/admission/podgroups/validate``;
+  its enqueue action skips a job whose queue it cannot find,
+  ``pkg/scheduler/actions/enqueue/enqueue.go``). A state nobody has written yet counts as
+  Open: Volcano's queue controller writes Open for an empty state
+  (``pkg/controllers/queue/state/open.go``), and without Volcano's controllers nobody writes
+  one at all.
+* the group's ``minResources`` plus what the queue's other groups hold (Volcano's
+  ``allocated`` + ``inqueue``) must stay within ``spec.capability``, dimension by dimension,
+  only for the resources the group asks for (``LessEqualWithDimensionAndResourcesName``); a
+  resource the capability does not name is unlimited (proportion takes the capability with
+  ``MinDimensionResource(..., Infinity)``), and a queue without a capability is unlimited.
+* ``default`` is created open and unlimited by Volcano's scheduler at start
+  (``newDefaultAndRootQueue`` in ``pkg/scheduler/cache/cache.go``); Lockstep creates no
+  objects, so a missing ``default`` queue is taken as that one.
+
+``spec.weight``, ``spec.reclaimable``, ``guarantee`` and ``deserved`` (fair share, reclaim)
+stay Volcano's, or Kueue's: Lockstep only keeps a queue within its capability and state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .podgroup import GangKey
+from .reasons import QueueFull, QueueNotFound, QueueNotOpen
+from .resources import CPU, Resources, add, resource_list
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "OPEN",
+    "QueueRecord",
+    "QueueUse",
+    "demand",
+    "queue_from_json",
+]
+
+DEFAULT_QUEUE = "default"
+OPEN = "Open"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A Volcano ``Queue`` (``scheduling.volcano.sh/v1beta1``, cluster-scoped)."""
+
+    name: str
+    capability: Resources
+    """``spec.capability``; empty: unlimited."""
+    state: str
+    """``status.state`` (Open, Closed, Closing, Unknown); "" when none was written."""
+
+    @property
+    def open(self) -> bool:
+        return self.state in ("", OPEN)
+
+
+def queue_from_json(obj: Mapping[str, Any]) -> QueueRecord:
+    """A served Queue; a bad quantity raises (the cache then skips the object, and its
+    groups wait for a queue it cannot find, which says which queue to look at)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    cap = resource_list(spec.get("capability") if isinstance(spec, Mapping) else None)
+    # Volcano's proportion plugin reads cpu or memory <= 0 as unlimited.
+    cap = {k: v for k, v in cap.items() if v > 0 or k not in (CPU, "memory")}
+    state = str(status.get("state") or "") if isinstance(status, Mapping) else ""
+    return QueueRecord(str(meta.get("name") or ""), cap, state)
+
+
+def demand(min_resources: Resources, min_member: int, requests: Iterable[Resources]
+           ) -> Resources:
+    """What a group asks of its queue: its ``minResources``, or when it has none, its
+    members' requests times ``minMember`` (the first ``minMember`` members; the last one's
+    requests stand in for members not created yet). Volcano itself enqueues a group without
+    ``minResources`` whatever its queue holds; Lockstep, which sees the members, counts them."""
+    if min_resources:
+        return dict(min_resources)
+    reqs = list(requests)
+    total: Resources = {}
+    for r in reqs[:min_member]:
+        total = add(total, r)
+    for _ in range(min_member - len(reqs)):
+        if reqs:
+            total = add(total, reqs[-1])
+    return total
+
+
+@dataclass(slots=True)
+class QueueUse:
+    """What each queue's groups hold, and whether one more group may enter."""
+
+    queues: Mapping[str, QueueRecord]
+    held: dict[GangKey, tuple[str, Resources]] = field(default_factory=dict)
+    """Each group's queue and what it holds there (reserved, bound, or enqueued)."""
+
+    def take(self, gang: GangKey, queue: str, amount: Resources) -> None:
+        """Count ``amount`` as ``gang``'s share of ``queue`` (replacing what it had)."""
+        self.held[gang] = (queue, dict(amount))
+
+    def used(self, queue: str, other_than: GangKey | None = None) -> Resources:
+        total: Resources = {}
+        for gang, (q, amount) in self.held.items():
+            if q == queue and gang != other_than:
+                total = add(total, amount)
+        return total
+
+    def check(self, gang: GangKey, queue: str, want: Resources
+              ) -> QueueNotFound | QueueNotOpen | QueueFull | None:
+        """Why ``gang`` may not enter ``queue`` asking ``want``, or None when it may."""
+        q = self.queues.get(queue)
+        if q is None:
+            return None if queue == DEFAULT_QUEUE else QueueNotFound(gang, queue)
+        if not q.open:
+            return QueueNotOpen(gang, queue, q.state)
+        if not q.capability:
+            return None
+        used = self.used(queue, other_than=gang)
+        over = tuple(sorted(r for r, cap in q.capability.items()
+                            if want.get(r, 0) > 0 and used.get(r, 0) + want[r] > cap))
+        if not over:
+            return None
+        names = sorted(r for r in q.capability if want.get(r, 0) > 0)
+        return QueueFull(gang, queue, {r: want[r] for r in names},
+                         {r: used.get(r, 0) for r in names},
+                         {r: q.capability[r] for r in names}, over)
