@@ -16,6 +16,15 @@ scenario asserts with the binding recorder that no gang was ever partially bound
   it, and within a ClusterQueue a higher-priority group evicts a lower-priority one.
 - a group with fewer pods than its total count: gated, no Workload admitted, until the last
   pod exists; then bound whole.
+- fair sharing: two teams in a cohort with weights 1 and 2 and a stream of short groups
+  from both, more than the 16 GPUs hold; the weight-2 team holds clearly more GPUs (the
+  borrowed ones split 2:1), every group bound whole. The curve is printed (docs/kueue.md).
+- a PyTorchJob through a LocalQueue, with the real training-operator: Kueue suspends it on
+  creation and unsuspends it on admission, the operator makes its PodGroup and pods,
+  Lockstep binds them whole; a second job beyond quota stays suspended with no pod.
+- Lockstep's own preemption under Kueue: quota above capacity, Kueue admits everything; a
+  high-priority group of another LocalQueue evicts nothing, one of the same LocalQueue
+  evicts the low group whole (Lockstep acts, Kueue preempts nothing).
 """
 
 from __future__ import annotations
@@ -433,9 +442,11 @@ def test_kueue_admits_a_pytorchjob_the_operator_makes_its_pods_lockstep_binds_th
     t_bound = time.monotonic() - t0
     c.recorder.assert_gang_invariants(c.ns)
     # Kueue's Workload for each job, owned by it (named pytorchjob-<job>-<hash>).
-    by_job = {w["metadata"]["ownerReferences"][0]["name"]: w
-              for w in kueue.workloads(c.kube, c.ns)}
-    assert sorted(by_job) == ["train-1", "train-2"], sorted(by_job)
+    def owned() -> dict[str, dict[str, Any]]:
+        return {w["metadata"]["ownerReferences"][0]["name"]: w
+                for w in kueue.workloads(c.kube, c.ns)}
+    by_job = c.kube.wait("a Workload for each job", lambda: (
+        w if sorted(w := owned()) == ["train-1", "train-2"] else None), 30)
     assert kueue.workload_admitted(by_job["train-1"])
     assert not kueue.workload_admitted(by_job["train-2"])
     assert not suspended(c, "train-1") and suspended(c, "train-2")
