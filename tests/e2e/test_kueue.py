@@ -338,8 +338,11 @@ def test_kueue_fair_sharing_gives_the_weight_2_team_twice_the_borrowed_gpus_all_
             team, group = meta["labels"][kueue.QUEUE_LABEL], meta["labels"][kueue.GROUP_LABEL]
             conds = {x["type"] for x in status.get("conditions") or ()}
             if "TerminationTarget" in conds and group not in ended:
-                # Kueue preempted the group: it would wait for replacement pods, holding
-                # quota once admitted again; end it the way Kueue ends a group.
+                # Kueue preempted the group (fair sharing): its pods are Failed, and Kueue
+                # requeues its Workload, which, admitted again, would hold quota with no pod
+                # to run, waiting for replacements (pkg/controller/jobframework/
+                # reconciler.go, "handle eviction"; pod_controller.go). A user ends such a
+                # group the way Kueue ends one: by deleting its Workload.
                 ended.add(group)
                 with contextlib.suppress(NotFound):
                         c.kube.delete(f"{kueue.WORKLOADS.format(ns=c.ns)}/{group}", grace=None)
