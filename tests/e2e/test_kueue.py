@@ -345,7 +345,7 @@ def test_kueue_fair_sharing_gives_the_weight_2_team_twice_the_borrowed_gpus_all_
                 # group the way Kueue ends one: by deleting its Workload.
                 ended.add(group)
                 with contextlib.suppress(NotFound):
-                        c.kube.delete(f"{kueue.WORKLOADS.format(ns=c.ns)}/{group}", grace=None)
+                    c.kube.delete(f"{kueue.WORKLOADS.format(ns=c.ns)}/{group}", grace=None)
             if not spec.get("nodeName"):
                 if status.get("phase") == "Pending" and group not in ended:
                     waiting[team].add(group)
@@ -392,6 +392,11 @@ def test_kueue_fair_sharing_gives_the_weight_2_team_twice_the_borrowed_gpus_all_
 # ------------------------------------------------------------------------------ PyTorchJob
 
 
+JOB_RUNTIME = 10
+"""Seconds the first PyTorchJob's pods run: long enough to assert on the second job while
+the first one still holds the quota."""
+
+
 def queued_pytorchjob(name: str, queue: str, *, workers: int,
                       runtime_seconds: int | None = None) -> dict[str, Any]:
     """A PyTorchJob (Workers only, one GPU each, no ``schedulerName``: the operator's
@@ -435,7 +440,7 @@ def test_kueue_admits_a_pytorchjob_the_operator_makes_its_pods_lockstep_binds_th
 
     t0 = time.monotonic()
     created = [c.kube.create(JOBS.format(ns=c.ns), queued_pytorchjob(
-        "train-1", "team", workers=4, runtime_seconds=6))]
+        "train-1", "team", workers=4, runtime_seconds=JOB_RUNTIME))]
     c.kube.wait("train-1's Workload", lambda: bool(kueue.workloads(c.kube, c.ns)), 30)
     created.append(c.kube.create(JOBS.format(ns=c.ns),
                                  queued_pytorchjob("train-2", "team", workers=4)))
@@ -463,8 +468,8 @@ def test_kueue_admits_a_pytorchjob_the_operator_makes_its_pods_lockstep_binds_th
     assert job_pods(c, "train-2") == []  # suspended: the operator made nothing
     assert suspended(c, "train-2") and sorted(c.bound()) == jobs["train-1"]
 
-    # train-1's pods succeed (6 s after they started): Kueue sees the job finish, frees its
-    # quota and admits train-2; the operator makes its pods and Lockstep binds them whole.
+    # train-1's pods succeed (JOB_RUNTIME after they started): Kueue sees the job finish,
+    # frees its quota and admits train-2; the operator makes its pods and Lockstep binds them whole.
     t1 = time.monotonic()
     c.wait_bound(jobs["train-2"], 60)
     t_second = time.monotonic() - t1
@@ -478,7 +483,7 @@ def test_kueue_admits_a_pytorchjob_the_operator_makes_its_pods_lockstep_binds_th
     print(f"\n[PyTorchJob] operator ready in {t_operator:.1f}s; {setup}; train-1 admitted, "
           f"unsuspended and bound in full {t_bound:.1f}s after submission, train-2 suspended "
           f"with 0 pods; train-2 admitted and bound in full {t_second:.1f}s later, once "
-          f"train-1's pods succeeded (6 s run)")
+          f"train-1's pods succeeded ({JOB_RUNTIME} s run)")
 
 
 # ------------------------------------------------------- Lockstep's preemption and Kueue's
