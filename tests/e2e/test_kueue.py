@@ -461,7 +461,14 @@ def test_kueue_admits_a_pytorchjob_the_operator_makes_its_pods_lockstep_binds_th
     pods = {p["metadata"]["name"]: p for p in c.kube.pods(c.ns)}
     for n in jobs["train-1"]:  # the operator's gang, as Lockstep reads it
         assert pods[n]["spec"]["schedulerName"] == "lockstep"
-        assert pods[n]["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "train-1"
+        labels = pods[n]["metadata"]["labels"]
+        assert labels["scheduling.x-k8s.io/pod-group"] == "train-1"
+        # Kueue labels a job's pods with the queues that admitted it (AssignQueueLabelsForPods,
+        # beta and on in v0.17: jobframework/reconciler.go, assignQueueLabels), not with
+        # kueue.x-k8s.io/queue-name, which is on the job.
+        assert labels.get("kueue.x-k8s.io/local-queue-name") == "team", labels
+        assert labels.get("kueue.x-k8s.io/cluster-queue-name") == "team", labels
+        assert kueue.QUEUE_LABEL not in labels, labels
     pg = c.kube.get(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{c.ns}/podgroups/train-1")
     assert pg["spec"]["minMember"] == 4
     settle(2)
