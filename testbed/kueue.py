@@ -37,6 +37,18 @@ scheduling gates ``kueue.x-k8s.io/admission`` and (TopologyAwareScheduling is on
 ``kueue.x-k8s.io/managed: "true"``. Once ``pod-group-total-count`` pods of a group exist,
 one Workload (``kueue.x-k8s.io/v1beta2``) stands for the group; when Kueue admits it, both
 gates come off every pod at once and kube-scheduler (Lockstep's profile) takes over.
+
+Kubeflow's PyTorchJob (``kubeflow.org/v1``) is one of v0.17.0's integrations
+(``pkg/controller/jobs/kubeflow/jobs/pytorchjob``, framework ``kubeflow.org/pytorchjob``):
+``start_kueue(bed, frameworks=("pod", PYTORCHJOB))`` turns it on. Kueue's webhook suspends a
+job labelled with a queue name (``runPolicy.suspend``) and admission unsuspends it; the
+training-operator creates no pod (and no PodGroup) while a job is suspended.
+
+Fair sharing: ``start_kueue(bed, fair_sharing=FAIR_SHARING_STRATEGIES)``. In v1beta2 the
+Configuration's ``fairSharing`` has no ``enable``: the section being there turns it on
+(``pkg/scheduler/preemption/fairsharing/strategy.go``, ``Enabled``; v1beta1's
+``enable: true`` converts to it). ``cluster_queue(..., weight=...)`` is
+``spec.fairSharing.weight``.
 """
 
 from __future__ import annotations
@@ -57,8 +69,10 @@ from .bins import bin_path, go_module_dir
 from .certs import Certs, make_certs
 from .kube import Conflict, Kube, KubeError, NotFound
 from .runner import Proc, TestBed, free_port
+from .workloads import RUNTIME_ANNOTATION  # a running pod Succeeds that many seconds later
 
-__all__ = ["ADMISSION_GATE", "API", "GROUP_LABEL", "NAMESPACE", "QUEUE_LABEL", "TOPOLOGY_GATE",
+__all__ = ["ADMISSION_GATE", "API", "FAIR_SHARING_STRATEGIES", "GROUP_LABEL", "NAMESPACE",
+           "PYTORCHJOB", "QUEUE_LABEL", "RUNTIME_ANNOTATION", "TOPOLOGY_GATE",
            "TOTAL_ANNOTATION", "WORKLOADS", "cluster_queue", "configuration", "crd_docs",
            "create", "group_pods", "local_queue", "module_dir", "resource_flavor",
            "start_kueue", "webhook_configurations", "workload_admitted", "workloads"]
@@ -82,6 +96,12 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
+PYTORCHJOB = "kubeflow.org/pytorchjob"
+"""The PyTorchJob integration's framework name (``integrations.frameworks``)."""
+FAIR_SHARING_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+"""The preemption strategies Kueue's fair-sharing docs configure (``site/content/en/docs/
+concepts/preemption.md``, "Fair Sharing"), also what v1beta1's ``enable: true`` defaults to."""
+
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 
 _PATHS = {"ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
@@ -149,9 +169,11 @@ def webhook_configurations(webhook_url: str) -> list[dict[str, Any]]:
 
 
 def configuration(*, webhook_port: int, probe_port: int, metrics_port: int, cert_dir: Path,
-                  frameworks: tuple[str, ...] = ("pod",)) -> dict[str, Any]:
-    """The manager's Configuration for a bed (see the module docstring for each choice)."""
-    return {
+                  frameworks: tuple[str, ...] = ("pod",),
+                  fair_sharing: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The manager's Configuration for a bed (see the module docstring for each choice);
+    ``fair_sharing``: turn fair sharing on with these preemption strategies."""
+    cfg: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": NAMESPACE,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
@@ -167,6 +189,9 @@ def configuration(*, webhook_port: int, probe_port: int, metrics_port: int, cert
             "values": ["kube-system", NAMESPACE]}]},
         "featureGates": {"VisibilityOnDemand": False},
     }
+    if fair_sharing is not None:
+        cfg["fairSharing"] = {"preemptionStrategies": list(fair_sharing)}
+    return cfg
 
 
 def _pkcs1(key: Path) -> bytes:
@@ -232,6 +257,7 @@ def _wait_webhook(bed: TestBed, timeout: float) -> None:
 
 def start_kueue(bed: TestBed, *, name: str = "kueue", timeout: float = 90.0,
                 frameworks: tuple[str, ...] = ("pod",),
+                fair_sharing: tuple[str, ...] | None = None,
                 extra_args: tuple[str, ...] = ()) -> Proc:
     """Run Kueue's manager against ``bed`` and wait until it is ready (certificates taken,
     CA injected, webhook server listening: its ``/readyz``) and the API server calls its pod
@@ -248,7 +274,7 @@ def start_kueue(bed: TestBed, *, name: str = "kueue", timeout: float = 90.0,
     config = bed.dir / f"{name}.config.yaml"
     config.write_text(yaml.safe_dump(configuration(
         webhook_port=webhook, probe_port=probe, metrics_port=metrics, cert_dir=cert_dir,
-        frameworks=frameworks)))
+        frameworks=frameworks, fair_sharing=fair_sharing)))
     bed.startup_seconds[f"{name}-prerequisites"] = time.monotonic() - t0
     proc = bed._spawn(name, [
         str(bin_path("kueue")), f"--config={config}", f"--kubeconfig={bed.kubeconfig}",
@@ -275,12 +301,14 @@ def resource_flavor(name: str = "default-flavor",
 def cluster_queue(name: str, *, gpus: int, cpu: str = "64", memory: str = "256Gi",
                   flavor: str = "default-flavor", cohort: str | None = None,
                   reclaim_within_cohort: str | None = None,
-                  within_cluster_queue: str | None = None) -> dict[str, Any]:
+                  within_cluster_queue: str | None = None,
+                  weight: str | None = None) -> dict[str, Any]:
     """A ClusterQueue with nominal quotas of ``nvidia.com/gpu``, cpu and memory in one
     flavor, for every namespace. ``cohort``: its cohort (``cohortName`` in v1beta2, ``cohort``
     in v1beta1), whose members lend each other unused quota (no borrowing or lending limits);
     ``reclaim_within_cohort`` and ``within_cluster_queue``: its preemption policies
-    (``Never``, ``LowerPriority``, ``LowerOrNewerEqualPriority``, ``Any``)."""
+    (``Never``, ``LowerPriority``, ``LowerOrNewerEqualPriority``, ``Any``); ``weight``: its
+    fair-sharing weight (``spec.fairSharing.weight``, a quantity; 1 when unset)."""
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "resourceGroups": [{
@@ -298,6 +326,8 @@ def cluster_queue(name: str, *, gpus: int, cpu: str = "64", memory: str = "256Gi
                                     ("withinClusterQueue", within_cluster_queue)) if v}
     if preemption:
         spec["preemption"] = preemption
+    if weight is not None:
+        spec["fairSharing"] = {"weight": weight}
     return {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name},
             "spec": spec}
 
@@ -322,10 +352,12 @@ def create(kube: Kube, obj: dict[str, Any], ns: str | None = None) -> dict[str, 
 
 
 def group_pods(group: str, size: int, queue: str, *, gpus: int = 1,
-               priority_class: str | None = None) -> list[dict[str, Any]]:
+               priority_class: str | None = None,
+               runtime_seconds: int | None = None) -> list[dict[str, Any]]:
     """``size`` pods ``<group>-0..`` as users write them for Kueue's pod-group integration:
     the queue and group labels, the total-count annotation, ``schedulerName: lockstep``,
-    ``gpus`` GPUs, 1 CPU and 1 Gi each. No gate: Kueue's webhook adds its own."""
+    ``gpus`` GPUs, 1 CPU and 1 Gi each. No gate: Kueue's webhook adds its own.
+    ``runtime_seconds``: each pod Succeeds that long after it starts running."""
     out = []
     for i in range(size):
         spec: dict[str, Any] = {
@@ -338,7 +370,9 @@ def group_pods(group: str, size: int, queue: str, *, gpus: int = 1,
             spec["priorityClassName"] = priority_class
         out.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": f"{group}-{i}", "labels": {QUEUE_LABEL: queue, GROUP_LABEL: group},
-            "annotations": {TOTAL_ANNOTATION: str(size)}}, "spec": spec})
+            "annotations": {TOTAL_ANNOTATION: str(size), **(
+                {RUNTIME_ANNOTATION: str(runtime_seconds)} if runtime_seconds else {})}},
+            "spec": spec})
     return out
 
 
