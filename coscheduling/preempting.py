@@ -43,12 +43,18 @@ from .records import PodKey, PodRecord
 from .state import CoreState
 from .topology import GPU, Level
 
-__all__ = ["KUEUE_QUEUE", "blocked", "expired", "preempting_reason", "try_preempt",
+__all__ = ["KUEUE_CLUSTER_QUEUE", "KUEUE_LOCAL_QUEUE", "KUEUE_QUEUE", "blocked", "expired",
+           "preempting_reason", "quota_line", "try_preempt",
            "victims_gone"]
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-"""Kueue's LocalQueue label: Lockstep never evicts across quota lines (Kueue preempts for
-quota itself)."""
+"""Kueue's LocalQueue label as users write it (on plain pods of its ``pod`` integration, and
+on jobs): Lockstep never evicts across quota lines (Kueue preempts for quota itself)."""
+KUEUE_CLUSTER_QUEUE = "kueue.x-k8s.io/cluster-queue-name"
+KUEUE_LOCAL_QUEUE = "kueue.x-k8s.io/local-queue-name"
+"""What Kueue v0.17 puts on the pods of a job it admitted (``AssignQueueLabelsForPods``,
+``pkg/controller/jobframework/reconciler.go``): a PyTorchJob's or batch Job's pods carry
+these, not ``queue-name``."""
 
 
 def blocked(st: CoreState, g: Gang) -> GangReason | None:
@@ -98,7 +104,7 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
                                                         and g.spec.preempt_never)
     policy = PreemptionPolicy.NEVER if never else PreemptionPolicy.PREEMPT_LOWER_PRIORITY
     preemptor = Preemptor(str(g.key), tuple(Member(p) for p in members), priority, policy,
-                          required, g.key, _quota(members[0]))
+                          required, g.key, quota_line(members[0]))
     found = choose_victims(preemptor, _candidates(st, priority), st.capacity,
                            st.settings.levels)
     if isinstance(found, AlreadyFits):
@@ -150,8 +156,15 @@ def expired(st: CoreState, now: float) -> list[Expired]:
     return st.preemptions.expire(now)
 
 
-def _quota(pod: PodRecord) -> str | None:
-    queue = pod.labels.get(KUEUE_QUEUE)
+def quota_line(pod: PodRecord) -> str | None:
+    """The quota a pod was admitted under, None for none. Kueue's unit of quota is the
+    ClusterQueue, named on the pods of every job it admitted; a pod naming only its
+    LocalQueue (a plain pod group) is under ``namespace/queue``. Two pods that name their
+    line differently never evict each other: where Lockstep cannot tell, it stays out."""
+    cq = pod.labels.get(KUEUE_CLUSTER_QUEUE)
+    if cq:
+        return f"clusterqueue/{cq}"
+    queue = pod.labels.get(KUEUE_LOCAL_QUEUE) or pod.labels.get(KUEUE_QUEUE)
     return f"{pod.namespace}/{queue}" if queue else None
 
 
@@ -181,5 +194,5 @@ def _candidates(st: CoreState, below: int) -> list[Candidate]:
         budgets.setdefault(b.namespace, []).append(b)
     return [Candidate(p.key, p.node_name, p.requests, p.priority,
                       gang_key(st.membership.get(p.key)), p.started,
-                      selecting(p, budgets.get(p.namespace, ())), p.grace_seconds, _quota(p))
+                      selecting(p, budgets.get(p.namespace, ())), p.grace_seconds, quota_line(p))
             for p in pods if p.node_name is not None]

@@ -223,3 +223,24 @@ def test_a_victim_group_is_evicted_whole_whatever_its_disruption_mode() -> None:
         core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
         evicted = core.drain_evictions()
         assert len(evicted) == 4 and {e.node for e in evicted} == {"n0", "n1"}, mode
+
+
+def test_pods_of_a_job_kueue_admitted_are_under_its_cluster_queue() -> None:
+    """Kueue labels the pods of jobs it admits with their ClusterQueue and LocalQueue, not
+    with ``queue-name``: a gang outside that quota must not evict them; a gang of the same
+    ClusterQueue may."""
+    for label, want in (("team-a", 4), ("team-b", 0)):
+        core = cluster(4)
+        running(core, "job", 4, "n0", 10, **{"kueue.x-k8s.io/cluster-queue-name": "team-a",
+                                             "kueue.x-k8s.io/local-queue-name": "a"})
+        for i in range(4):
+            core.upsert_pod(pod_from_json(
+                pod(f"hi-{i}").gang("hi", 4, timeout=30).gpu(1).priority(100)
+                .label("kueue.x-k8s.io/cluster-queue-name", label).build()))
+        core.filter(core.pods[pod_key("default", "hi-0")], [], 0.0)
+        assert len(core.drain_evictions()) == want, label
+    core = cluster(4)
+    running(core, "job", 4, "n0", 10, **{"kueue.x-k8s.io/cluster-queue-name": "team-a"})
+    arrive(core, "outside", 4, 100)  # no quota at all
+    core.filter(core.pods[pod_key("default", "outside-0")], [], 0.0)
+    assert core.drain_evictions() == []
