@@ -41,7 +41,14 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from coscheduling import (
     BindFailed,
@@ -131,6 +138,11 @@ class _First:
 
 
 class GangModel(RuleBasedStateMachine):
+    QUEUES_ON = True
+    """Volcano gangs and their Queue take part (off in :class:`PreemptionModel`)."""
+    FIRST_NODES = 3
+    """Nodes of 4 GPUs at the start (more come and go by rule)."""
+
     @initialize()
     def start(self) -> None:
         self.core = Coscheduler(SETTINGS)
@@ -155,7 +167,7 @@ class GangModel(RuleBasedStateMachine):
         self.inflight: list[tuple[PodKey, NodeName, str, int, bool]] = []
         """Pods kube-scheduler filtered and has not bound yet: (pod, node, uid, fate, lag)."""
         """Gangs the cluster itself left short (a bound member deleted/failed, a bind failed)."""
-        for name in NODES[:3]:
+        for name in NODES[:self.FIRST_NODES]:
             self._put_node(name, 4, RACKS[0])
         self.queue: dict[str, Any] = {
             "metadata": {"name": VQ}, "spec": {"capability": {"nvidia.com/gpu": "2"}},
@@ -375,6 +387,7 @@ class GangModel(RuleBasedStateMachine):
         for k in range(GANGS[gang][0] + int(extra)):
             self.create_member(gang, k)
 
+    @precondition(lambda self: self.QUEUES_ON)
     @rule(gang=st.sampled_from(sorted(VOLCANO)), k=st.integers(0, 2), whole=st.booleans())
     def create_volcano_members(self, gang: str, k: int, whole: bool) -> None:
         """Member ``k`` of a Volcano gang, or members 0..k (k=2 is an extra beyond
@@ -385,6 +398,7 @@ class GangModel(RuleBasedStateMachine):
                 self._put_pod(pod(f"{gang}-{i}").annotate("scheduling.k8s.io/group-name", gang)
                               .gpu(VOLCANO[gang][1]).build())
 
+    @precondition(lambda self: self.QUEUES_ON)
     @rule(grow=st.sampled_from([0, 0, 1, 2]),
           state=st.sampled_from(["Open", "Open", "Closed", "Closing"]))
     def change_queue(self, grow: int, state: str) -> None:
@@ -816,6 +830,26 @@ GangModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestGangModel = GangModel.TestCase
+
+
+class PreemptionModel(GangModel):
+    """The same machine and invariants on a smaller cluster (one node at the start) and
+    without the Volcano queue's rules, whose steps otherwise crowd out the runs in which a
+    high gang meets a full cluster: the seeded budget of ``make test`` must reach
+    preemption, not only ``make fuzz``."""
+
+    QUEUES_ON = False
+    FIRST_NODES = 1
+
+
+def test_the_seeded_model_reaches_preemption_and_victims_going() -> None:
+    before = dict(seen)
+    run_state_machine_as_test(PreemptionModel, settings=settings(
+        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        derandomize=True, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    got = {k: v - before.get(k, 0) for k, v in seen.items() if v > before.get(k, 0)}
+    assert any(k.startswith("Preempted") for k in got), got
 
 
 def teardown_module() -> None:
