@@ -104,8 +104,11 @@ def test_an_urgent_gang_evicts_a_whole_low_gang_and_runs_in_full(cluster: Cluste
         return False
 
     high = gang(c, ns, "high", 4, 1, HIGH)
-    c.kube.wait("the high gang bound in full", lambda: watch_low() or (
-        sum(n in c.recorder.bound(ns) for n in high) == 4), 60)
+    try:
+        c.kube.wait("the high gang bound in full", lambda: watch_low() or (
+            sum(n in c.recorder.bound(ns) for n in high) == 4), 60)
+    except TimeoutError as e:  # say where it stopped: the gangs as Lockstep sees them
+        raise AssertionError(f"{e}; Lockstep's gangs: {c.lockstep('/debug/gangs')}") from e
     assert deleted(c, ns, low) == set(low), "the low gang is evicted whole"
     events = [e for n in low for e in c.kube.events(ns, n) if e["reason"] == "Preempted"]
     assert {e["involvedObject"]["name"] for e in events} == set(low)
