@@ -113,6 +113,6 @@ def run(nodes: int = 5000, cases: tuple[tuple[int, int, int, str | None], ...] =
                        highest_priority=got.cost.highest_priority, gpus=got.cost.gpus,
                        level=got.level)
         else:
-            row["level"] = describe(got)
+            row.update(level="no set (see why)", why=describe(got))
         rows.append(row)
     return {"nodes": nodes, "candidates": len(cands), "rows": rows}
