@@ -12,6 +12,7 @@ from itertools import filterfalse
 
 from .admission import admit, extend, replan, turn_away
 from .decisions import FilterDecision
+from .enqueue import queue_gate
 from .gang import Gang, GangPhase
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
@@ -95,7 +96,10 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
             return FilterDecision([], unresolvable=turn_away(st, pod.key, g, preempting))
         return replan(st, g, pod, candidates)
     if g.phase is GangPhase.RELEASED:
-        # Elastic extras: ordinary pods, but never on capacity reserved for anyone.
+        # Elastic extras: ordinary pods, but never on capacity reserved for anyone, nor
+        # beyond what the gang's Volcano queue has room for.
+        if (full := queue_gate(st, g, spec, (), pod.requests)) is not None:
+            return FilterDecision([], unresolvable=full)  # as extend() answers an extra
         return filter_plain(st, pod, candidates)
     if g.phase is GangPhase.BACKING_OFF:
         assert g.backoff_until is not None

@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from app.render import render
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
+from coscheduling import (
+    Coscheduler,
+    GangPhase,
+    Settings,
+    ingest,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.podgroup import gang_key
 from coscheduling.queues import QueueRecord, QueueUse, demand, queue_from_json
@@ -268,3 +276,18 @@ def test_the_last_member_of_a_gang_finishing_wakes_the_queue() -> None:
     core.upsert_pod(pod_from_json(members[3].on("n1", "Succeeded").build()))
     assert pod_key("default", "b-0") in core.drain_requeue()
     assert filt(core, "b-0").passed
+
+
+def test_an_extra_of_a_gang_already_bound_never_takes_its_queue_past_capability() -> None:
+    """Found by the model: once the gang is bound (RELEASED) an extra member was filtered as
+    an ordinary pod, and a queue of 2 GPUs ended up holding 3."""
+    core = core_with(queue("q", 2))
+    gang(core, "a", size=2)
+    nodes = {name: filt(core, name).passed[0] for name in ("a-0", "a-1")}
+    for name, at in nodes.items():  # bound, as the watch then shows them
+        core.upsert_pod(pod_from_json(pod(name).annotate("scheduling.k8s.io/group-name", "a")
+                                      .gpu(1).on(at).build()))
+    assert core.gangs()[gang_key("default", "a")].phase is GangPhase.RELEASED
+    core.upsert_pod(pod_from_json(
+        pod("a-2").annotate("scheduling.k8s.io/group-name", "a").gpu(1).build()))
+    assert isinstance(filt(core, "a-2").unresolvable, QueueFull)
