@@ -116,6 +116,8 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
             elif verdict.refused:
                 out["explanation"] += (f"; its last filter passed {verdict.passed} node(s) and "
                                        f"turned away {len(verdict.refused)} held for gangs")
+            if verdict.preemption:
+                out["explanation"] += f"; {verdict.preemption}"
     if view is not None and view.partial is not None:
         out["partiallyBound"] = render(view.partial)
         out["explanation"] = f"{render(view.partial)}; then: {out['explanation']}"
@@ -132,6 +134,8 @@ def plain_verdict_json(v: PlainVerdict, now: float) -> dict[str, Any]:
     if v.bind_at is not None:
         out["bind"] = {"secondsAgo": round(now - v.bind_at, 3), "node": v.bind_node,
                        "refused": render(v.bind_refused) if v.bind_refused else None}
+    if v.preemption:
+        out["preemption"] = v.preemption
     return out
 
 

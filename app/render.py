@@ -88,10 +88,12 @@ def render(reason: Reason) -> str:
             )
         case WrongNode(gang, planned, asked):
             return f"gang {gang}: bind to {asked} but the plan holds {planned or 'no node'}"
-        case ReservedForGangs(node, gangs, short):
+        case ReservedForGangs(node, gangs, short, nominated):
+            holding = ([f"gang {', '.join(gangs[:3])}"] if gangs else []) + (
+                [f"preempting pod {', '.join(nominated[:3])}"] if nominated else [])
             return (
                 f"node {node}: short of {format_resources(short)} outside capacity reserved "
-                f"for gang {', '.join(gangs[:3])}"
+                f"for {' and '.join(holding) or 'nobody'}"
             )
         case MembersLost(gang, have, need, lost):
             gone = f" ({', '.join(lost)} left)" if lost else ""

@@ -140,14 +140,17 @@ def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
 
     Returns the refusal, or the gangs that lost slots (the caller re-plans them once the pod
     is counted on the node)."""
-    if not st.ledger.reserved_on(node):
+    if not st.ledger.reserved_on(node) and not st.nominations.held_on(node):
         return None, []
-    free = st.capacity.free_for_gang(node)
+    free = st.capacity.free_for_plain(node, pod.key, pod.priority)
     if fits(pod.requests, free):
         return None, []
     holders = sorted(st.ledger.gangs_on(node))
-    if any(st.gang_priority(st.gangs[k]) >= pod.priority for k in holders):
-        return Reject(ReservedForGangs(node, tuple(holders), shortfall(pod.requests, free))), []
+    nominated = tuple(n.pod for n in st.nominations.on(node)
+                      if n.pod != pod.key and n.priority >= pod.priority)
+    if nominated or any(st.gang_priority(st.gangs[k]) >= pod.priority for k in holders):
+        return Reject(ReservedForGangs(node, tuple(holders), shortfall(pod.requests, free),
+                                       nominated)), []
     return None, _make_room(st, pod, node)
 
 

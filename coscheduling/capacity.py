@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .ledger import Ledger
+from .nominations import Nominations
 from .records import NodeName, NodeRecord, PodKey
-from .resources import Resources, sub
+from .resources import Resources, add, sub
 from .store import ClusterStore
 from .topology import GPU, Score, explain_score
 
@@ -21,18 +22,32 @@ __all__ = ["Capacity"]
 
 
 class Capacity:
-    def __init__(self, store: ClusterStore, ledger: Ledger) -> None:
+    def __init__(self, store: ClusterStore, ledger: Ledger,
+                 nominations: Nominations | None = None) -> None:
         self._store = store
         self._ledger = ledger
+        self._nominations = nominations if nominations is not None else Nominations()
 
     @property
     def nodes(self) -> Mapping[NodeName, NodeRecord]:
         return self._store.nodes
 
     def free_for_gang(self, node: NodeName) -> Resources:
-        """Free capacity on ``node`` that no gang holds: what a gang may be planned on, and
-        all a plain pod may use there."""
-        return sub(self._store.free(node), self._ledger.reserved_on(node))
+        """Free capacity on ``node`` that no gang holds and no preempting pod was nominated
+        to: what a gang may be planned on, and all a plain pod may use there (but see
+        :meth:`free_for_plain`)."""
+        free = sub(self._store.free(node), self._ledger.reserved_on(node))
+        held = self._nominations.held_on(node)
+        return sub(free, held) if held else free
+
+    def free_for_plain(self, node: NodeName, pod: PodKey, priority: int) -> Resources:
+        """:meth:`free_for_gang` plus the room nominated to ``pod`` itself and to pods of
+        lower priority (a nomination gives way to a higher-priority pod)."""
+        free = self.free_for_gang(node)
+        for n in self._nominations.on(node):
+            if n.pod == pod or n.priority < priority:
+                free = add(free, n.requests)
+        return free
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
         return list(self._store.gpu_pods.get(node, {}).values())
@@ -45,6 +60,7 @@ class Capacity:
             n = self._store.nodes[node]
             free = n.allocatable.get(GPU, 0) - self._store.used.get(node, {}).get(GPU, 0)
             free -= self._ledger.reserved_on(node).get(GPU, 0)
+            free -= self._nominations.held_on(node).get(GPU, 0)
             cache[node] = free
         mine = self._ledger.get(own) if own is not None else None
         if mine is not None and mine.node == node:

@@ -24,6 +24,8 @@ def next_deadline(st: CoreState) -> float | None:
         times.append(st.held_swept + HELD_RETRY_SECONDS)
     if (preempting := st.preemptions.next_deadline()) is not None:
         times.append(preempting)
+    if (nominated := st.nominations.next_deadline()) is not None:
+        times.append(nominated)
     return min(times, default=None)
 
 

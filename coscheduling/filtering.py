@@ -133,6 +133,8 @@ def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
     # the work is O(reserved nodes), plus one C-speed pass when some node fails.
     everything = candidates if isinstance(candidates, list) else list(candidates)
     totals = st.ledger.total
+    if st.nominations.total:  # room held for plain pods that preempted counts too
+        totals = {**st.nominations.total, **totals}
     if not totals:
         return FilterDecision(everything)
     cand = set(everything) if len(totals) > 8 else None
@@ -141,11 +143,13 @@ def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
         if (cand is not None and node not in cand) or (cand is None
                                                        and node not in everything):
             continue
-        free = st.capacity.free_for_gang(node)
+        free = st.capacity.free_for_plain(node, pod.key, pod.priority)
         if fits(pod.requests, free):
             continue
         gangs = tuple(sorted(st.ledger.gangs_on(node)))
-        failed[node] = ReservedForGangs(node, gangs, shortfall(pod.requests, free))
+        nominated = tuple(n.pod for n in st.nominations.on(node)
+                          if n.pod != pod.key and n.priority >= pod.priority)
+        failed[node] = ReservedForGangs(node, gangs, shortfall(pod.requests, free), nominated)
     if not failed:
         return FilterDecision(everything)
     return FilterDecision(list(filterfalse(failed.__contains__, everything)), failed)

@@ -13,6 +13,7 @@ from .decisions import Lift
 from .gang import GangPhase
 from .membership import countable, meets_quorum
 from .podgroup import GangKey, InvalidGang, MissingPodGroup
+from .preempting import preempt_for_plain
 from .reasons import WaitingForMembers
 from .records import PodKey
 from .state import CoreState
@@ -65,6 +66,9 @@ def admit_held(st: CoreState, now: float) -> None:
             st.held_blocked.add(key)
             turn_away(st, held[0], g, outcome)
             st.held_epoch, st.held_swept = st.store.epoch, now
+    # Gangs first (kube-scheduler's queue would have served them in priority order too;
+    # a gang admitted above took its room from the capacity these pods now see).
+    preempt_for_plain(st, now)
 
 
 def queue_order(st: CoreState, key: GangKey) -> tuple[int, str, str]:

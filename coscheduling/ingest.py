@@ -26,7 +26,7 @@ from .gating import pinned_node
 from .membership import gang_key, refresh_spec, resolve_pod
 from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang
-from .preempting import victims_gone
+from .preempting import displaced, nominated_pod_done, victims_gone
 from .queues import QueueRecord
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
@@ -287,6 +287,16 @@ def _track_pending(st: CoreState, pod: PodRecord, plain: bool) -> None:
         st.pending_plain[pod.key] = pod.priority
     elif st.pending_plain.pop(pod.key, None) is not None:
         _wake_deferred(st)
+    # No node passed kube-scheduler's own filters: no filter call comes; it may preempt.
+    if (plain and pod.scheduler_name in st.settings.scheduler_names
+            and pod.node_name is None and pod.active and not pod.held and pod.unschedulable):
+        st.unschedulable_plain[pod.key] = pod.priority
+    elif st.unschedulable_plain.pop(pod.key, None) is not None:
+        st.plain_tried.pop(pod.key, None)
+    if pod.node_name is not None or not pod.active:
+        nominated_pod_done(st, pod)
+        if pod.node_name is not None and pod.node_name in st.nominations.total:
+            displaced(st, pod.node_name, pod.key)
 
 
 def _wake_deferred(st: CoreState) -> None:
@@ -358,6 +368,9 @@ def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
 def _pod_left(st: CoreState, rec: PodRecord) -> None:
     st.assumed.pop(rec.key, None)
     victims_gone(st, (rec.key,))
+    nominated_pod_done(st, rec)
+    st.unschedulable_plain.pop(rec.key, None)
+    st.plain_tried.pop(rec.key, None)
     if st.pending_plain.pop(rec.key, None) is not None:
         _wake_deferred(st)
     gang = gang_key(st.membership.pop(rec.key, None))

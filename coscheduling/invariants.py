@@ -12,7 +12,9 @@
    domains);
 6. a member pinned to a node (Lockstep lifted its gate) is only ever planned on that node,
    and no held member (its gate still on) is parked;
-7. preemptions in flight evict only strictly lower priorities, and victim gangs whole;
+7. preemptions in flight evict only strictly lower priorities, and victim gangs whole; room
+   nominated to a plain pod that preempted is held only for a pending plain pod (and counts
+   under 2 with the reservations);
 8. what the Volcano gangs of a queue hold (reservations and bound members) stays within the
    queue's capability, for each resource it names (a capability lowered under running
    gangs would break this by the user's hand: the model only raises it).
@@ -48,22 +50,24 @@ def check_invariants(core: Coscheduler) -> None:
     leaving = core.state.preemptions.terminating()
     _check_preemptions(core)
     _check_queues(core)
-    for n in core.ledger.nodes():
+    nominations = core.state.nominations
+    for n in sorted({*core.ledger.nodes(), *nominations.total}):
         if n not in store.nodes:
             raise InvariantBroken(f"reservation on node {n} that is not in the store")
         # Victims of a preemption in flight still count as usage; their room is reserved
         # for the preemptor already (counted twice, never lent to a third party).
-        left = sub(sub(store.nodes[n].allocatable, store.used.get(n, {})),
-                   core.ledger.reserved_on(n))
+        holding = add(core.ledger.reserved_on(n), nominations.held_on(n))
+        left = sub(sub(store.nodes[n].allocatable, store.used.get(n, {})), holding)
         for k in leaving:
             p = store.pods.get(k)
             if p is not None and p.node_name == n and p.holds_capacity:
                 left = add(left, p.requests)
-        for res, amount in core.ledger.reserved_on(n).items():
+        for res, amount in holding.items():
             if amount > 0 and left.get(res, 0) < 0:
                 raise InvariantBroken(
                     f"node {n}: usage + reservations exceed allocatable {res} by "
-                    f"{-left[res]} (reserved {core.ledger.by_gang_on(n)})")
+                    f"{-left[res]} (reserved {core.ledger.by_gang_on(n)}, nominated "
+                    f"{[x.pod for x in nominations.on(n)]})")
     for key, g in core.gangs().items():
         live = {p.key: p for p in core.members_of(key) if p.active}
         if g.plan and g.phase not in (GangPhase.ADMITTED, GangPhase.RELEASED):
@@ -109,7 +113,8 @@ def check_invariants(core: Coscheduler) -> None:
                 raise InvariantBroken(f"stale cached score for {n} ({gpus} GPU)")
     def fresh_free_gpus(n: NodeName) -> int:
         return store.nodes[n].allocatable.get("nvidia.com/gpu", 0) - store.used.get(
-            n, {}).get("nvidia.com/gpu", 0) - core.ledger.reserved_on(n).get("nvidia.com/gpu", 0)
+            n, {}).get("nvidia.com/gpu", 0) - core.ledger.reserved_on(n).get(
+            "nvidia.com/gpu", 0) - core.state.nominations.held_on(n).get("nvidia.com/gpu", 0)
 
     for n, cached_gpus in store.free_gpu.items():
         if n in store.nodes:
@@ -145,7 +150,7 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
         "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
                     for i in range(len(core.settings.levels))],
         "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
-                   if not core.reserved_on(n)},
+                   if not core.reserved_on(n) and n not in core.state.nominations.total},
     }
 
 
@@ -165,6 +170,14 @@ def _check_preemptions(core: Coscheduler) -> None:
                 if p.holds_capacity and not p.deleting and p.key not in rec.victims:
                     raise InvariantBroken(f"gang {victim} evicted for {rec.preemptor} in part: "
                                           f"{p.key} on {p.node_name} is not a victim")
+    for n in core.state.nominations.by_pod.values():
+        p = store.pods.get(n.pod)
+        if p is None or p.node_name is not None or not p.active \
+                or core.gang_of(n.pod) is not None:
+            raise InvariantBroken(f"room on {n.node} is nominated to {n.pod}, which is not a "
+                                  f"pending plain pod")
+        if n.node not in store.nodes:
+            raise InvariantBroken(f"room nominated to {n.pod} on {n.node}, not a node")
 
 
 def _check_queues(core: Coscheduler) -> None:

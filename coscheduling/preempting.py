@@ -27,6 +27,7 @@ from .disruption import Budget, selecting
 from .gang import Gang
 from .keys import GangKey
 from .membership import gang_key
+from .nominations import BIND_WITHIN, Nomination
 from .planner import Member, Plan
 from .preemption import (
     AlreadyFits,
@@ -39,12 +40,14 @@ from .preemption import (
 )
 from .preemption_state import Expired, InFlight
 from .reasons import BeingPreempted, GangReason, Preempting
-from .records import PodKey, PodRecord
+from .records import NodeName, PodKey, PodRecord
+from .resources import Resources, add, fits
 from .state import CoreState
 from .topology import GPU, Level
 
-__all__ = ["KUEUE_CLUSTER_QUEUE", "KUEUE_LOCAL_QUEUE", "KUEUE_QUEUE", "blocked", "expired",
-           "preempting_reason", "quota_line", "try_preempt",
+__all__ = ["KUEUE_CLUSTER_QUEUE", "KUEUE_LOCAL_QUEUE", "KUEUE_QUEUE", "blocked", "displaced",
+           "expired", "nominated_pod_done", "preempt_for_plain", "preempting_reason",
+           "quota_line", "try_preempt",
            "victims_gone"]
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
@@ -121,17 +124,93 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
     if not isinstance(started, InFlight):  # refused above already; the book has the say
         return None
     st.preempt_tried.pop(g.key, None)
-    by = f"by gang {g.key} (priority {priority})"
+    _evict(st, found, str(g.key), f"by gang {g.key} (priority {priority})", priority)
+    st.notice(NoticeKind.PREEMPTING, g.key, (members[0].key,), _reason(g.key, started))
+    return found.plan
+
+
+def _evict(st: CoreState, found: Victims, preemptor: str, by: str, priority: int) -> None:
     for c in found.evict:
         st.outbox.evictions.append(Eviction(c.key, st.store.pods[c.key].uid, c.node,
-                                            str(g.key), priority, c.gang))
+                                            preemptor, priority, c.gang))
     for victim in found.gangs:
         st.notice(NoticeKind.PREEMPTED, victim,
                   [c.key for c in found.evict if c.gang == victim], detail=by)
     for key in found.pods:
         st.notice(NoticeKind.PREEMPTED, None, (key,), detail=by)
-    st.notice(NoticeKind.PREEMPTING, g.key, (members[0].key,), _reason(g.key, started))
-    return found.plan
+
+
+def preempt_for_plain(st: CoreState, now: float) -> None:
+    """Plain pods of Lockstep's schedulers that kube-scheduler found no node for look for
+    victims, highest priority first (its own filters failed everywhere, so no filter call
+    comes: this runs in the sweep after cluster events, as ``admit_by_preemption`` does
+    for gangs). The room a preemption frees is held as the pod's nomination."""
+    if not st.settings.preemption or not st.unschedulable_plain:
+        return
+    for key, _ in sorted(st.unschedulable_plain.items(), key=lambda t: (-t[1], t[0])):
+        pod = st.store.pods.get(key)
+        if pod is None or st.nominations.get(key) is not None \
+                or st.preemptions.get(str(key)) is not None \
+                or st.plain_tried.get(key) == st.store.epoch:
+            continue
+        _preempt_for_plain(st, pod, now)
+
+
+def _preempt_for_plain(st: CoreState, pod: PodRecord, now: float) -> None:
+    policy = (PreemptionPolicy.NEVER if pod.preempt_never
+              else PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
+    preemptor = Preemptor(str(pod.key), (Member(pod),), pod.priority, policy,
+                          quota=quota_line(pod))
+    found = choose_victims(preemptor, _candidates(st, pod.priority), st.capacity,
+                           st.settings.levels)
+    if not isinstance(found, Victims):
+        # Nothing to do until capacity or pods change (AlreadyFits: kube-scheduler's own
+        # filters turned it away for something no eviction changes).
+        st.plain_tried[pod.key] = st.store.epoch
+        if not isinstance(found, AlreadyFits):
+            st.verdict(pod.key, preemption=describe(found))
+        return
+    started = st.preemptions.start(preemptor=str(pod.key), gang=None, priority=pod.priority,
+                                   victims=found, requests={pod.key: pod.requests}, now=now)
+    if not isinstance(started, InFlight):
+        return
+    st.plain_tried.pop(pod.key, None)
+    node = found.plan.assignments[pod.key]
+    st.nominations.add(Nomination(pod.key, node, dict(pod.requests), pod.priority,
+                                  started.deadline + BIND_WITHIN))
+    _evict(st, found, str(pod.key), f"by pod {pod.key} (priority {pod.priority})",
+           pod.priority)
+    units = len(found.gangs) + len(found.pods)
+    st.verdict(pod.key, preemption=(
+        f"preempting {units} unit(s) ({len(found.evict)} pod(s)) on {node}; the room there "
+        f"is held for this pod"))
+
+
+def nominated_pod_done(st: CoreState, pod: PodRecord) -> None:
+    """The pod bound, finished or left: its nomination (and a preemption still in flight
+    for it) ends."""
+    if st.nominations.remove(pod.key) is not None:
+        st.preemptions.cancel(str(pod.key))
+
+
+def displaced(st: CoreState, node: NodeName, by: PodKey) -> None:
+    """A pod bound on ``node`` (kube-scheduler placed it: a higher-priority pod may take a
+    nomination's room). Nominations whose victims are gone and whose room is no longer
+    there are given back, lowest priority first, and their pods tried again."""
+    leaving: Resources = {}
+    for k in st.preemptions.terminating():  # their room is on its way to a preemptor here
+        p = st.store.pods.get(k)
+        if p is not None and p.node_name == node and p.holds_capacity:
+            leaving = add(leaving, p.requests)
+    for n in st.nominations.on(node):
+        if n.pod == by:
+            continue
+        if not fits(n.requests, add(add(st.capacity.free_for_gang(node), n.requests),
+                                    leaving)):
+            st.nominations.remove(n.pod)
+            st.preemptions.cancel(str(n.pod))
+            st.plain_tried.pop(n.pod, None)
+            st.outbox.requeue.add(n.pod)
 
 
 def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
@@ -139,7 +218,10 @@ def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
     if not len(st.preemptions):
         return
     for done in st.preemptions.gone(pods):
-        g = st.gangs.get(done.record.gang) if done.record.gang is not None else None
+        if done.record.gang is None:  # a plain pod: its room is free, wake it to bind there
+            st.outbox.requeue.add(PodKey(done.record.preemptor))
+            continue
+        g = st.gangs.get(done.record.gang)
         if g is None:
             continue
         # The room is free now: members turned away while victims held it are woken, held
@@ -150,10 +232,17 @@ def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
 
 
 def expired(st: CoreState, now: float) -> list[Expired]:
-    """Preemptions whose victims outlived the deadline; the caller gives the room back."""
-    if not len(st.preemptions):
-        return []
-    return st.preemptions.expire(now)
+    """Preemptions whose victims outlived the deadline; the caller gives a gang's room back,
+    a plain pod's nomination is dropped here. Nominations whose pod never came to bind
+    end too."""
+    out = st.preemptions.expire(now) if len(st.preemptions) else []
+    for e in out:
+        if e.record.gang is None:
+            st.nominations.remove(PodKey(e.record.preemptor))
+    for n in st.nominations.expired(now):
+        st.nominations.remove(n.pod)
+        st.plain_tried.pop(n.pod, None)
+    return out
 
 
 def quota_line(pod: PodRecord) -> str | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .nofit import NoFit
 from .podgroup import GangKey, InvalidGang
-from .records import NodeName
+from .records import NodeName, PodKey
 from .resources import Resources
 
 __all__ = [
@@ -121,6 +121,8 @@ class ReservedForGangs:
     node: NodeName
     gangs: tuple[GangKey, ...]
     short: Resources
+    nominated: tuple[PodKey, ...] = ()
+    """Plain pods (of this pod's priority or higher) that preempted for room on the node."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from .decisions import NoticeKind, Unparked
 from .disruption import Budget
 from .gang import Gang
 from .ledger import Ledger
+from .nominations import Nominations
 from .outbox import Outbox
 from .podgroup import GangDefaults, GangKey, Membership
 from .preemption_state import PreemptionBook
@@ -60,6 +61,8 @@ class PlainVerdict:
     bind_at: float | None = None
     bind_node: NodeName | None = None
     bind_refused: GangReason | NodeReason | None = None
+    preemption: str = ""
+    """What its last look for victims did (it preempts, or why it cannot)."""
 
 
 class CoreState:
@@ -69,7 +72,9 @@ class CoreState:
         self.settings = settings
         self.store = ClusterStore(settings.levels)
         self.ledger = Ledger(on_change=self.store.touch)
-        self.capacity = Capacity(self.store, self.ledger)
+        self.nominations = Nominations(on_change=self.store.touch)
+        """Room held for plain pods that preempted (a gang's is in the ledger)."""
+        self.capacity = Capacity(self.store, self.ledger, self.nominations)
         self.waiting = WaitingMap()
         self.gangs: dict[GangKey, Gang] = {}
         self.membership: dict[PodKey, Membership] = {}
@@ -93,6 +98,11 @@ class CoreState:
         self.gone: OrderedDict[str, None] = OrderedDict()
         """UIDs of pods the watch showed deleted (the latest ``GONE_REMEMBERED``): a filter
         call for one is kube-scheduler's stale view, never a pod to learn from the call."""
+        self.unschedulable_plain: dict[PodKey, int] = {}
+        """Plain pods of Lockstep's schedulers kube-scheduler found no node for, with their
+        priority: each may preempt (no filter call comes for them)."""
+        self.plain_tried: dict[PodKey, int] = {}
+        """The store epoch at which each such pod last looked for victims in vain."""
         self.pending_plain: dict[PodKey, int] = {}
         """Pods of Lockstep's schedulers outside any gang that kube-scheduler is placing now
         (unbound, ungated, not marked unschedulable), with their priority: a gang of lower

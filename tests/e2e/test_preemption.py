@@ -137,6 +137,36 @@ def test_an_urgent_gang_evicts_exactly_the_plain_pods_it_needs_on_the_fewest_nod
     c.recorder.assert_gang_invariants(ns)
 
 
+def test_an_urgent_plain_pod_evicts_the_pods_of_one_node_and_binds_there(
+        cluster: ClusterFactory) -> None:
+    """A plain pod of Lockstep's profile preempts too. kube-scheduler's own filters find no
+    node for a 2-GPU pod on a bed full of 1-GPU ones, so it calls no extender: Lockstep's
+    sweep sees the pod Unschedulable, evicts the two pods of one node, holds that room for
+    it and wakes it once they are gone; kube-scheduler binds it there. A lower-priority
+    pod arriving meanwhile does not take the room."""
+    c = cluster("tiny-3x2")
+    priority_classes(c)
+    ns = "pre-plain-pod"
+    c.kube.ensure_namespace(ns)
+    infer = [plain(c, ns, f"infer-{i}", LOW) for i in range(6)]
+    bound = c.recorder.wait_bound(ns, infer, 30)
+    obj = pod("urgent", ns).gpu(2).priority(HIGH[1], HIGH[0]).build()
+    obj["spec"]["terminationGracePeriodSeconds"] = 0
+    c.kube.create_pod(obj)
+    try:
+        c.recorder.wait_bound(ns, ["urgent"], 60)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; Lockstep: {c.lockstep(f'/debug/pods/{ns}/urgent')}") from e
+    gone = deleted(c, ns, infer)
+    assert len(gone) == 2, gone
+    assert {bound[n] for n in gone} == {c.recorder.bound(ns)["urgent"]}
+    assert metric(c, "lockstep_preemptions_total") == 1.0
+    assert metric(c, "lockstep_preemption_victims_total", 'kind="pod"') == 2.0
+    events = [e for n in gone for e in c.kube.events(ns, n) if e["reason"] == "Preempted"]
+    assert {e["involvedObject"]["name"] for e in events} == gone
+    assert all(f"{ns}/urgent" in e["message"] for e in events)
+
+
 def test_nothing_is_evicted_when_preemption_cannot_help_or_is_not_allowed(
         cluster: ClusterFactory) -> None:
     c = cluster("tiny-3x2")

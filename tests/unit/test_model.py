@@ -316,6 +316,18 @@ class GangModel(RuleBasedStateMachine):
                             and k not in keys and not p["metadata"].get("deletionTimestamp") \
                             and p["status"]["phase"] not in ("Failed", "Succeeded"):
                         raise AssertionError(f"gang {e.gang} evicted in part: {k} stays")
+        plain = PodKey(batch[0].preemptor)
+        if plain in self.pods and self.core.gang_of(plain) is None:
+            saw("Preempted:for-plain-pod")
+            nominated = self.core.state.nominations.get(plain)
+            if nominated is None or self.pods[plain]["spec"].get("nodeName"):
+                raise AssertionError(f"evicted for plain pod {plain}, which holds no room")
+            freed = sum(gpu(self.pods[k]) for k in keys if k in self.pods
+                        and self.pods[k]["spec"].get("nodeName") == nominated.node)
+            if self._raw_free(nominated.node) + freed < gpu(self.pods[plain]):
+                raise AssertionError(f"{plain} nominated to {nominated.node}, where its "
+                                     f"victims would not make room")
+            return
         preemptor = self.core.gangs().get(GangKey(batch[0].preemptor))
         if preemptor is None or preemptor.phase is not GangPhase.ADMITTED:
             raise AssertionError(f"evicted for {batch[0].preemptor}, which was not admitted "
@@ -557,11 +569,43 @@ class GangModel(RuleBasedStateMachine):
             self._put_pod(pod(f"{PG}-{k}").sp_group(PG).gpu(1).build())
 
     @rule(k=st.integers(0, 2), gpus=st.integers(0, 2), priority=st.sampled_from([0, 50, 100]),
-          lag=st.booleans())
-    def create_plain(self, k: int, gpus: int, priority: int, lag: bool) -> None:
+          lag=st.booleans(), tried=st.booleans())
+    def create_plain(self, k: int, gpus: int, priority: int, lag: bool, tried: bool) -> None:
+        """A plain pod; ``tried``: kube-scheduler cycles it at once, and when no node fits
+        it is marked Unschedulable (so only Lockstep's sweep can preempt for it)."""
         key = pod_key("default", f"plain-{k}")
         if key not in self.pods:
             self._put_pod(pod(f"plain-{k}").gpu(gpus).priority(priority).build(), lag=lag)
+            if tried and not lag and self._unplaceable(key):
+                self._mark_unschedulable(key)
+
+    def _unplaceable(self, key: PodKey) -> bool:
+        """kube-scheduler's own filters (resources fit, on the API server's usage) find no
+        node for this pending pod, and it is not marked so yet."""
+        p = self.pods[key]
+        if p["spec"].get("nodeName") or p["spec"].get("schedulingGates") \
+                or p["metadata"].get("deletionTimestamp") \
+                or p["status"].get("phase") in ("Failed", "Succeeded") \
+                or any(c.get("reason") == "Unschedulable"
+                       for c in p["status"].get("conditions") or ()):
+            return False
+        need = gpu(p)
+        return need > 0 and all(self._raw_free(n) < need for n in self.nodes)
+
+    @precondition(lambda self: any(self._unplaceable(k) for k in self.pods))
+    @rule(data=st.data())
+    def no_node_fits(self, data: st.DataObject) -> None:
+        """kube-scheduler finds no node by its own filters: it marks the pod Unschedulable
+        and calls no extender, so only Lockstep's sweep can preempt for it."""
+        key = data.draw(st.sampled_from(sorted(k for k in self.pods if self._unplaceable(k))))
+        self._mark_unschedulable(key)
+
+    def _mark_unschedulable(self, key: PodKey) -> None:
+        obj = self.pods[key]
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        self._put_pod({**obj, "status": {**obj["status"], "conditions": [cond]}})
+        saw("unschedulable:plain" if self.core.gang_of(key) is None else "unschedulable:member")
+        self._answered()
 
     @precondition(lambda self: self.pods)
     @rule(data=st.data(), recreate=st.booleans())
@@ -697,6 +741,8 @@ class GangModel(RuleBasedStateMachine):
             prio = int(self.pods[key]["spec"].get("priority") or 0)
             holders = {g: self.core.state.gang_priority(self.core.state.gangs[g])
                        for g in d.reason.gangs}
+            holders.update({n: int(self.pods[n]["spec"].get("priority") or 0)
+                            for n in d.reason.nominated if n in self.pods})
             if all(p < prio for p in holders.values()):
                 raise AssertionError(f"plain pod {key} (priority {prio}) refused for the "
                                      f"reservations of lower-priority gangs {holders}")
@@ -845,11 +891,11 @@ class PreemptionModel(GangModel):
 def test_the_seeded_model_reaches_preemption_and_victims_going() -> None:
     before = dict(seen)
     run_state_machine_as_test(PreemptionModel, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        max_examples=2 * EXAMPLES, stateful_step_count=STEPS, deadline=None,
         derandomize=True, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     got = {k: v - before.get(k, 0) for k, v in seen.items() if v > before.get(k, 0)}
-    assert any(k.startswith("Preempted") for k in got), got
+    assert any(k.startswith("Preempted:") and k[-1].isdigit() for k in got), got
 
 
 def teardown_module() -> None:

@@ -244,3 +244,93 @@ def test_pods_of_a_job_kueue_admitted_are_under_its_cluster_queue() -> None:
     arrive(core, "outside", 4, 100)  # no quota at all
     core.filter(core.pods[pod_key("default", "outside-0")], [], 0.0)
     assert core.drain_evictions() == []
+
+
+# ------------------------------------------------------------------ plain pods that preempt
+
+
+def unschedulable(name: str, gpus: int, prio: int, never: bool = False) -> dict[str, Any]:
+    """A plain pod kube-scheduler found no node for: no filter call comes for it."""
+    obj = pod(name).gpu(gpus).priority(prio).build()
+    obj["metadata"]["uid"] = f"uid-{name}"
+    obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                    "reason": "Unschedulable"}]
+    if never:
+        obj["spec"]["preemptionPolicy"] = "Never"
+    return obj
+
+
+def plain_on(core: Coscheduler, name: str, gpus: int, node_name: str, prio: int) -> None:
+    obj = pod(name).gpu(gpus).priority(prio).on(node_name).build()
+    obj["metadata"]["uid"] = f"uid-{name}"
+    core.upsert_pod(pod_from_json(obj))
+
+
+def test_an_unschedulable_plain_pod_evicts_what_it_needs_and_holds_the_room() -> None:
+    core = cluster(4, 4)
+    for i in range(4):
+        plain_on(core, f"low-{i}", 2, f"n{i // 2}", 10)
+    core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
+    core.admit_held(0.0)  # the sweep after cluster events
+    evicted = core.drain_evictions()
+    assert len(evicted) == 2 and len({e.node for e in evicted}) == 1  # one node, both pods
+    node = evicted[0].node
+    nominated = core.state.nominations.get(pod_key("default", "urgent"))
+    assert nominated is not None and nominated.node == node
+    for e in evicted:
+        core.delete_pod(e.pod, e.uid)
+    assert pod_key("default", "urgent") in core.drain_requeue()  # woken to bind
+    # The room is free and held: a lower-priority plain pod is turned away there, and no
+    # gang is planned into it; the preemptor itself may use it.
+    later = pod_from_json(pod("later").gpu(2).priority(10).build())
+    core.upsert_pod(later)
+    d = core.filter(later, [NodeName(node)], 0.5)
+    assert d.passed == [] and pod_key("default", "urgent") in d.failed[NodeName(node)].nominated
+    assert core.state.capacity.free_for_gang(NodeName(node)).get("nvidia.com/gpu", 0) == 0
+    urgent = core.pods[pod_key("default", "urgent")]
+    assert core.filter(urgent, [NodeName(node)], 1.0).passed == [NodeName(node)]
+    core.upsert_pod(pod_from_json(pod("urgent").gpu(4).priority(100).on(node).build()))
+    assert core.state.nominations.get(pod_key("default", "urgent")) is None
+
+
+def test_a_plain_pod_that_may_not_preempt_or_would_not_fit_evicts_nothing() -> None:
+    for obj in (unschedulable("polite", 4, 100, never=True), unschedulable("huge", 8, 100),
+                unschedulable("peer", 4, 10)):
+        core = cluster(4)
+        for i in range(2):
+            plain_on(core, f"low-{i}", 2, "n0", 10)
+        core.upsert_pod(pod_from_json(obj))
+        core.admit_held(0.0)
+        assert core.drain_evictions() == [], obj["metadata"]["name"]
+        assert len(core.state.nominations) == 0
+
+
+def test_a_higher_priority_pod_may_take_the_room_and_the_nomination_is_given_back() -> None:
+    core = cluster(4)
+    for i in range(2):
+        plain_on(core, f"low-{i}", 2, "n0", 10)
+    core.upsert_pod(pod_from_json(unschedulable("mid", 4, 50)))
+    core.admit_held(0.0)
+    for e in core.drain_evictions():
+        core.delete_pod(e.pod, e.uid)
+    core.drain_requeue()
+    top = pod_from_json(pod("top").gpu(4).priority(1000).build())
+    core.upsert_pod(top)
+    assert core.filter(top, [NodeName("n0")], 1.0).passed == [NodeName("n0")]  # gives way
+    plain_on(core, "top", 4, "n0", 1000)  # kube-scheduler bound it
+    assert core.state.nominations.get(pod_key("default", "mid")) is None
+    assert pod_key("default", "mid") in core.drain_requeue()
+
+
+def test_victims_that_never_go_give_a_plain_pods_room_back_at_the_deadline() -> None:
+    core = cluster(4)
+    for i in range(2):
+        plain_on(core, f"low-{i}", 2, "n0", 10)
+    core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
+    core.admit_held(0.0)
+    assert core.drain_evictions()
+    rec = core.state.preemptions.get("default/urgent")
+    assert rec is not None
+    core.expire(rec.deadline + 0.1)
+    assert core.state.nominations.get(pod_key("default", "urgent")) is None
+    assert core.state.preemptions.get("default/urgent") is None
