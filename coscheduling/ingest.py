@@ -107,6 +107,11 @@ def _replace_nodes(st: CoreState, nodes: Iterable[NodeRecord]) -> None:
 
 
 def _node_lost(st: CoreState, name: NodeName) -> None:
+    for n in st.nominations.on(name):  # a plain pod's held room went with the node
+        st.nominations.remove(n.pod)
+        st.preemptions.cancel(str(n.pod))
+        st.plain_tried.pop(n.pod, None)
+        st.outbox.requeue.add(n.pod)
     touched: dict[GangKey, Gang] = {}
     for r in st.ledger.on_node(name):
         g = st.gangs[r.gang]

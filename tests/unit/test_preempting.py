@@ -334,3 +334,18 @@ def test_victims_that_never_go_give_a_plain_pods_room_back_at_the_deadline() -> 
     core.expire(rec.deadline + 0.1)
     assert core.state.nominations.get(pod_key("default", "urgent")) is None
     assert core.state.preemptions.get("default/urgent") is None
+
+
+def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
+    """Found by make fuzz: the room stayed nominated on a node that was gone."""
+    core = cluster(4)
+    for i in range(2):
+        plain_on(core, f"low-{i}", 2, "n0", 10)
+    core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
+    core.admit_held(0.0)
+    assert core.drain_evictions() and core.state.nominations.get(pod_key("default", "urgent"))
+    core.drain_requeue()
+    core.delete_node(NodeName("n0"))
+    assert core.state.nominations.get(pod_key("default", "urgent")) is None
+    assert core.state.preemptions.get("default/urgent") is None
+    assert pod_key("default", "urgent") in core.drain_requeue()
