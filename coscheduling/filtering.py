@@ -17,7 +17,7 @@ from .gang import Gang, GangPhase
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup
-from .preempting import preempting_reason
+from .preempting import blocked, preempting_reason
 from .reasons import (
     BackingOff,
     InvalidDeclaration,
@@ -100,6 +100,8 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
         # beyond what the gang's Volcano queue has room for.
         if (full := queue_gate(st, g, spec, (), pod.requests)) is not None:
             return FilterDecision([], unresolvable=full)  # as extend() answers an extra
+        if (evicted := blocked(st, g)) is not None:
+            return FilterDecision([], unresolvable=evicted)  # being evicted whole
         return filter_plain(st, pod, candidates)
     if g.phase is GangPhase.BACKING_OFF:
         assert g.backoff_until is not None

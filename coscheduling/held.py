@@ -104,6 +104,8 @@ def lift_target(st: CoreState, key: PodKey) -> Lift | None:
         if st.preemptions.get(str(g.key)) is not None:
             return None  # pinned once its victims are gone, not onto a node they still hold
         return Lift(key, pod.uid, node)
+    if st.preemptions.evicting(g.key) is not None:
+        return None  # its gang is being evicted whole: no member may start now
     if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
         return Lift(key, pod.uid, None)
     return None
