@@ -91,6 +91,26 @@ def test_a_recreated_victim_gang_waits_while_its_preemptor_is_not_running() -> N
     assert isinstance(d.unresolvable, BeingPreempted)
 
 
+def test_a_gated_extra_of_a_gang_being_evicted_is_neither_lifted_nor_let_bind() -> None:
+    """Found by the model at 2000 x 80: h's extra member, still behind the gate, was lifted
+    and bound while the rest of h was evicted for b, leaving h evicted in part."""
+    core = cluster(4)
+    running(core, "h", 3, "n0", 10)
+    core.upsert_pod(pod_from_json(pod("h-3").gang("h", 3, timeout=30).gpu(1).priority(10)
+                                  .held().build()))
+    assert core.gangs()[gang_key("default", "h")].phase is GangPhase.RELEASED
+    arrive(core, "b", 4, 50)
+    d = core.filter(core.pods[pod_key("default", "b-0")], [], 0.0)
+    assert isinstance(d.unresolvable, Preempting)
+    assert {e.pod for e in core.drain_evictions()} == {
+        pod_key("default", f"h-{i}") for i in range(3)}
+    assert pod_key("default", "h-3") not in {lf.pod for lf in core.drain_lift()}
+    core.state.outbox.lift.add(pod_key("default", "h-3"))  # asked again, as a sweep would
+    assert core.drain_lift() == []
+    extra = core.pods[pod_key("default", "h-3")]
+    assert isinstance(core.filter(extra, [NodeName("n0")], 0.5).unresolvable, BeingPreempted)
+
+
 def test_victims_that_never_go_give_the_room_back_at_the_deadline() -> None:
     core = cluster(4)
     running(core, "low", 4, "n0", 10)
