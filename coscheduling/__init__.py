@@ -6,6 +6,7 @@ dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kuberne
 
 from .conventions.scheduler_plugins import podgroup_from_json
 from .core import Coscheduler, GangView, Settings
+from .creation import GateAtCreation, PinAtCreation
 from .decisions import (
     BindFailed,
     BindGroup,
@@ -55,6 +56,7 @@ __all__ = [
     "GangPhase",
     "GangSpec",
     "GangView",
+    "GateAtCreation",
     "InvalidGang",
     "Level",
     "Lift",
@@ -64,6 +66,7 @@ __all__ = [
     "Notice",
     "NoticeKind",
     "Park",
+    "PinAtCreation",
     "Plan",
     "PodKey",
     "PodRecord",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from . import expected
 from .decisions import FilterDecision, NoticeKind, Unparked
 from .eligibility import eligible
 from .enqueue import queue_gate
 from .gang import Gang, GangPhase
+from .gating import pinned_node
 from .membership import countable, departed, meets_quorum, pick
 from .nofit import NoFit
 from .planner import Member, Plan, plan_gang
@@ -45,6 +47,7 @@ __all__ = [
     "fall_back",
     "free_outside_reservations",
     "levels_for",
+    "pinned_pending",
     "reconcile",
     "replan",
     "try_admit",
@@ -62,6 +65,8 @@ def reconcile(st: CoreState, g: Gang) -> None:
     if held:
         st.held_touched.add(g.key)
         st.outbox.lift.update(held)
+    elif g.phase is GangPhase.WAITING and any(pinned_pending(p) for p in live):
+        st.held_touched.add(g.key)  # pinned at creation or lifted: the sweep admits it
     if spec is None:
         if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
             fall_back(st, g, MembersLost(g.key, len(live), 0, ("no valid declaration",)))
@@ -114,11 +119,19 @@ def complete_plan(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord],
             g.add_slot(key, node, st.store.pods[key].requests)
 
 
+def pinned_pending(pod: PodRecord) -> bool:
+    """A member kube-scheduler cycles on one node: pinned (at creation or by a lift) and
+    not bound. A restarted Lockstep re-admits its gang from the pins, not the filter call."""
+    return pod.node_name is None and not pod.held and pod.required_affinity != () \
+        and pinned_node(pod.required_affinity) is not None
+
+
 def fall_back(st: CoreState, g: Gang, reason: GangReason) -> None:
     """Give back everything the gang holds and answer its parked calls with ``reason``."""
     parked = st.waiting.pop_gang(g.key)
     if parked:
         st.outbox.unparked.append(Unparked(g.key, parked, reason))
+    expected.forget(st, g)
     g.fall_back(reason)
     st.notice(NoticeKind.WAITING, g.key, sorted(g.members), reason)
 
@@ -181,13 +194,14 @@ def admit(st: CoreState, g: Gang, spec: GangSpec, pod: PodRecord,
 
 
 def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now: float,
-              pod: PodRecord | None = None, candidates: Sequence[NodeName] = ()
-              ) -> dict[PodKey, NodeName] | GangReason:
+              pod: PodRecord | None = None, candidates: Sequence[NodeName] = (),
+              may_preempt: bool = True) -> dict[PodKey, NodeName] | GangReason:
     """Plan the whole gang and reserve the plan, or say why not.
 
     ``pod`` is the member whose filter call asks (limited to kube-scheduler's
     ``candidates``); without one, the gang's members are held behind Lockstep's gate and
-    every node Lockstep knows is a candidate."""
+    every node Lockstep knows is a candidate. ``may_preempt`` is False for a gang planned
+    at its first member's creation: nothing is evicted for members that may never come."""
     required, bad = levels_for(st, g)
     if bad is not None:
         return bad
@@ -219,7 +233,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
                                required=required, fixed=fixed)
     timeout = spec.timeout_seconds
     if isinstance(result, NoFit):
-        if fixed:  # bindings still in flight: whatever they leave is planned first
+        if fixed or not may_preempt:  # in-flight bindings' leftovers are planned first
             return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
         chosen = pick(st, spec, have, [m.key for m in members]) or [m.key for m in members]
         found = try_preempt(st, g, [st.store.pods[k] for k in chosen], required, now)

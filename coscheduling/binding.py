@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import expected
 from .admission import reconcile
 from .decisions import (
     BindDecision,
@@ -98,6 +99,7 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
         # Already partly bound at the API server (Lockstep died between a group's
         # bindings, or a binding failed after its siblings'): parking the rest would only
         # keep the gang partial for longer. The plan is whole, so release it now.
+        expected.forget(st, g)
         g.release({key})
         st.notice(NoticeKind.RELEASED, g.key, (key,),
                   detail=f"{bound}/{spec.min_member} already bound; completing")
@@ -120,6 +122,7 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
             return Reject(mine)
         return Park(g.key, g.deadline)
     binds = st.waiting.pop_gang(g.key)
+    expected.forget(st, g)
     g.release(set(binds))
     st.notice(NoticeKind.RELEASED, g.key, (key,),
               detail=f"{len(binds) + bound_count(st, g)}/{spec.min_member}")

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from . import binding, deadlines, filtering, held, ingest, views
+from . import binding, creation, deadlines, filtering, held, ingest, views
 from .conventions.base import PodGroupRecord
 from .conventions.scheduler_plugins import PodGroupStatus
 from .conventions.upstream import UpstreamPodGroup
@@ -254,6 +254,14 @@ class Coscheduler:
         self.waiting.remove(key)
 
     # ------------------------------------------------------------------ held gangs, time
+
+    def place_at_creation(self, pod: PodRecord, now: float) -> creation.Placement:
+        """The webhook's question for a member being created: pin it, or gate it."""
+        return creation.place_at_creation(self.state, pod, now)
+
+    def withdraw_creation(self, key: PodKey) -> None:
+        """A pin given at creation taken back by the webhook (another party's gate)."""
+        creation.withdraw(self.state, key)
 
     def admit_held(self, now: float) -> None:
         held.admit_held(self.state, now)

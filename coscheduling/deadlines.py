@@ -4,8 +4,9 @@ gangs backing off get another try when their backoff ends. The app's timer calls
 
 from __future__ import annotations
 
-from . import preempting
+from . import expected, preempting
 from .admission import fall_back
+from .creation import expire_provisional, next_provisional_deadline
 from .decisions import Expired, NoticeKind
 from .enqueue import queue_freed
 from .gang import GangPhase
@@ -26,12 +27,15 @@ def next_deadline(st: CoreState) -> float | None:
         times.append(preempting)
     if (nominated := st.nominations.next_deadline()) is not None:
         times.append(nominated)
+    if (created := next_provisional_deadline(st)) is not None:
+        times.append(created)
     return min(times, default=None)
 
 
 def expire(st: CoreState, now: float) -> list[Expired]:
     """Time out admitted gangs past their deadline and end finished backoffs."""
     out = []
+    expire_provisional(st, now)
     for stalled in preempting.expired(st, now):
         # Victims outlived their grace period: the held room goes back, the gang plans anew.
         g = st.gangs.get(stalled.record.gang) if stalled.record.gang is not None else None
@@ -58,6 +62,7 @@ def expire(st: CoreState, now: float) -> list[Expired]:
         # Koordinator's NonStrict: try again at once rather than after a backoff.
         backoff = 0.0 if spec is not None and spec.mode is Mode.NON_STRICT \
             else st.settings.backoff_seconds
+        expected.forget(st, g)
         g.expire(now, backoff, reason)
         st.notice(NoticeKind.TIMED_OUT, g.key, sorted(g.members), reason)
         out.append(Expired(g.key, parked, reason))

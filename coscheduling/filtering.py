@@ -13,6 +13,7 @@ from itertools import filterfalse
 from .admission import admit, extend, replan, turn_away
 from .decisions import FilterDecision
 from .enqueue import queue_gate
+from .expected import adopt
 from .gang import Gang, GangPhase
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
@@ -110,6 +111,11 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
                 st, pod.key, g, BackingOff(g.key, g.backoff_until - now, g.backoff_cause)))
         g.backoff_over()
     if g.phase is GangPhase.ADMITTED:
+        if (node := adopt(st, g, pod)) is not None:
+            # The slot an expected member of its shape held (it came ungated: the
+            # webhook was down, or not in its path).
+            return FilterDecision([node]) if node in candidates \
+                else replan(st, g, pod, candidates)
         return extend(st, g, pod, candidates)
     live = st.live(g)
     if not meets_quorum(st, spec, countable(spec, live)):

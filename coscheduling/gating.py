@@ -17,7 +17,8 @@ from typing import Any
 from .conventions import declaring_keys
 from .keys import GANG_GATE
 
-__all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node"]
+__all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node", "pinned_terms",
+           "unpinned_terms"]
 
 _DECLARING = declaring_keys()
 """(annotation keys, label keys, spec paths) naming a gang, from every registered convention."""
@@ -51,11 +52,30 @@ def lift_patch(uid: str, terms: tuple[Mapping[str, Any], ...], node: str | None
     Other gates (Kueue's, say) are left in place."""
     spec: dict[str, Any] = {"schedulingGates": [{"$patch": "delete", "name": GANG_GATE}]}
     if node is not None:
-        pinned = [{**t, "matchFields": [*(t.get("matchFields") or ()), pin_term(node)]}
-                  for t in terms] or [{"matchFields": [pin_term(node)]}]
-        spec["affinity"] = {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pinned}}}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                             {"nodeSelectorTerms": pinned_terms(terms, node)}}}
     return {"metadata": {"uid": uid}, "spec": spec}
+
+
+def pinned_terms(terms: tuple[Mapping[str, Any], ...], node: str) -> list[dict[str, Any]]:
+    """``terms`` each narrowed to ``node`` (still ORed, all on it now), or the pin alone."""
+    return [{**t, "matchFields": [*(t.get("matchFields") or ()), pin_term(node)]}
+            for t in terms] or [{"matchFields": [pin_term(node)]}]
+
+
+def unpinned_terms(terms: tuple[Mapping[str, Any], ...], node: str) -> list[dict[str, Any]]:
+    """What :func:`pinned_terms` added taken out again: the terms as the pod's author wrote
+    them (none left when the pin was the only requirement)."""
+    pin = pin_term(node)
+    out = []
+    for t in terms:
+        fields = [f for f in t.get("matchFields") or () if f != pin]
+        term = {k: v for k, v in t.items() if k != "matchFields"}
+        if fields:
+            term["matchFields"] = fields
+        if term:
+            out.append(term)
+    return out
 
 
 # ---------------------------------------------------------------------------- the webhook's test

@@ -8,8 +8,9 @@ the gate, and the node each is pinned to (``coscheduling.gating``).
 
 from __future__ import annotations
 
-from .admission import admit_by_preemption, try_admit, turn_away
+from .admission import admit_by_preemption, pinned_pending, try_admit, turn_away
 from .decisions import Lift
+from .expected import adopt
 from .gang import GangPhase
 from .membership import countable, meets_quorum
 from .podgroup import GangKey, InvalidGang, MissingPodGroup
@@ -47,7 +48,7 @@ def admit_held(st: CoreState, now: float) -> None:
         if g.phase is not GangPhase.WAITING:
             continue
         live = st.live(g)
-        held = [p.key for p in live if p.held]
+        held = [p.key for p in live if p.held or pinned_pending(p)]
         if not held:
             # Members kube-scheduler cycles are admitted by their filter call, unless its
             # own filters found no node at all: then no filter call comes, and only a
@@ -106,6 +107,8 @@ def lift_target(st: CoreState, key: PodKey) -> Lift | None:
         return Lift(key, pod.uid, node)
     if st.preemptions.evicting(g.key) is not None:
         return None  # its gang is being evicted whole: no member may start now
+    if (node := adopt(st, g, pod)) is not None:
+        return Lift(key, pod.uid, node)  # the slot an expected member of its shape held
     if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
         return Lift(key, pod.uid, None)
     return None

@@ -199,6 +199,8 @@ def _reresolve_workload(st: CoreState, key: GangKey) -> None:
 
 def upsert_pod(st: CoreState, pod: PodRecord) -> None:
     pod = _with_assumption(st, pod)
+    if pod.uid and st.provisional:
+        st.provisional.pop(pod.key, None)  # pinned at creation, and now created
     change = st.store.put_pod(pod)
     if change.replaced is not None:  # same name, new UID: the old pod is gone
         st.forget_gone(change.replaced.uid)
@@ -336,11 +338,21 @@ def learn_newer(st: CoreState, pod: PodRecord) -> bool:
     """A scheduler call carried ``pod``: take it when the core holds an older version of the
     same pod (kube-scheduler's watch ran ahead of Lockstep's). Says whether it was taken."""
     cached = st.store.pods.get(pod.key)
+    if cached is not None and not cached.uid and pod.key in st.provisional \
+            and _created_since(st, pod):
+        upsert_pod(st, pod)  # pinned at creation: the call shows it created
+        return True
     if cached is None or not pod.uid or cached.uid != pod.uid \
             or not 0 < cached.resource_version < pod.resource_version:
         return False
     upsert_pod(st, pod)
     return True
+
+
+def _created_since(st: CoreState, pod: PodRecord) -> bool:
+    """``pod`` is newer than everything the watch or a list has shown: not a pod of the same
+    name that was deleted before (a stale scheduler cache still calls with those)."""
+    return bool(pod.uid) and pod.uid not in st.gone and pod.resource_version > st.pods_revision
 
 
 def _superseded(st: CoreState, pod: PodRecord) -> bool:
@@ -359,7 +371,8 @@ def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
     fresh = {p.key: p for p in pods}
     st.pods_revision = max([st.pods_revision, *(p.resource_version for p in fresh.values())])
     for key in [k for k in st.store.pods if k not in fresh]:
-        delete_pod(st, key)
+        if key not in st.expected and key not in st.provisional:  # not created yet
+            delete_pod(st, key)
     for p in fresh.values():
         if st.store.pods.get(p.key) != p:
             upsert_pod(st, p)

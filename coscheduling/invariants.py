@@ -17,7 +17,11 @@
    under 2 with the reservations);
 8. what the Volcano gangs of a queue hold (reservations and bound members) stays within the
    queue's capability, for each resource it names (a capability lowered under running
-   gangs would break this by the user's hand: the model only raises it).
+   gangs would break this by the user's hand: the model only raises it);
+9. an expected member (a slot held at creation for a member not created yet) belongs to an
+   ADMITTED gang and holds a slot there, and fewer than ``minMember`` of a gang's members are
+   expected; a member pinned at creation that the watch has not shown is not created yet in
+   the core's view either (no UID).
 
 :func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
 """
@@ -50,6 +54,7 @@ def check_invariants(core: Coscheduler) -> None:
     leaving = core.state.preemptions.terminating()
     _check_preemptions(core)
     _check_queues(core)
+    _check_expected(core)
     nominations = core.state.nominations
     for n in sorted({*core.ledger.nodes(), *nominations.total}):
         if n not in store.nodes:
@@ -135,18 +140,42 @@ def check_invariants(core: Coscheduler) -> None:
             raise InvariantBroken(f"stale free GPUs per domain at level {index}")
 
 
+def _check_expected(core: Coscheduler) -> None:
+    """9. expected members only inside admitted plans, never a whole gang of them."""
+    st = core.state
+    per_gang: dict[str, int] = {}
+    for key, gang in st.expected.items():
+        g = st.gangs.get(gang)
+        if g is None or g.phase is not GangPhase.ADMITTED:
+            raise InvariantBroken(f"expected member {key} of gang {gang}, which is not "
+                                  f"admitted ({g.phase.value if g else 'gone'})")
+        if key not in g.plan or key not in g.members or key not in st.store.pods:
+            raise InvariantBroken(f"expected member {key} holds no slot in gang {gang}")
+        per_gang[gang] = per_gang.get(gang, 0) + 1
+        if g.spec is not None and per_gang[gang] >= g.spec.min_member:
+            raise InvariantBroken(f"gang {gang} admitted on expected members alone")
+    for key in st.provisional:
+        p = st.store.pods.get(key)
+        if p is not None and p.uid:
+            raise InvariantBroken(f"{key} is created (uid {p.uid}) but still provisional")
+
+
 def cluster_facts(core: Coscheduler) -> dict[str, Any]:
     """Everything that follows from the API server's objects alone (no reservations,
     parked calls or timers): a rebuilt core must compute exactly these."""
     store = core.store
+    st = core.state
+    pods = {k: p for k, p in store.pods.items()
+            if k not in st.expected and k not in st.provisional}  # not created yet
     return {
         "nodes": sorted(store.nodes),
-        "pods": sorted((k, p.uid, p.node_name, p.phase) for k, p in store.pods.items()),
+        "pods": sorted((k, p.uid, p.node_name, p.phase) for k, p in pods.items()),
         "used": {n: {k: v for k, v in r.items() if v} for n, r in store.used.items()
                  if any(r.values())},
-        "membership": {k: core.gang_of(k) for k in sorted(store.pods)},
-        "gangs": {k: (sorted(g.members), g.spec.min_member if g.spec else None)
-                  for k, g in sorted(core.gangs().items()) if g.members},
+        "membership": {k: core.gang_of(k) for k in sorted(pods)},
+        "gangs": {k: (sorted(m for m in g.members if m in pods),
+                      g.spec.min_member if g.spec else None)
+                  for k, g in sorted(core.gangs().items()) if set(g.members) & set(pods)},
         "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
                     for i in range(len(core.settings.levels))],
         "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
