@@ -6,7 +6,9 @@ relist, pod create / delete / recreate with a new UID / fail, PodGroup create / 
 delete, filter with random candidate subsets (including pods the cache has not seen and pods
 already deleted), bind with successful, transiently and permanently failing API calls,
 kube-scheduler dropping parked calls, time advancing past deadlines and backoffs, full
-relists, and gangs created behind Lockstep's scheduling gate (admitted by the core itself,
+relists, members placed by the webhook at creation (pinned with no gate, or gated; their
+creation lands at once, late or never) and Lockstep restarting while pinned members are
+unbound, and gangs created behind Lockstep's scheduling gate (admitted by the core itself,
 their gates lifted with a pin by PATCHes that land late, stale or never; kube-scheduler only
 cycles ungated pods, a pinned one on its pin), plain pods of higher priority than some
 gangs, a window between a pod's filter and bind calls, and a pod watch that lags: Lockstep's
@@ -29,7 +31,9 @@ step it asserts:
   capability: two Volcano gangs share a Queue whose capability grows and whose state flips
   between Open, Closed and Closing;
 * once the watch has caught up, a core rebuilt from the same API-server state agrees on
-  every fact derived from it.
+  every fact derived from it;
+* a member pinned at creation whose pod never reached the API server holds no slot and is
+  not counted once ``PROVISIONAL_SECONDS`` have passed.
 
 ``make test`` runs a seeded, bounded budget; ``make fuzz`` (``LOCKSTEP_FUZZ_EXAMPLES``) more.
 """
@@ -64,6 +68,7 @@ from coscheduling import (
     Lift,
     NodeName,
     Park,
+    PinAtCreation,
     PodKey,
     Reject,
     Settings,
@@ -76,7 +81,8 @@ from coscheduling import (
 )
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
-from coscheduling.gating import GANG_GATE, pinned_node
+from coscheduling.creation import PROVISIONAL_SECONDS
+from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
 from coscheduling.invariants import check_invariants, cluster_facts
 from coscheduling.queues import queue_from_json
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
@@ -100,6 +106,12 @@ HELD = {"h": (3, 1)}
 """A gang created behind Lockstep's scheduling gate (as its webhook does): kube-scheduler never
 cycles a held member, Lockstep admits the gang itself and lifts each gate with a pin to the
 planned node, which the model's API server applies late, stale or never."""
+WEBHOOK = {"w": (3, 1)}
+"""A gang whose members the webhook places at creation: the first one's creation admits the
+gang whole (expected members hold the rest of the plan) and is pinned without a gate, later
+ones take the expected slots; a member of another shape, or one of a gang that cannot run, is
+gated. A creation may land at once, late, or never (its slot must then go back within
+``PROVISIONAL_SECONDS``), and Lockstep may restart while pinned members are unbound."""
 PG = "pg"
 """A scheduler-plugins gang whose PodGroup the model creates, changes and deletes."""
 UP = "up"
@@ -164,6 +176,8 @@ class GangModel(RuleBasedStateMachine):
         self.revision = 0
         self.evicting: list[Eviction] = []
         """Victims the app was told to evict and the API server has not deleted yet."""
+        self.never_landed: dict[PodKey, float] = {}
+        """Pods the webhook pinned whose creation never reached the API server (when)."""
         self.inflight: list[tuple[PodKey, NodeName, str, int, bool]] = []
         """Pods kube-scheduler filtered and has not bound yet: (pod, node, uid, fate, lag)."""
         """Gangs the cluster itself left short (a bound member deleted/failed, a bind failed)."""
@@ -423,7 +437,8 @@ class GangModel(RuleBasedStateMachine):
         self.core.upsert(ingest.QUEUES, queue_from_json(self.queue))
         self._answered()
 
-    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko", UP, *HELD, *sorted(VOLCANO)]),
+    @rule(gang=st.sampled_from([*sorted(GANGS), PG, KG, "ko", UP, *HELD, *sorted(VOLCANO),
+                                *WEBHOOK]),
           fate=st.integers(0, 9),
           data=st.data())
     def schedule_gang(self, gang: str, fate: int, data: st.DataObject) -> None:
@@ -453,6 +468,59 @@ class GangModel(RuleBasedStateMachine):
         mm, gpus = HELD["h"]
         b = pod(f"h-{k}").gang("h", min_member=mm, timeout=20).gpu(gpus)
         self._put_pod((b.held() if held else b).build())
+
+    @rule(k=st.integers(0, 3), land=st.sampled_from(["now", "now", "late", "never"]),
+          other_shape=st.sampled_from([False] * 7 + [True]))
+    def create_through_webhook(self, k: int, land: str, other_shape: bool) -> None:
+        """The API server asks the webhook about a member, then stores it (or fails to)."""
+        key = pod_key("default", f"w-{k}")
+        if key in self.pods:
+            return
+        mm, gpus = WEBHOOK["w"]
+        obj = pod(f"w-{k}").gang("w", min_member=mm, timeout=20) \
+            .gpu(gpus + int(other_shape)).build()
+        asked = {**obj, "metadata": {k_: v for k_, v in obj["metadata"].items()
+                                     if k_ != "uid"}}
+        placed = self.core.place_at_creation(pod_from_json(asked), self.now)
+        saw(f"webhook:{type(placed).__name__}" + (":other-shape" if other_shape else ""))
+        if isinstance(placed, PinAtCreation):
+            obj["spec"]["affinity"] = {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": pinned_terms((), placed.node)}}}
+        else:
+            obj["spec"]["schedulingGates"] = [{"name": GANG_GATE}]
+        if land == "never":
+            if isinstance(placed, PinAtCreation):
+                self.never_landed[key] = self.now
+                saw("webhook:never-landed")
+            self._answered()
+            return
+        self.never_landed.pop(key, None)
+        self._put_pod(obj, lag=land == "late")
+        self._answered()
+
+    @rule(whole=st.booleans())
+    def create_whole_webhook_gang(self, whole: bool) -> None:
+        for k in range(WEBHOOK["w"][0] + int(not whole)):
+            self.create_through_webhook(k, "now", False)
+
+    @precondition(lambda self: any(pinned_node(pod_from_json(p).required_affinity)
+                                   and not p["spec"].get("nodeName")
+                                   for p in self.pods.values()))
+    @rule(really=st.sampled_from([False, False, False, True]))
+    def lockstep_restarts(self, really: bool) -> None:
+        """Lockstep is killed while pinned members are unbound: a new process lists
+        everything; parked calls fail back to kube-scheduler, reservations, lifts not sent
+        and pins given at creation whose pods are not stored yet are lost."""
+        if not really:  # rarer than other rules: a restart forgets what others test
+            return
+        self._deliver()
+        self.core = self._rebuilt()
+        self.parked.clear()
+        self.lifts.clear()
+        self.never_landed.clear()
+        saw("restart")
+        self._answered()
 
     @rule(extra=st.booleans())
     def create_whole_held_gang(self, extra: bool) -> None:
@@ -818,6 +886,7 @@ class GangModel(RuleBasedStateMachine):
             assert self.core.is_parked(k), f"{k}: the model holds a call the core forgot"
         assert self.core.parked_total() == len(self.parked)
         self._counted_once()
+        self._given_back()
         for g in {self._gang(p) for p in self.pods.values()} - {""} - self.disrupted:
             why = self._partial(g)
             if why is not None:
@@ -851,10 +920,24 @@ class GangModel(RuleBasedStateMachine):
                     f"node {n}: {reserved} GPUs reserved but only {self._raw_free(n)} free at "
                     f"the API server (a binding counted twice, or not at all)")
 
+    def _given_back(self) -> None:
+        """A pod pinned at creation that never reached the API server holds nothing once
+        ``PROVISIONAL_SECONDS`` have passed (the core's timer has run since)."""
+        for key, asked in self.never_landed.items():
+            if self.now >= asked + PROVISIONAL_SECONDS and key not in self.pods:
+                assert self.core.ledger.get(key) is None, f"{key} never created, still holds"
+                assert key not in self.core.pods, f"{key} never created, still counted"
+
     @invariant()
     def rebuilt_core_agrees(self) -> None:
         if not hasattr(self, "core") or self.lagging:
             return
+        fresh = self._rebuilt()
+        live, rebuilt = cluster_facts(self.core), cluster_facts(fresh)
+        rebuilt["scores"] = {n: s for n, s in rebuilt["scores"].items() if n in live["scores"]}
+        assert live == rebuilt
+
+    def _rebuilt(self) -> Coscheduler:
         fresh = Coscheduler(SETTINGS)
         fresh.replace_nodes([node_from_json(n) for n in self.nodes.values()])
         if self.podgroup is not None:
@@ -866,9 +949,7 @@ class GangModel(RuleBasedStateMachine):
         fresh.replace(ingest.VOLCANO_PODGROUPS,
                       [volcano_podgroup_from_json(o) for o in self.volcano])
         fresh.replace_pods([pod_from_json(p) for p in self.pods.values()])
-        live, rebuilt = cluster_facts(self.core), cluster_facts(fresh)
-        rebuilt["scores"] = {n: s for n, s in rebuilt["scores"].items() if n in live["scores"]}
-        assert live == rebuilt
+        return fresh
 
 
 GangModel.TestCase.settings = settings(
