@@ -1,28 +1,38 @@
-"""The mutating admission webhook that puts Lockstep's gate on gang pods.
+"""The mutating admission webhook: gang members are pinned at creation, or gated.
 
 ``POST /mutate/pods`` takes an ``admission.k8s.io/v1`` AdmissionReview. A Pod being created
 whose ``spec.schedulerName`` is one of Lockstep's, that declares a gang by any convention
 Lockstep reads (:func:`coscheduling.gating.declares_gang`) and that is not bound already
-(``spec.nodeName``: the API server rejects a pod with both a node and a gate) gets
-``lockstep.dev/gang`` added to ``spec.schedulingGates`` by a JSONPatch, as Kueue's pod webhook
-adds ``kueue.x-k8s.io/admission``. The member then waits outside kube-scheduler's queue until
-Lockstep admits its gang and lifts the gate (``coscheduling.gating``).
+(``spec.nodeName``: the API server rejects a pod with both a node and a gate) gets one of two
+JSONPatches:
+
+* **pinned**: its gang fits now (admitted with a slot of its shape, or admissible whole this
+  moment): the slot is reserved before the answer and the pod gets the required node affinity
+  the gate's lift would have written, and no gate. kube-scheduler filters one node for it and
+  there is no lift to write (``app.pinning``, ``coscheduling.creation``);
+* **gated**: anything else (the gang does not fit yet, another party's gate such as Kueue's,
+  a dry run, a Lockstep whose cache is not synced): ``lockstep.dev/gang`` is added to
+  ``spec.schedulingGates``, as Kueue's pod webhook adds ``kueue.x-k8s.io/admission``, and the
+  member waits outside kube-scheduler's queue until Lockstep admits its gang and lifts it.
+
+A pod pinned here that the API server sends again (``reinvocationPolicy: IfNeeded``: a later
+webhook changed it) keeps its pin if it is still the pod its slot was reserved for; with
+another party's gate, or other requests, the pin comes off, the gate goes on and the slot is
+given back. A pin whose pod never reaches the watch is given back within seconds.
 
 Everything else is allowed unchanged: the webhook never denies a pod. A body that is no
 AdmissionReview is answered 400 naming the field, like every other route; with the
 ``failurePolicy: Ignore`` of ``deploy/webhook/`` the API server then creates the pod ungated,
-which Lockstep schedules through its extender verbs as before.
-
-The answer depends on the request and the scheduler names alone, never on Lockstep's cache,
-so the webhook answers from the moment it listens. It is served on the extender's port and,
-with ``lockstep serve --webhook-port``, on a port of its own with TLS (``create_webhook_app``).
+which Lockstep schedules through its extender verbs as before. It is served on the extender's
+port and, with ``lockstep serve --webhook-port``, on a port of its own with TLS
+(``create_webhook_app``).
 """
 
 from __future__ import annotations
 
 import base64
 from enum import Enum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import orjson
 from fastapi import APIRouter, FastAPI, Request
@@ -31,8 +41,9 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coscheduling.gating import GANG_GATE, declares_gang
+from coscheduling.gating import GANG_GATE, declares_gang, unpinned_terms
 
+from .pinning import CreationPlacer
 from .service import Lockstep
 
 __all__ = [
@@ -42,6 +53,7 @@ __all__ = [
     "AdmissionReview",
     "Decision",
     "Malformed",
+    "Placer",
     "PodPart",
     "admission_router",
     "create_webhook_app",
@@ -59,6 +71,9 @@ MAX_BODY = 8 * 1024 * 1024
 class Decision(Enum):
     """What the webhook did with one review (the ``decision`` label of the metric)."""
 
+    PINNED = "pinned"
+    ALREADY_PINNED = "already-pinned"
+    UNPINNED = "unpinned"
     GATED = "gated"
     ALREADY_GATED = "already-gated"
     NODE_NAME_SET = "node-name-set"
@@ -95,6 +110,8 @@ class AdmissionRequest(_Wire):
     uid: str = Field(min_length=1)
     kind: GroupVersionKind
     operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    namespace: str = ""
+    dry_run: bool = Field(False, alias="dryRun")
     sub_resource: str = Field("", alias="subResource")
     obj: dict[str, Any] | None = Field(None, alias="object")
 
@@ -150,9 +167,26 @@ def _validate(model: type[M], data: bytes | dict[str, Any], prefix: str = "") ->
 # ---------------------------------------------------------------------------- the decision
 
 
-def decide(review: AdmissionReview, scheduler_names: frozenset[str]
-           ) -> tuple[Decision, list[dict[str, Any]]]:
-    """What to do with ``review``: the decision and the JSONPatch (empty: no change)."""
+class Placer(Protocol):
+    """Placement at creation (``app.pinning.CreationPlacer``): the webhook's side effect."""
+
+    def place(self, obj: dict[str, Any], namespace: str) -> list[dict[str, Any]] | None: ...
+
+    def pinned(self, obj: dict[str, Any], namespace: str) -> str | None: ...
+
+    def still_fits(self, obj: dict[str, Any], namespace: str, node: str) -> bool: ...
+
+    def withdraw(self, obj: dict[str, Any], namespace: str) -> None: ...
+
+
+def decide(review: AdmissionReview, scheduler_names: frozenset[str],
+           placer: Placer | None = None) -> tuple[Decision, list[dict[str, Any]]]:
+    """What to do with ``review``: the decision and the JSONPatch (empty: no change).
+
+    With a ``placer``, a member whose gang fits is pinned instead of gated (its slot is
+    reserved here, before the answer); a member pinned on an earlier call that comes back
+    (reinvocation) with another party's gate, or no longer the pod its slot was reserved
+    for, has the pin taken back and gets the gate. A dry run reserves nothing."""
     req = review.request
     if req.operation != "CREATE" or req.sub_resource or req.kind.group != "" \
             or req.kind.kind != "Pod":
@@ -171,11 +205,56 @@ def decide(review: AdmissionReview, scheduler_names: frozenset[str]
     gates = spec.scheduling_gates or []
     if any(g.name == GANG_GATE for g in gates):
         return Decision.ALREADY_GATED, []
-    if gates:
-        return Decision.GATED, [{"op": "add", "path": "/spec/schedulingGates/-",
-                                 "value": {"name": GANG_GATE}}]
-    return Decision.GATED, [{"op": "add", "path": "/spec/schedulingGates",
-                             "value": [{"name": GANG_GATE}]}]
+    gate = ([{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GANG_GATE}}]
+            if gates else
+            [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GANG_GATE}]}])
+    if placer is None or req.dry_run:
+        return Decision.GATED, gate
+    ns = req.namespace
+    node = placer.pinned(req.obj, ns)
+    if node is not None:
+        if not gates and placer.still_fits(req.obj, ns, node):
+            return Decision.ALREADY_PINNED, []
+        placer.withdraw(req.obj, ns)
+        return Decision.UNPINNED, [*_unpin(req.obj, node), *gate]
+    if not gates and (terms := placer.place(req.obj, ns)) is not None:
+        return Decision.PINNED, _pin(req.obj, terms)
+    return Decision.GATED, gate
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _pin(obj: dict[str, Any], terms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set the pod's required node affinity to ``terms`` (its own terms, each narrowed to
+    the planned node): JSONPatch ``add`` replaces a member that exists."""
+    required = {"nodeSelectorTerms": terms}
+    affinity = obj["spec"].get("affinity")
+    if not isinstance(affinity, dict):
+        return [{"op": "add", "path": "/spec/affinity",
+                 "value": {"nodeAffinity": {_REQUIRED: required}}}]
+    if not isinstance(affinity.get("nodeAffinity"), dict):
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity",
+                 "value": {_REQUIRED: required}}]
+    return [{"op": "add", "path": f"/spec/affinity/nodeAffinity/{_REQUIRED}",
+             "value": required}]
+
+
+def _unpin(obj: dict[str, Any], node: str) -> list[dict[str, Any]]:
+    """Take the pin :func:`_pin` added out again, leaving the author's own terms."""
+    affinity = obj["spec"].get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get(_REQUIRED) if isinstance(node_affinity, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if not isinstance(terms, list) or not all(isinstance(t, dict) for t in terms):
+        return []
+    path = f"/spec/affinity/nodeAffinity/{_REQUIRED}"
+    left = unpinned_terms(tuple(terms), node)
+    if left == terms:
+        return []
+    if not left:
+        return [{"op": "remove", "path": path}]
+    return [{"op": "add", "path": path, "value": {"nodeSelectorTerms": left}}]
 
 
 def review_response(uid: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
@@ -211,7 +290,8 @@ async def _body(request: Request) -> bytes:
     return body
 
 
-def admission_router(scheduler_names: frozenset[str], decisions: Counter) -> APIRouter:
+def admission_router(scheduler_names: frozenset[str], decisions: Counter,
+                     placer: Placer | None = None) -> APIRouter:
     """``POST /mutate/pods``; ``decisions`` counts answers by :class:`Decision`."""
     router = APIRouter()
 
@@ -219,7 +299,7 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter) -> API
     async def mutate_pods(request: Request) -> Response:
         try:
             review = _validate(AdmissionReview, await _body(request))
-            decision, patch = decide(review, scheduler_names)
+            decision, patch = decide(review, scheduler_names, placer)
         except Malformed as e:
             decisions.labels(Decision.MALFORMED.value).inc()
             return _json({"error": e.message, "fields": e.fields}, e.status)
@@ -235,7 +315,7 @@ def create_webhook_app(service: Lockstep) -> FastAPI:
     app = FastAPI(title="Lockstep webhook", version="0.1.0", redirect_slashes=False,
                   openapi_url=None, docs_url=None, redoc_url=None)
     app.include_router(admission_router(service.core.settings.scheduler_names,
-                                        service.metrics.webhook))
+                                        service.metrics.webhook, CreationPlacer(service)))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> Response:

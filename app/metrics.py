@@ -137,8 +137,9 @@ class Metrics:
         )
         self.webhook = Counter(
             "lockstep_webhook_admissions_total",
-            "Pod admission requests the mutating webhook answered, by decision (gated: "
-            "Lockstep's gate added; malformed: answered 400).",
+            "Pod admission requests the mutating webhook answered, by decision (pinned: "
+            "placed at creation, no gate; gated: Lockstep's gate added; unpinned: a pin taken "
+            "back on reinvocation; malformed: answered 400).",
             ["decision"], registry=self.registry,
         )
         self.registry.register(_StateCollector(core, sync_age))

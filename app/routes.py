@@ -24,6 +24,7 @@ from coscheduling import pod_key
 
 from .admission import admission_router
 from .explain import explain_pod, gang_json, node_json
+from .pinning import CreationPlacer
 from .service import Lockstep, UnknownObject
 from .ui import ui_router
 from .verbs import DEFAULT_MAX_BODY, BadRequest, VerbsApp
@@ -80,7 +81,8 @@ def create_rest_app(
 
     # The admission webhook (app/admission.py) also answers here, for clients that reach
     # the extender's port; the API server calls it on --webhook-port, over TLS.
-    app.include_router(admission_router(service.core.settings.scheduler_names, m.webhook))
+    app.include_router(admission_router(service.core.settings.scheduler_names, m.webhook,
+                                        CreationPlacer(service)))
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest) -> Response:

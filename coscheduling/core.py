@@ -259,6 +259,10 @@ class Coscheduler:
         """The webhook's question for a member being created: pin it, or gate it."""
         return creation.place_at_creation(self.state, pod, now)
 
+    def pinned_at_creation(self, key: PodKey) -> NodeName | None:
+        """The node a pod being created was pinned to, until the watch shows it."""
+        return creation.pinned_at_creation(self.state, key)
+
     def withdraw_creation(self, key: PodKey) -> None:
         """A pin given at creation taken back by the webhook (another party's gate)."""
         creation.withdraw(self.state, key)

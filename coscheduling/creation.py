@@ -38,7 +38,7 @@ from .records import NodeName, PodKey, PodRecord
 from .state import CoreState
 
 __all__ = ["PROVISIONAL_SECONDS", "GateAtCreation", "PinAtCreation", "expire_provisional",
-           "next_provisional_deadline", "place_at_creation", "withdraw"]
+           "next_provisional_deadline", "place_at_creation", "pinned_at_creation", "withdraw"]
 
 PROVISIONAL_SECONDS = 10.0
 """How long a member pinned at creation may take to appear in the watch before its slot is
@@ -165,6 +165,15 @@ def withdraw(st: CoreState, key: PodKey) -> None:
         pod = st.store.pods.get(key)
         if pod is not None and not pod.uid:
             delete_pod(st, key)
+
+
+def pinned_at_creation(st: CoreState, key: PodKey) -> NodeName | None:
+    """The node ``key`` was pinned to at creation, while the watch has not shown it yet
+    (what the webhook checks when the API server reinvokes it for the same pod)."""
+    if key not in st.provisional:
+        return None
+    slot = st.ledger.get(key)
+    return slot.node if slot is not None else None
 
 
 def next_provisional_deadline(st: CoreState) -> float | None:

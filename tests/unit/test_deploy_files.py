@@ -81,7 +81,7 @@ def webhook_docs() -> dict[str, dict[str, Any]]:
 def test_webhook_never_blocks_pod_creation_and_sees_only_lockstep_pods() -> None:
     (hook,) = webhook_docs()["MutatingWebhookConfiguration"]["webhooks"]
     assert hook["failurePolicy"] == "Ignore"
-    assert hook["sideEffects"] == "None"
+    assert hook["sideEffects"] == "NoneOnDryRun"  # a pin reserves; a dry run does not
     assert hook["timeoutSeconds"] == 2
     assert hook["admissionReviewVersions"] == ["v1"]
     assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""],
