@@ -1,4 +1,5 @@
-"""Lockstep's gang-gate admission webhook on the real test bed (issue 12).
+"""Lockstep's admission webhook on the real test bed: gang members pinned at creation when
+their gang fits, gated otherwise.
 
 Lockstep runs with ``--webhook-port`` (TLS, a CA of the bed's own) and the API server calls it
 through ``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration, changed only in where
@@ -19,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
+from coscheduling.creation import PROVISIONAL_SECONDS
 from coscheduling.gating import GANG_GATE, pinned_node
 from testbed.bins import REPO
 from testbed.certs import make_certs
+from testbed.kube import KubeError
 from testbed.workloads import gang, pod
 
 from .conftest import SCHEDULER_CONFIG, Cluster, ClusterFactory, assert_not_forbidden, settle
@@ -71,6 +75,21 @@ def decisions(c: Cluster) -> dict[str, float]:
         r'^lockstep_webhook_admissions_total\{decision="([^"]+)"\} (\S+)$', text, re.M)}
 
 
+def lifts(c: Cluster) -> float:
+    """``lockstep_gate_lifts_total``, every outcome: the pod writes Lockstep made to lift."""
+    assert c.lockstep_url
+    text = httpx.get(c.lockstep_url + "/metrics", timeout=10).text
+    return sum(float(m[1]) for m in re.finditer(
+        r'^lockstep_gate_lifts_total\{[^}]*\} (\S+)$', text, re.M))
+
+
+def pin(obj: dict[str, Any]) -> str | None:
+    """The node the pod's required node affinity pins it to (Lockstep's pin), if any."""
+    terms = (((obj["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    return pinned_node(tuple(terms or ()))
+
+
 def fail_open(c: Cluster) -> float:
     """The API server's count of calls to the webhook that failed and were ignored."""
     text = c.kube.request("GET", "/metrics")
@@ -87,17 +106,17 @@ def test_gang_pods_get_the_gate_plain_pods_and_other_schedulers_do_not(
     c = with_webhook(cluster)
     before = decisions(c)
     koord = "gang.scheduling.koordinator.sh/"
-    # Every convention, each gang short of members so that it stays gated.
+    # Every convention, each gang too big for the 6 GPUs (4 x 2), so that it stays gated.
     gang_pods = {
-        "lockstep": pod("lockstep-0").gang("lockstep", 4).gpu(1).build(),
-        "scheduler-plugins": pod("sp-0").sp_group("sp").gpu(1).build(),  # no PodGroup yet
+        "lockstep": pod("lockstep-0").gang("lockstep", 4).gpu(2).build(),
+        "scheduler-plugins": pod("sp-0").sp_group("sp").gpu(2).build(),  # no PodGroup yet
         "volcano": pod("volcano-0").annotate("scheduling.k8s.io/group-name", "vc")
-        .annotate("scheduling.volcano.sh/group-min-member", "4").gpu(1).build(),
+        .annotate("scheduling.volcano.sh/group-min-member", "4").gpu(2).build(),
         "koordinator": pod("koord-0").annotate(koord + "name", "koord")
-        .annotate(koord + "min-available", "4").gpu(1).build(),
+        .annotate(koord + "min-available", "4").gpu(2).build(),
     }
     light = pod("light-0").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "4")
-    light_obj = light.gpu(1).build()
+    light_obj = light.gpu(2).build()
     light_obj["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io/name"] = "light"
     gang_pods["koordinator-light"] = light_obj
     for name, obj in gang_pods.items():
@@ -145,14 +164,19 @@ def test_gang_pods_get_the_gate_plain_pods_and_other_schedulers_do_not(
 
 
 def test_seed_case_with_the_webhook(cluster: ClusterFactory) -> None:
-    """Two 4-pod x 1-GPU gangs on 6 GPUs, created ungated and gated by the webhook: one binds
-    in full, the other binds nothing, and it binds in full once the first is deleted. The
-    certificate comes as files here, as cert-manager's would."""
+    """Two 4-pod x 1-GPU gangs on 6 GPUs, created interleaved and ungated: the webhook pins
+    the first gang's members at creation (its whole plan reserved with its first member) and
+    gates the other's; one binds in full, the other binds nothing, and it binds in full once
+    the first is deleted. The certificate comes as files here, as cert-manager's would."""
     c = with_webhook(cluster, certs="files")
     a, b = gang("a", 4), gang("b", 4)
+    created = {}
     for x, y in zip(a, b, strict=True):  # interleaved: the classic deadlock
         for obj in (x, y):
-            assert gates(create(c, obj)) == [GANG_GATE], obj["metadata"]["name"]
+            created[obj["metadata"]["name"]] = create(c, obj)
+    for i in range(4):
+        assert gates(created[f"a-{i}"]) == [] and pin(created[f"a-{i}"]), created[f"a-{i}"]
+        assert gates(created[f"b-{i}"]) == [GANG_GATE] and not pin(created[f"b-{i}"])
     c.kube.wait("one gang bound", lambda: any(
         all(f"{g}-{i}" in c.bound() for i in range(4)) for g in "ab"), 60)
     settle(3)
@@ -162,20 +186,108 @@ def test_seed_case_with_the_webhook(cluster: ClusterFactory) -> None:
     first, other = done[0], "b" if done == ["a"] else "a"
     assert not any(n.startswith(f"{other}-") for n in bound), bound
     c.recorder.assert_gang_invariants(c.ns)
+    assert first == "a"
     for i in range(4):
-        # The gate came off the members that bound, pinning each to the node it bound on;
-        # the waiting gang's members are still held, out of kube-scheduler's queue.
-        live = c.kube.pod(c.ns, f"{first}-{i}")
+        # The members pinned at creation bound where they were pinned; the waiting gang's
+        # members are still held, out of kube-scheduler's queue.
+        live = c.kube.pod(c.ns, f"a-{i}")
         assert GANG_GATE not in gates(live)
-        terms = (((live["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
-        assert pinned_node(tuple(terms or ())) == bound[f"{first}-{i}"], live["spec"]
+        assert pin(live) == bound[f"a-{i}"], live["spec"]
         assert GANG_GATE in gates(c.kube.pod(c.ns, f"{other}-{i}"))
+    lifted = lifts(c)
     c.delete(*(f"{first}-{i}" for i in range(4)))  # the first job finishes
     c.wait_bound([f"{other}-{i}" for i in range(4)], 30)
+    for i in range(4):  # the gated gang's gate came off, pinning each where it bound
+        assert pin(c.kube.pod(c.ns, f"b-{i}")) == c.bound()[f"b-{i}"]
+    assert lifts(c) >= lifted + 4
     c.recorder.assert_gang_invariants(c.ns)
     assert c.metric("lockstep_gang_timeouts_total") == 0
     assert failed_open_since_start(c) == 0
+
+
+def test_gangs_that_fit_are_pinned_at_creation_and_bind_with_no_gate_to_lift(
+    cluster: ClusterFactory,
+) -> None:
+    """The fast path: on 3 x 2 GPUs, gang a (2 x 1 GPU) and gang b (4 x 1 GPU) fit as they are
+    created, so every member is created pinned to its planned node, with no gate, and binds
+    there without Lockstep writing to it; gang c (2 x 1 GPU) finds nothing left and is gated,
+    then lifted and bound when a finishes."""
+    c = with_webhook(cluster)
+    before, lifted = decisions(c), lifts(c)
+    made = {o["metadata"]["name"]: create(c, o)
+            for o in [*gang("a", 2), *gang("b", 4), *gang("c", 2)]}
+    fit = [*c.names("a", 2), *c.names("b", 4)]
+    for name in fit:
+        assert gates(made[name]) == [] and pin(made[name]), made[name]["spec"]
+    assert len({pin(made[n]) for n in c.names("a", 2)}) == 1  # a small gang on one node
+    for name in c.names("c", 2):
+        assert gates(made[name]) == [GANG_GATE] and not pin(made[name])
+    bound = c.wait_bound(fit, 60)
+    assert {n: bound[n] for n in fit} == {n: pin(made[n]) for n in fit}
+    c.recorder.assert_gang_invariants(c.ns)
+    assert lifts(c) == lifted  # not one gate to lift, not one pod write by Lockstep
+    settle(2)
+    assert not any(n.startswith("c-") for n in c.bound())
+    c.delete(*c.names("a", 2))
+    c.wait_bound(c.names("c", 2), 30)
+    c.recorder.assert_gang_invariants(c.ns)
+    after = decisions(c)
+    delta = {k: d for k in after if (d := after[k] - before.get(k, 0.0))}
+    assert delta == {"pinned": 6, "gated": 2}, delta
+    assert failed_open_since_start(c) == 0
+
+
+def test_a_pin_whose_create_is_refused_later_gives_its_gang_back_within_seconds(
+    cluster: ClusterFactory,
+) -> None:
+    """A validating step after the webhook (here a ValidatingAdmissionPolicy) refuses a member
+    the webhook had pinned, with its gang's whole plan reserved: Lockstep never sees the pod,
+    and gives the reservation back within PROVISIONAL_SECONDS, not at the gang's deadline."""
+    c = with_webhook(cluster)
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1",
+              "kind": "ValidatingAdmissionPolicy", "metadata": {"name": f"refuse-{c.ns}"},
+              "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [
+                  {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                   "resources": ["pods"]}]},
+                  "validations": [{"expression": "!object.metadata.name.startsWith('refused-')",
+                                   "message": "refused by the test's policy"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": f"refuse-{c.ns}"},
+               "spec": {"policyName": f"refuse-{c.ns}", "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {
+                            "kubernetes.io/metadata.name": c.ns}}}}}
+    vap = "/apis/admissionregistration.k8s.io/v1"
+    c.kube.create(f"{vap}/validatingadmissionpolicies", policy)
+    c.kube.create(f"{vap}/validatingadmissionpolicybindings", binding)
+    probe = pod("refused-probe").build()
+    probe["metadata"]["namespace"] = c.ns
+
+    def refused() -> bool:
+        try:
+            c.kube.request("POST", f"/api/v1/namespaces/{c.ns}/pods", probe,
+                           params={"dryRun": "All"})
+        except KubeError as e:
+            return "refused by the test's policy" in e.message
+        return False
+    c.kube.wait("the policy in force", refused, 30, interval=0.5)
+
+    before = decisions(c)
+    obj = gang("refused", 3)[0]
+    obj["metadata"]["namespace"] = c.ns
+    with pytest.raises(KubeError, match="refused by the test's policy"):
+        c.kube.create_pod(obj)
+    assert decisions(c).get("pinned", 0) == before.get("pinned", 0) + 1  # pinned, then refused
+    assert c.metric("lockstep_reserved_gpus") == 3  # the whole plan, held for a pod not there
+    t0 = time.monotonic()
+    c.kube.wait("the pin given back", lambda: c.metric("lockstep_reserved_gpus") == 0,
+                PROVISIONAL_SECONDS + 10, interval=0.5)
+    assert time.monotonic() - t0 < PROVISIONAL_SECONDS + 10
+    # All 6 GPUs are free for the next gang, pinned at creation.
+    made = [create(c, o) for o in gang("whole", 3, gpus=2)]
+    assert all(gates(m) == [] and pin(m) for m in made)
+    c.wait_bound(c.names("whole", 3), 60)
+    c.recorder.assert_gang_invariants(c.ns)
 
 
 def test_unanswered_webhook_times_out_and_pods_are_created_ungated_and_scheduled(
@@ -269,7 +381,7 @@ def test_own_certificate_under_exactly_its_rbac_survives_a_wiped_ca_bundle_and_a
 ) -> None:
     """The default install's certificate: Lockstep, with a token bound to its ClusterRole and
     deploy/webhook/rbac.yaml alone, creates the Secret, fills in the caBundle the API server
-    then trusts (gang pods are gated), puts the caBundle back when a re-apply of the
+    then trusts (gang pods are pinned or gated), puts the caBundle back when a re-apply of the
     configuration wipes it, and after a restart serves the same certificate."""
     token, user = "lockstep-webhook-rbac-token", "lockstep-webhook-rbac"
     c = cluster("tiny-3x2", lockstep=False, extra_tokens={token: (user, ["system:authenticated"])})
@@ -302,7 +414,8 @@ def test_own_certificate_under_exactly_its_rbac_survives_a_wiped_ca_bundle_and_a
     assert set(secret["data"]) >= {"ca.crt", "ca.key", "tls.crt", "tls.key"}
     (hook,) = c.kube.get(mwc_path)["webhooks"]
     assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
-    assert gates(create(c, pod("g-0").gang("g", 2).gpu(1).build())) == [GANG_GATE]
+    first = create(c, pod("g-0").gang("g", 2).gpu(1).build())
+    assert gates(first) == [] and pin(first), first["spec"]  # its gang fits: pinned
     # A re-apply of the configuration as shipped (no caBundle) wipes it; Lockstep puts it back.
     bed.register_webhook(bed.webhooks["lockstep"], None, wait=False)
     c.kube.wait("the caBundle put back", lambda: c.kube.get(mwc_path)["webhooks"][0][
@@ -313,7 +426,8 @@ def test_own_certificate_under_exactly_its_rbac_survives_a_wiped_ca_bundle_and_a
     bed.wait_webhook_called(bed.webhooks["lockstep"])
     assert c.kube.get(secret_path)["metadata"]["resourceVersion"] == (
         secret["metadata"]["resourceVersion"])
-    assert gates(create(c, pod("g-1").gang("g", 2).gpu(1).build())) == [GANG_GATE]
+    second = create(c, pod("g-1").gang("g", 2).gpu(1).build())
+    assert pin(second) or gates(second) == [GANG_GATE], second["spec"]  # the webhook answered
     c.wait_bound(["g-0", "g-1"], 60)
     c.recorder.assert_gang_invariants(c.ns)
     assert_not_forbidden(bed.dir / "lockstep.log")
