@@ -80,7 +80,7 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kwok")
 LOCKSTEPS = ("lockstep", "lockstep-ungated")
 LABELS = {
     "stock": "stock kube-scheduler, plain pods",
-    "lockstep": "kube-scheduler + Lockstep, default install (its webhook gates gangs)",
+    "lockstep": "kube-scheduler + Lockstep, default install (its webhook pins or gates)",
     "lockstep-ungated": "kube-scheduler + Lockstep, no webhook",
     "sp": "scheduler-plugins Coscheduling, PodGroups",
 }
@@ -107,6 +107,7 @@ TABLE_COLUMNS = (
     ("arrival_p95_s", "arrival p95 s"),
     ("steady_arrival_p95_s", "stream arrival p95 s"),
     ("unbound", "unbound"),
+    ("pinned_share", "members pinned at creation"),
     ("rss_mb", "Lockstep RSS MB"),
     ("machine_cpu_ms_per_pod", "machine CPU ms/pod"),
 )
@@ -759,7 +760,7 @@ def _stream(kube: Kube, groups: Sequence[GangSpec], scheduler: str, t0: float, r
 
 
 def _gated_share(bed: TestBed, url: str | None) -> dict[str, float] | None:
-    """How the webhook answered the run's gang members (gated, or left alone)."""
+    """How the webhook answered the run's gang members (pinned at creation, gated, ...)."""
     if url is None:
         return None
     found = parse_prometheus(_get_text(f"{url}/metrics"), ("lockstep_webhook_admissions_total",))
@@ -920,7 +921,9 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                 [g for g in wl.groups if g.gang], bound, created).items()})
             row["steady_rate"] = opts.rate
         if webhook:
-            row["members_gated"] = _gated_share(bed, ls_url)
+            row["members_gated"] = decided = _gated_share(bed, ls_url) or {}
+            placed = sum(decided.get(k, 0.0) for k in ("pinned", "gated", "unpinned"))
+            row["pinned_share"] = round(decided.get("pinned", 0.0) / placed, 3) if placed else None
         # ---- phase 2: gangs arriving while the scheduler runs (steady mode was all that)
         arrivals = () if steady else wl.arrivals
         arrived: dict[str, float] = {}
