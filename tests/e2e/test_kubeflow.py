@@ -121,3 +121,42 @@ def test_two_pytorchjobs_on_six_gpus_one_runs_the_other_holds_nothing(
     print(f"\n[{gang_scheduler}, limits_only={limits_only}] operator ready in "
           f"{t_operator:.1f}s; {first} bound in full {t_first:.1f}s after submission, "
           f"{other} 0/4 bound; {other} bound in full {t_second:.1f}s after {first} was deleted")
+
+
+def test_pytorchjobs_through_the_default_install_are_pinned_at_creation(
+    cluster: ClusterFactory,
+) -> None:
+    """The setup to recommend, with Lockstep's webhook as deployed: the operator's pods reach
+    the webhook as they are created. The job that fits has its members pinned at creation
+    once Lockstep has its PodGroup (those that came first are gated and lifted), binds in
+    full where they were pinned, and the other job is gated with nothing bound until the
+    first is deleted."""
+    from .test_webhook import decisions, failed_open_since_start, gates, pin, with_webhook
+
+    c = with_webhook(cluster)
+    start_training_operator(c.bed, "lockstep")
+    c.recorder.min_member_of.update({f"{c.ns}/{job}": 4 for job in PODS})
+    before = decisions(c)
+    c.kube.create(JOBS.format(ns=c.ns), pytorchjob("train-a", master=True, workers=3,
+                                                   scheduler_name=None))
+    c.wait_bound(PODS["train-a"], 60)
+    c.kube.create(JOBS.format(ns=c.ns), pytorchjob("train-b", workers=4, scheduler_name=None))
+    c.kube.wait("train-b's pods created", lambda: len(job_pods(c, "train-b")) == 4, 60)
+    settle(3)
+    bound = c.bound()
+    assert not any(p in bound for p in PODS["train-b"]), bound
+    c.recorder.assert_gang_invariants(c.ns)
+    after = decisions(c)
+    delta = {k: d for k in after if (d := after[k] - before.get(k, 0.0))}
+    assert delta.get("pinned", 0) + delta.get("gated", 0) == 8, delta
+    assert delta.get("pinned", 0) >= 1, delta  # the fast path was taken
+    for p in job_pods(c, "train-a"):  # a pinned member bound where it was pinned
+        if p["metadata"]["name"] in bound and not gates(p):
+            assert pin(p) == bound[p["metadata"]["name"]], p["spec"]
+    for p in job_pods(c, "train-b"):  # no room: every member gated
+        assert gates(p) and not p["spec"].get("nodeName"), p["metadata"]["name"]
+    delete_job(c.kube, c.ns, "train-a")
+    c.wait_bound(PODS["train-b"], 60)
+    c.recorder.assert_gang_invariants(c.ns)
+    assert failed_open_since_start(c) == 0
+    print(f"\n[default install] webhook decisions for 8 operator pods: {delta}")
