@@ -787,8 +787,10 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         # is up (its certificate issued, its caBundle set) before the first pod is created.
         webhook = scheduler == "lockstep"
         ls_url: str | None = None
+        decided0: dict[str, float] = {}
         if webhook:
             ls_url = bed.start_lockstep(extra_args=opts.lockstep_args, webhook=True)
+            decided0 = _gated_share(bed, ls_url) or {}  # the bed's dry-run probes
         if not steady:
             pods, pgs = _objects(wl.groups, scheduler)
             _create_all(kube, pgs)
@@ -921,7 +923,9 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                 [g for g in wl.groups if g.gang], bound, created).items()})
             row["steady_rate"] = opts.rate
         if webhook:
-            row["members_gated"] = decided = _gated_share(bed, ls_url) or {}
+            decided = {k: v - decided0.get(k, 0.0)
+                       for k, v in (_gated_share(bed, ls_url) or {}).items()}
+            row["members_gated"] = decided
             placed = sum(decided.get(k, 0.0) for k in ("pinned", "gated", "unpinned"))
             row["pinned_share"] = round(decided.get("pinned", 0.0) / placed, 3) if placed else None
         # ---- phase 2: gangs arriving while the scheduler runs (steady mode was all that)
