@@ -95,7 +95,12 @@ def reconcile(st: CoreState, g: Gang) -> None:
 def complete_plan(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord],
                   bound: list[PodKey]) -> None:
     """An admitted gang holds a whole plan, or nothing: a member that left is replaced by
-    one without a slot, and a slot that was lost is placed again."""
+    one without a slot, and a slot that was lost is placed again. An expected member that
+    lost its slot (its node went) is dropped, not placed again: it only ever held a slot."""
+    slotless = [k for k in g.members if k in st.expected and k not in g.plan]
+    if slotless:
+        expected.forget(st, g, slotless)
+        live = [p for p in live if p.key not in slotless]
     if not meets_quorum(st, spec, countable(spec, live)):
         fall_back(st, g, MembersLost(g.key, len(live), spec.min_member, departed(g, live)))
         return

@@ -226,3 +226,21 @@ def test_a_restarted_lockstep_admits_pinned_members_onto_their_pins() -> None:
     g = second.gangs()[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and dict(g.plan) == pins
     check_invariants(second)
+
+
+def test_an_expected_member_whose_node_goes_is_dropped_not_placed_again() -> None:
+    """Found by the model: the node of an expected member is deleted. It held a slot and
+    nothing else, so it goes with its slot, and the plan is completed from the members that
+    exist (here a gated one of another shape), never left with a placeholder and no slot."""
+    core = cluster(4, 2, 2)
+    placed = core.place_at_creation(pod_from_json(creating("w0", "g", 3, gpus=2)), 0.0)
+    assert isinstance(placed, PinAtCreation) and len(core.state.expected) == 2
+    for name in ("w1", "w2"):  # members of another shape: gated, no slot of theirs
+        core.upsert_pod(pod_from_json(pod(name).gang("g", 3, timeout=30).gpu(1).held().build()))
+    ledger = core.state.ledger.by_pod
+    alone = [r.node for k, r in ledger.items() if k in core.state.expected
+             and sum(o.node == r.node for o in ledger.values()) == 1]
+    assert alone, ledger  # an expected member alone on its node
+    core.delete_node(alone[0])
+    check_invariants(core)
+    assert all(k in core.state.ledger.by_pod for k in core.state.expected)
