@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .admission import try_admit
+from .admission import reconcile, try_admit
 from .expected import adopt, expect, forget, shape
 from .gang import Gang, GangPhase
 from .gating import pinned_terms
@@ -38,7 +38,7 @@ from .records import NodeName, PodKey, PodRecord
 from .state import CoreState
 
 __all__ = ["PROVISIONAL_SECONDS", "GateAtCreation", "PinAtCreation", "expire_provisional",
-           "next_provisional_deadline", "place_at_creation", "pinned_at_creation", "withdraw"]
+           "next_provisional_deadline", "pinned_at_creation", "place_at_creation", "withdraw"]
 
 PROVISIONAL_SECONDS = 10.0
 """How long a member pinned at creation may take to appear in the watch before its slot is
@@ -94,6 +94,11 @@ def _take_expected_slot(st: CoreState, g: Gang, m: GangSpec, rec: PodRecord,
     node = adopt(st, g, rec)
     if node is None:
         _leave(st, g, rec.key)
+        if any(k in st.expected for k in g.members):
+            # The plan assumed members like the first; this one is not: plan the gang
+            # again from the members that exist (it waits for them, gated, holding nothing).
+            forget(st, g)
+            reconcile(st, g)
         return GateAtCreation("its gang is admitted and holds no slot of its shape")
     return _pin(st, g, rec, node, now)
 

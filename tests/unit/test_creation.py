@@ -125,12 +125,16 @@ def test_members_that_are_not_alike_wait_for_each_other() -> None:
     assert reserved(core) == 0
 
 
-def test_a_member_of_another_shape_is_gated_and_takes_no_slot() -> None:
+def test_a_member_of_another_shape_is_gated_and_its_gang_planned_again() -> None:
+    """The plan made at the first member assumed members like it; one that is not takes no
+    slot, and the gang gives its placeholders back to be planned from its real members."""
     core = cluster(8)
     core.place_at_creation(pod_from_json(creating("w0", "g", 4)), 0.0)
+    assert len(core.state.expected) == 3 and reserved(core) == 4
     big = core.place_at_creation(pod_from_json(creating("w1", "g", 4, gpus=2)), 0.1)
     assert isinstance(big, GateAtCreation)
-    assert len(core.state.expected) == 3 and reserved(core) == 4
+    assert core.state.expected == {} and reserved(core) == 0
+    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.WAITING
     check_invariants(core)
 
 
