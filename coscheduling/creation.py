@@ -123,6 +123,11 @@ def _admit_now(st: CoreState, g: Gang | None, m: GangSpec, rec: PodRecord,
         _drop_if_empty(st, g)
         return GateAtCreation(f"its gang cannot be admitted now ({type(outcome).__name__})",
                               outcome)
+    if rec.key not in outcome:
+        # The members that exist made the quorum and the plan left this one out: the gang
+        # is admitted with them, and this one is an extra, gated like any other.
+        _leave(st, g, rec.key)
+        return GateAtCreation("its gang was admitted with the members that exist; an extra")
     return _pin(st, g, rec, outcome[rec.key], now)
 
 

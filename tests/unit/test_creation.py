@@ -248,3 +248,18 @@ def test_an_expected_member_whose_node_goes_is_dropped_not_placed_again() -> Non
     core.delete_node(alone[0])
     check_invariants(core)
     assert all(k in core.state.ledger.by_pod for k in core.state.expected)
+
+
+def test_a_gang_admitted_with_the_members_that_exist_gates_the_extra_being_created() -> None:
+    """Found by the model: held members already make the quorum; the member being created is
+    an extra the plan left out (no room for it). The gang is admitted with the others, and
+    this one gated."""
+    core = cluster(2)
+    for name in ("w0", "w1"):
+        core.upsert_pod(pod_from_json(pod(name).gang("g", 2, timeout=30).gpu(1).held().build()))
+    placed = core.place_at_creation(pod_from_json(creating("w2", "g", 2)), 0.0)
+    g = core.gangs()[gang_key("default", "g")]
+    assert g.phase is GangPhase.ADMITTED and reserved(core) == 2
+    assert isinstance(placed, GateAtCreation)
+    assert pod_key("default", "w2") not in core.pods
+    check_invariants(core)
