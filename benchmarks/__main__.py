@@ -59,9 +59,12 @@ def main() -> None:
     tp.add_argument("--stall", type=float, default=45.0,
                     help="give up on a scheduler's batch after this many seconds without a "
                          "new binding (default 45)")
-    tp.add_argument("--mode", choices=list(throughput.MODES), default="backlog",
-                    help="backlog: every pod created before the scheduler starts; steady: "
-                         "gangs arrive at --rate per second while every scheduler runs")
+    tp.add_argument("--mode", choices=list(throughput.MODES), default="burst",
+                    help="burst (the headline): every scheduler runs, then every pod is "
+                         "created at once, t0 at the first create; steady: gangs arrive at "
+                         "--rate per second while every scheduler runs; backlog: every pod "
+                         "created before the scheduler starts (Lockstep's webhook works "
+                         "before t0: never a headline)")
     tp.add_argument("--rate", type=float, default=5.0,
                     help="gangs (and plain pods) created per second in steady mode")
     tp.add_argument("--pin", action="store_true",
@@ -166,13 +169,14 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
     measured = _commit()  # at the start: the product code Lockstep runs is read now
     result = throughput.run(wl, opts, schedulers, on_row=progress, rounds=args.rounds)
     name = "throughput.json" if not args.profile else "throughput-profile.json"
-    if args.mode != "backlog" or args.pin:
+    if args.mode != "burst" or args.pin:
         name = name.replace(".json", f"-{args.mode}{'-pinned' if args.pin else ''}.json")
     (out / name).write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:], **result},
                                        indent=2))
     rounds = "one run" if args.rounds == 1 else f"{args.rounds} rounds, median ratios (range)"
-    how = ("all created before the scheduler starts" if args.mode == "backlog" else
-           f"gangs arriving at {args.rate:g}/s while it runs")
+    how = {"backlog": "all created before the scheduler starts (backlog: not a headline)",
+           "burst": "all created at once while it runs, t0 at the first create"}.get(
+        args.mode, f"gangs arriving at {args.rate:g}/s while it runs")
     pinned = "; control plane on CPU 0, scheduler on CPU 1" if args.pin else ""
     print(f"\nGang throughput ({nodes} nodes, {wl.describe()['pods']} pods, {how}{pinned}; "
           f"{rounds}, compare ratios)")

@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 SCHEDULERS = ("stock", "lockstep", "sp")
-MODES = ("backlog", "steady")
+MODES = ("burst", "steady", "backlog")
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kwok")
 LOCKSTEPS = ("lockstep", "lockstep-ungated")
 LABELS = {
@@ -588,10 +588,14 @@ class RunOptions:
     """KubeSchedulerConfiguration keys to override for the Lockstep run (experiments)."""
     lockstep_args: tuple[str, ...] = ()
     tag: str = ""
-    mode: str = "backlog"
-    """``backlog``: every pod created before the scheduler starts (t0 at its start);
-    ``steady``: the scheduler runs first and gangs arrive at ``rate`` per second, as a stream
-    of job submissions does (t0 at the first create), as scheduler_perf's steady workloads."""
+    mode: str = "burst"
+    """``burst``: the scheduler runs first and every pod is created at once, as fast as the
+    API server takes them (t0 at the first create): the headline, what a queue of submitted
+    jobs released together gives; ``steady``: the scheduler runs first and gangs arrive at
+    ``rate`` per second, as a stream of job submissions does (t0 at the first create), as
+    scheduler_perf's steady workloads; ``backlog``: every pod created before the scheduler
+    starts (t0 at its start). Backlog lets Lockstep's webhook plan and pin every gang before
+    t0 while the peers do all their work inside the span: shown, never a headline."""
     rate: float = 5.0
     """Gangs (and plain pods) created per second in ``steady`` mode."""
     pin: bool = False
@@ -746,7 +750,10 @@ def _stream(kube: Kube, groups: Sequence[GangSpec], scheduler: str, t0: float, r
             created: dict[str, float]) -> None:
     """Create group ``i`` at ``t0 + i / rate`` (late ones at once: a stream that the API server
     cannot take at that rate shows as a longer span); ``created`` gets each group's time once
-    its last member exists."""
+    its last member exists. An infinite rate is a burst: every group's objects at once."""
+    if math.isinf(rate):
+        _burst(kube, groups, scheduler, created)
+        return
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         for i, g in enumerate(groups):
             delay = t0 + i / rate - time.monotonic()
@@ -757,6 +764,19 @@ def _stream(kube: Kube, groups: Sequence[GangSpec], scheduler: str, t0: float, r
                 kube.create(path, obj)
             list(pool.map(lambda o: kube.create(o[0], o[1]), objs))
             created[g.name] = time.monotonic()
+
+
+def _burst(kube: Kube, groups: Sequence[GangSpec], scheduler: str,
+           created: dict[str, float]) -> None:
+    """Every group's PodGroup, then every pod, through one pool of 16 creators (the same
+    pool size a stream uses): nothing is paced, so the API server's admission (and
+    Lockstep's webhook in it) sets the pace."""
+    pods, pgs = _objects(groups, scheduler)
+    _create_all(kube, pgs)
+    _create_all(kube, pods)
+    done = time.monotonic()
+    for g in groups:
+        created[g.name] = done
 
 
 def _gated_share(bed: TestBed, url: str | None) -> dict[str, float] | None:
@@ -781,7 +801,8 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
         kube = Kube(bed.api_url, bed.token)
         create_nodes(kube, nodes_from_topology(load_topology("bench-64x8"), nodes=opts.nodes))
         kube.ensure_namespace(NS)
-        steady = opts.mode == "steady"
+        steady = opts.mode in ("steady", "burst")
+        rate = math.inf if opts.mode == "burst" else opts.rate
         row["mode"] = opts.mode + (" pinned" if opts.pin else "")
         # The default install: Lockstep's webhook is in the path of every pod create, so it
         # is up (its certificate issued, its caBundle set) before the first pod is created.
@@ -846,7 +867,7 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
                 pprofs = [_pprof(bed.api_url, "kube-apiserver", scheduler, opts,
                                  opts.pprof_seconds, bed.token)]
             feeder = threading.Thread(target=_stream, name="steady-arrivals", daemon=True,
-                                      args=(kube, wl.groups, scheduler, t0, opts.rate, created))
+                                      args=(kube, wl.groups, scheduler, t0, rate, created))
             feeder.start()
         ls_pid = bed.procs["lockstep"].pid if ls_url else None
         if opts.profile and ls_url:  # now at work: no longer "idle" (kept for the report)
@@ -921,7 +942,7 @@ def run_one(scheduler: str, wl: Workload, opts: RunOptions) -> dict[str, Any]:
             feeder.join(timeout=30)
             row.update({f"steady_{k}": v for k, v in summarize_arrivals(
                 [g for g in wl.groups if g.gang], bound, created).items()})
-            row["steady_rate"] = opts.rate
+            row["steady_rate"] = None if math.isinf(rate) else rate
         if webhook:
             decided = {k: v - decided0.get(k, 0.0)
                        for k, v in (_gated_share(bed, ls_url) or {}).items()}

@@ -293,8 +293,9 @@ def test_run_options_reject_an_unknown_mode_and_a_rate_that_is_not_positive() ->
     from benchmarks.throughput import RunOptions
 
     assert RunOptions(nodes=10, mode="steady", rate=2.0).mode == "steady"
+    assert RunOptions(nodes=10).mode == "burst"  # the headline is the default
     with pytest.raises(ValueError, match="mode"):
-        RunOptions(nodes=10, mode="burst")
+        RunOptions(nodes=10, mode="flood")
     with pytest.raises(ValueError, match="rate"):
         RunOptions(nodes=10, mode="steady", rate=0)
 
@@ -334,6 +335,28 @@ def test_steady_stream_creates_each_group_on_its_tick_and_records_its_last_membe
         last = max(t for n, t in kube.created if n in g.pod_names())
         assert created[g.name] >= last
     assert list(created) == ["g0", "p0", "g1"]
+
+
+def test_burst_creates_every_podgroup_before_any_pod_with_no_pacing() -> None:
+    import math
+    import time
+
+    from benchmarks.throughput import _stream
+
+    kube = _RecordingKube()
+    groups = [GangSpec(f"g{i}", 3, 1) for i in range(30)]
+    created: dict[str, float] = {}
+    t0 = time.monotonic()
+    _stream(kube, groups, "sp", t0, math.inf, created)  # type: ignore[arg-type]
+    names = [n for n, _ in kube.created]
+    assert len(names) == 30 * 4
+    # PodGroups first, so no pod reaches a scheduler without its group.
+    assert max(names.index(f"g{i}") for i in range(30)) < min(
+        names.index(p) for g in groups for p in g.pod_names())
+    # Nothing paced: a 20/s stream of 30 groups would take 1.45 s.
+    assert max(t for _, t in kube.created) - t0 < 1.0
+    assert set(created) == {g.name for g in groups}
+    assert all(created[g.name] >= max(t for _, t in kube.created) for g in groups)
 
 
 def test_pin_binds_every_thread_of_a_process() -> None:
