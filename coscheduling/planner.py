@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .eligibility import eligible
+from .eligibility import affinity_problem, eligible
 from .nofit import NoFit
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import PODS, Resources, fits, sub
@@ -73,11 +73,14 @@ class Plan:
     domain: tuple[str, ...] | None = None
 
 
-def _signature(pod: PodRecord) -> tuple[object, ...]:
+def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
+    """Members with equal signatures are eligible on the same nodes. An affinity over a
+    limit is never rendered (its ``repr`` alone would grow with the pod): such a member is
+    eligible nowhere, whatever else it says."""
     return (
         tuple(sorted(pod.requests.items())),
         tuple(sorted(pod.node_selector.items())),
-        repr(pod.required_affinity),
+        repr(pod.required_affinity) if problem is None else ("over a limit",),
         pod.tolerations,
     )
 
@@ -107,20 +110,25 @@ class _Context:
         self._free: dict[NodeName, Resources] = {}
         self._free_gpus: dict[NodeName, int] = {}
         self._layouts: dict[NodeName, GpuLayout] = {}
+        # Affinity limits are checked once per member, never per node (eligibility.py).
+        self.problems: list[str | None] = [affinity_problem(m.pod.required_affinity)
+                                           for m in todo]
         # Eligibility is the same for members with the same spec: one memo per spec.
         memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
         self._elig: list[dict[NodeName, bool]] = [
-            memo.setdefault(_signature(m.pod), {}) for m in todo]
+            memo.setdefault(_signature(m.pod, p), {})
+            for m, p in zip(todo, self.problems, strict=True)]
 
     def ok(self, i: int, n: NodeName) -> bool:
         """Member ``i`` may use node ``n`` (kube-scheduler's candidates, then predicates)."""
         m = self.todo[i]
-        if m.candidates is not None and n not in m.candidates:
+        if self.problems[i] is not None or (m.candidates is not None
+                                            and n not in m.candidates):
             return False
         memo = self._elig[i]
         v = memo.get(n)
         if v is None:
-            v = memo[n] = eligible(m.pod, self.view.nodes[n])
+            v = memo[n] = eligible(m.pod, self.view.nodes[n], affinity_checked=True)
         return v
 
     @functools.cached_property
@@ -289,8 +297,9 @@ def _explain(ctx: _Context, required: Level | None) -> NoFit:
         units += _units(shape, ctx.free(n), cap - units)
         if units >= cap:
             break
-    notes = [f"{m.key} matches no node (selector, affinity or taints)"
-             for m, ok in zip(todo, sets, strict=True) if not ok]
+    notes = [f"{m.key}: {problem}" if problem is not None else
+             f"{m.key} matches no node (selector, affinity or taints)"
+             for m, ok, problem in zip(todo, sets, ctx.problems, strict=True) if not ok]
     widest = 0
     if required is not None:
         for ns in ctx.view.domains(ctx.levels.index(required)).values():
