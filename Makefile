@@ -67,8 +67,11 @@ bench: $(STAMP) bins
 	$(VPY) -m benchmarks
 
 # TOPOLOGY=path/to/topology.yaml LOCKSTEP=1 make cluster-up
+# LOCKSTEP=1 runs the default install (the admission webhook on, with its own certificate);
+# WEBHOOK=0 runs the extender alone.
 cluster-up: $(STAMP) bins
-	$(VPY) -m testbed up $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(LOCKSTEP),--lockstep)
+	$(VPY) -m testbed up $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(LOCKSTEP),--lockstep) \
+		$(if $(filter 0,$(WEBHOOK)),--no-webhook)
 
 cluster-down: $(STAMP)
 	$(VPY) -m testbed down

@@ -6,6 +6,8 @@ the processes running; their PIDs go to ``<run dir>/state.json`` (default ``run/
 ``down``, which sends SIGTERM, then SIGKILL to whatever still runs after a grace period, and
 says what it stopped. Lockstep listens on 8888, or on a free port (printed) when 8888 is
 taken, so two test beds with Lockstep (``--run-dir``, or two checkouts) run side by side.
+Lockstep is the default install: its admission webhook on, with the certificate it issues
+itself (``TestBed.start_lockstep``); ``--no-webhook`` runs the extender alone.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def up(args: argparse.Namespace) -> int:
         url = None
         port_note = ""
         if args.lockstep:
-            url, port_note = _start_lockstep(bed, args.port)
+            url, port_note = _start_lockstep(bed, args.port, webhook=args.webhook)
             bed.start_scheduler(REPO / "scheduler-config" / "lockstep.yaml",
                                 name="lockstep-scheduler", extender_url=url)
     except BaseException:
@@ -90,6 +92,10 @@ def up(args: argparse.Namespace) -> int:
         print(f"  lockstep:   {url}  (schedulerName: lockstep; try {url}/debug/gangs)"
               f"{port_note}")
         print(f"  lockstep port: {url.rsplit(':', 1)[1]}")
+        hook = bed.webhooks.get("lockstep")
+        print(f"  webhook:    {hook}  (pins or gates gang pods at creation; certificate in "
+              "Secret lockstep-system/lockstep-webhook-cert)" if hook else
+              "  webhook:    off (--no-webhook: the extender alone)")
     print("\nPaste this to use it:")
     print(f"  alias k='{kubectl} --kubeconfig={bed.kubeconfig}'; k get nodes")
     if url:
@@ -100,16 +106,18 @@ def up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_lockstep(bed: TestBed, port: int | None) -> tuple[str, str]:
+def _start_lockstep(bed: TestBed, port: int | None, *, webhook: bool = True
+                    ) -> tuple[str, str]:
     """Lockstep on ``port`` if given (it must be free), else on 8888 or, when 8888 is
-    taken (another test bed, another service), on a free port. Returns (url, note)."""
+    taken (another test bed, another service), on a free port. Returns (url, note).
+    ``webhook``: the default install, its admission webhook registered and called."""
     if port is not None:
-        return bed.start_lockstep(port=port), ""
+        return bed.start_lockstep(port=port, webhook=webhook), ""
     for _ in range(3):  # another process may take the port between the probe and the bind
         chosen = pick_port(LOCKSTEP_PORT)
         note = "" if chosen == LOCKSTEP_PORT else f"  [{LOCKSTEP_PORT} is busy]"
         try:
-            return bed.start_lockstep(port=chosen), note
+            return bed.start_lockstep(port=chosen, webhook=webhook), note
         except StartupError:
             if chosen == LOCKSTEP_PORT or pick_port(chosen) == chosen:
                 raise  # the port was free: Lockstep failed for another reason
@@ -177,6 +185,12 @@ def down(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    args = parser().parse_args()
+    return up(args) if args.cmd == "up" else down(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    """``up`` and ``down``'s options (``up --lockstep`` is the default install)."""
     ap = argparse.ArgumentParser(prog="python -m testbed")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("up", help="start a test bed and leave it running")
@@ -184,6 +198,9 @@ def main() -> int:
                    help="topology file or name in testbed/topologies (default tiny-3x2)")
     p.add_argument("--nodes", type=int, help="scale the topology to this many nodes")
     p.add_argument("--lockstep", action="store_true", help="also run Lockstep and its scheduler")
+    p.add_argument("--no-webhook", dest="webhook", action="store_false",
+                   help="run Lockstep without its admission webhook (the extender alone); "
+                   "by default it runs as installed, webhook on with its own certificate")
     p.add_argument("--port", type=int,
                    help="Lockstep's port (default 8888, or a free port when 8888 is busy)")
     p.add_argument("--run-dir", help="where logs, certs, etcd data and the state file go "
@@ -192,8 +209,7 @@ def main() -> int:
     d.add_argument("--run-dir", help="the test bed's run directory (default run/bed)")
     d.add_argument("--grace", type=float, default=GRACE_SECONDS,
                    help="seconds between SIGTERM and SIGKILL (default 10)")
-    args = ap.parse_args()
-    return up(args) if args.cmd == "up" else down(args)
+    return ap
 
 
 if __name__ == "__main__":

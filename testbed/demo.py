@@ -2,7 +2,10 @@
 
 A real control plane with 3 simulated nodes x 2 GPUs (6 GPUs). Two training jobs of 4 x 1-GPU
 workers are submitted with their pods interleaved, first to the stock kube-scheduler alone,
-then to the stock kube-scheduler calling Lockstep. A live timeline shows every binding.
+then to the stock kube-scheduler calling Lockstep, installed as deployed: its admission webhook
+on, with the certificate it issues itself. The webhook pins the members of the job that fits
+to their planned nodes as they are created and holds the other job's members behind its
+scheduling gate, so they never take a GPU. A live timeline shows every binding.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import sys
 import time
 
 import httpx
+
+from coscheduling.gating import GANG_GATE
 
 from .bins import REPO, ensure_bins
 from .cluster import create_nodes, load_topology, nodes_from_topology
@@ -67,13 +72,24 @@ def submit(kube: Kube, ns: str, scheduler: str) -> None:
         kube.create_pod(y)
 
 
+REASONS = ("GangWaiting", "FailedScheduling")
+"""The Events that say why a pod waits: Lockstep's on a gang member (a member held behind the
+webhook's gate never reaches kube-scheduler), kube-scheduler's on a pod it tried."""
+
+
 def reason(kube: Kube, ns: str, pod: str) -> str:
     events = sorted(kube.events(ns, pod),
                     key=lambda e: int(e["metadata"].get("resourceVersion", "0")))
     for e in reversed(events):  # the newest first
-        if e.get("reason") == "FailedScheduling":
-            return str(e.get("message", ""))
+        if e.get("reason") in REASONS:
+            return f"{e['reason']}: {e.get('message', '')}"
     return "(no event yet)"
+
+
+def held(kube: Kube, ns: str, pod: str) -> bool:
+    """The pod waits behind Lockstep's scheduling gate (out of kube-scheduler's queue)."""
+    gates = kube.pod(ns, pod)["spec"].get("schedulingGates") or ()
+    return any(g.get("name") == GANG_GATE for g in gates)
 
 
 def act_one(kube: Kube) -> None:
@@ -112,6 +128,8 @@ def act_two(kube: Kube, lockstep: str) -> None:
     running = "job-a" if waiting == "job-b" else "job-b"
     explain = httpx.get(f"{lockstep}/debug/pods/{ns}/{waiting}-0", timeout=10).json()
     print(f"  Why is {waiting}-0 pending? {YELLOW}{explain['explanation']}{RESET}")
+    if held(kube, ns, f"{waiting}-0"):
+        print(f"  {waiting}'s pods wait behind the gate {GANG_GATE}: no GPU is held for them.")
     print(f"  kubectl describe shows: {DIM}{reason(kube, ns, waiting + '-0')}{RESET}")
     print(f"\n{BOLD}{running} finishes{RESET} (its pods are deleted); "
           f"{waiting} should start at once.")
@@ -138,7 +156,7 @@ def main() -> int:
         kube = Kube(bed.api_url, bed.token)
         create_nodes(kube, nodes_from_topology(load_topology("tiny-3x2")))
         bed.start_scheduler(None, name="kube-scheduler")
-        url = bed.start_lockstep()
+        url = bed.start_lockstep()  # the default install: webhook on, its own certificate
         bed.start_scheduler(REPO / "scheduler-config" / "lockstep.yaml",
                             name="lockstep-scheduler", extender_url=url)
         print(f"ready in {bed.startup_seconds['control-plane']:.1f}s (logs: {bed.dir})")

@@ -11,11 +11,13 @@ the API server serves the upstream gang API (``scheduling.k8s.io`` Workload/PodG
 ``UPSTREAM_GANG_API``) while kube-scheduler runs with ``GenericWorkload`` off, so its native
 gang plugin stays out of the way and Lockstep does the gang scheduling.
 
-``start_lockstep(webhook=True)`` also serves Lockstep's gang-gate admission webhook over TLS
-and registers ``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration with the webhook's
-URL (``webhook_configuration``), waiting until the API server calls it: Lockstep issues its own
-certificate and sets the ``caBundle``, as deployed, or (``webhook_certs="files"``) serves a
-certificate for 127.0.0.1 from ``testbed.certs`` given as ``caBundle`` here.
+``start_lockstep()`` runs the default install: Lockstep with its gang-gate admission webhook
+over TLS, ``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration registered with the
+webhook's URL (``webhook_configuration``), and the call returns once the API server calls it.
+Lockstep issues its own certificate and sets the ``caBundle``, as deployed, or
+(``webhook_certs="files"``) serves a certificate for 127.0.0.1 from ``testbed.certs`` given as
+``caBundle`` here. ``webhook=False`` is the extender-only install, an explicit opt-out: what
+users get is what the tests run.
 """
 
 from __future__ import annotations
@@ -518,15 +520,17 @@ class TestBed:
         port: int | None = None,
         tls: tuple[Path, Path] | None = None,
         env: Mapping[str, str] | None = None,
-        webhook: bool = False,
+        webhook: bool = True,
         webhook_certs: str = "own",
     ) -> str:
         """Run Lockstep (``python -m app serve``) and wait for /readyz; returns its URL.
 
         ``tls`` is (certificate, key): the verbs are then served over HTTPS. ``env`` adds to
-        the inherited environment. ``webhook``: also serve the gang-gate admission webhook
-        (``--webhook-port``) and register it with the API server (``register_webhook``); its
-        URL is ``webhooks[name]``. ``webhook_certs``: ``"own"`` (the default install) has
+        the inherited environment. ``webhook`` (on by default, as deployed): also serve the
+        gang-gate admission webhook (``--webhook-port``), register it with the API server
+        (``register_webhook``) and wait until the API server calls it; its URL is
+        ``webhooks[name]``. ``webhook=False`` runs the extender alone, for a test or a run
+        about that path. ``webhook_certs``: ``"own"`` (the default install) has
         Lockstep issue its certificate into the Secret ``lockstep-system/<name>-webhook-cert``
         and set the configuration's ``caBundle`` itself; ``"files"`` gives it a certificate of
         the bed's own CA as files, as cert-manager would.

@@ -3,6 +3,7 @@ stops what ``up`` recorded (SIGTERM, SIGKILL after the grace period, a line per 
 
 from __future__ import annotations
 
+import inspect
 import socket
 import subprocess
 import sys
@@ -12,11 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from testbed.__main__ import _ours, pick_port, stop_recorded
+from testbed.__main__ import _ours, parser, pick_port, stop_recorded
+from testbed.runner import TestBed
 
 SLEEPER = "import sys, time; time.sleep(60)"
 STUBBORN = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('ready', flush=True); time.sleep(60)")
+
+
+def test_lockstep_is_the_default_install_and_the_extender_alone_an_opt_out() -> None:
+    """``make cluster-up LOCKSTEP=1`` (and every caller of ``start_lockstep``) gets the
+    webhook; only ``--no-webhook`` (``WEBHOOK=0``) or ``webhook=False`` leave it out."""
+    assert parser().parse_args(["up", "--lockstep"]).webhook is True
+    assert parser().parse_args(["up", "--lockstep", "--no-webhook"]).webhook is False
+    params = inspect.signature(TestBed.start_lockstep).parameters
+    assert params["webhook"].default is True
+    assert params["webhook_certs"].default == "own"
 
 
 def test_preferred_port_when_free() -> None:
