@@ -145,19 +145,23 @@ def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
     is counted on the node)."""
     if not st.ledger.reserved_on(node) and not st.nominations.held_on(node):
         return None, []
-    free = st.capacity.free_for_plain(node, pod.key, pod.priority)
+    # A released gang's extra is measured by its gang's priority, as every victim and
+    # preemptor is (``CoreState.unit_priority``): one measure on both sides.
+    priority = st.unit_priority(pod)
+    free = st.capacity.free_for_plain(node, pod.key, priority)
     if fits(pod.requests, free):
         return None, []
     holders = sorted(st.ledger.gangs_on(node))
     nominated = tuple(n.pod for n in st.nominations.on(node)
-                      if n.pod != pod.key and n.priority >= pod.priority)
-    if nominated or any(st.gang_priority(st.gangs[k]) >= pod.priority for k in holders):
+                      if n.pod != pod.key and n.priority >= priority)
+    if nominated or any(st.gang_priority(st.gangs[k]) >= priority for k in holders):
         return Reject(ReservedForGangs(node, tuple(holders), shortfall(pod.requests, free),
                                        nominated)), []
-    return None, _make_room(st, pod, node)
+    return None, _make_room(st, pod, node, priority)
 
 
-def _make_room(st: CoreState, pod: PodRecord, node: NodeName) -> list[GangKey]:
+def _make_room(st: CoreState, pod: PodRecord, node: NodeName, priority: int
+               ) -> list[GangKey]:
     """Take lower-priority gangs' slots off ``node`` (lowest priority first, then the
     largest slot) until ``pod`` fits; the gangs that lost one."""
     slots = sorted(((st.gang_priority(st.gangs[k]), -r.requests.get(GPU, 0), r.pod, k)
@@ -170,7 +174,7 @@ def _make_room(st: CoreState, pod: PodRecord, node: NodeName) -> list[GangKey]:
         g = st.gangs[gang]
         if member in g.binding:
             continue  # a binding in flight cannot be taken back
-        st.unpark(g, member, f"node {node} was taken by {pod.key} (priority {pod.priority})")
+        st.unpark(g, member, f"node {node} was taken by {pod.key} (priority {priority})")
         g.drop_slot(member)
         if gang not in touched:
             touched.append(gang)

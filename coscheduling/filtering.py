@@ -146,17 +146,18 @@ def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
     if not totals:
         return FilterDecision(everything)
     cand = set(everything) if len(totals) > 8 else None
+    priority = st.unit_priority(pod)  # a released gang's extra: its gang's priority
     failed: dict[NodeName, NodeReason] = {}
     for node in totals:
         if (cand is not None and node not in cand) or (cand is None
                                                        and node not in everything):
             continue
-        free = st.capacity.free_for_plain(node, pod.key, pod.priority)
+        free = st.capacity.free_for_plain(node, pod.key, priority)
         if fits(pod.requests, free):
             continue
         gangs = tuple(sorted(st.ledger.gangs_on(node)))
         nominated = tuple(n.pod for n in st.nominations.on(node)
-                          if n.pod != pod.key and n.priority >= pod.priority)
+                          if n.pod != pod.key and n.priority >= priority)
         failed[node] = ReservedForGangs(node, gangs, shortfall(pod.requests, free), nominated)
     if not failed:
         return FilterDecision(everything)

@@ -73,11 +73,12 @@ def admit_held(st: CoreState, now: float) -> None:
 
 
 def queue_order(st: CoreState, key: GangKey) -> tuple[int, str, str]:
-    """kube-scheduler's queue order for a gang: priority, then the oldest member."""
+    """kube-scheduler's queue order for a gang: priority (the gang's, as preemption
+    measures it), then the oldest member."""
     g = st.gangs.get(key)
     pods = [p for k in (g.members if g is not None else ())
             if (p := st.store.pods.get(k)) is not None]
-    return (-max((p.priority for p in pods), default=0),
+    return (-(st.gang_priority(g) if g is not None else 0),
             min((p.created for p in pods), default=""), key)
 
 

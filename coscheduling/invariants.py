@@ -191,8 +191,8 @@ def _check_preemptions(core: Coscheduler) -> None:
     for rec in core.state.preemptions.by_preemptor.values():
         for k in rec.waiting_for:
             p = store.pods.get(k)
-            if p is not None and p.priority >= rec.priority:
-                raise InvariantBroken(f"{k} (priority {p.priority}) evicted for "
+            if p is not None and (prio := core.state.unit_priority(p)) >= rec.priority:
+                raise InvariantBroken(f"{k} (priority {prio}) evicted for "
                                       f"{rec.preemptor} (priority {rec.priority})")
         for victim in rec.victim_gangs:
             for p in core.members_of(victim):

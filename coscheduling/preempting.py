@@ -258,30 +258,48 @@ def quota_line(pod: PodRecord) -> str | None:
 
 
 def _candidates(st: CoreState, below: int) -> list[Candidate]:
-    """Every bound pod that could be a victim, each gang's bound members all together (a
-    unit is eligible only when every one of them is below the preemptor). Victims already
-    terminating are left out: their room is on its way back to somebody.
+    """Every bound pod that could be a victim, each gang's bound members all together.
 
-    Two cheap passes: the first finds the plain pods and gangs with a pod below ``below``
-    (nothing else is ever a victim, and on most clusters that is nothing at all), only the
-    second builds records."""
+    Every pod is measured as :meth:`~coscheduling.state.CoreState.unit_priority` measures
+    it: a gang member by its gang's priority (the group's when it names one), a plain pod by
+    its own. The preemptor is measured the same way, so one number stands on both sides of
+    every comparison and an eviction always goes strictly down.
+
+    Left out: victims already terminating (their room is on its way back to somebody), and
+    every gang with a binding in flight (:func:`binding_in_flight`): such a gang is a victim
+    whole or not at all, and "whole" is not known until its bindings land.
+
+    Two cheap passes: the first finds the plain pods and gangs below ``below`` (nothing
+    else is ever a victim, and on most clusters that is nothing at all), only the second
+    builds records."""
     terminating = st.preemptions.terminating()
+    prio: dict[GangKey, int] = {}
     bound = [p for p in st.store.pods.values()
-             if p.holds_capacity and p.priority < below and p.key not in terminating]
+             if p.holds_capacity and p.key not in terminating
+             and st.unit_priority(p, prio) < below]
     if not bound:
         return []
     gangs_low = {g for p in bound if (g := gang_key(st.membership.get(p.key))) is not None}
     pods = [p for p in bound if gang_key(st.membership.get(p.key)) is None]
-    for g in sorted(gangs_low):  # every bound member, whatever its own priority
+    for g in sorted(gangs_low):  # every bound member
         gang = st.gangs.get(g)
-        for k in sorted(gang.members) if gang is not None else ():
+        if gang is None or binding_in_flight(gang):
+            continue
+        for k in sorted(gang.members):
             p = st.store.pods.get(k)
             if p is not None and p.holds_capacity and k not in terminating:
                 pods.append(p)
     budgets: dict[str, list[Budget]] = {}
     for b in st.budgets.values():
         budgets.setdefault(b.namespace, []).append(b)
-    return [Candidate(p.key, p.node_name, p.requests, p.priority,
+    return [Candidate(p.key, p.node_name, p.requests, st.unit_priority(p, prio),
                       gang_key(st.membership.get(p.key)), p.started,
                       selecting(p, budgets.get(p.namespace, ())), p.grace_seconds, quota_line(p))
             for p in pods if p.node_name is not None]
+
+
+def binding_in_flight(g: Gang) -> bool:
+    """The gang has bindings Lockstep issued that the watch has not shown bound yet (a
+    BindGroup, or a released gang's extra). It is never a victim then: see
+    ``docs/preemption.md``, "A binding in flight"."""
+    return bool(g.binding)

@@ -25,7 +25,7 @@ from .gang import Gang
 from .ledger import Ledger
 from .nominations import Nominations
 from .outbox import Outbox
-from .podgroup import GangDefaults, GangKey, Membership
+from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, Membership, MissingPodGroup
 from .preemption_state import PreemptionBook
 from .reasons import BindTargetGone, GangReason, NodeReason
 from .records import NodeName, PodKey, PodRecord, PriorityClass
@@ -158,6 +158,27 @@ class CoreState:
                     return pc.value
         return max((p.priority for k in g.members if (p := self.store.pods.get(k))),
                    default=0)
+
+    def unit_priority(self, pod: PodRecord, cache: dict[GangKey, int] | None = None) -> int:
+        """The priority preemption and reservations measure ``pod`` by: its gang's
+        (:meth:`gang_priority`) when it is a gang member, its own when it is a plain pod.
+
+        The preemptor is measured by :meth:`gang_priority`, so a victim must be too: a
+        Volcano gang whose PodGroup names a class of 1000 while its pods carry 0 would
+        otherwise be a victim of a priority-10 gang and then evict it back, round after
+        round. ``cache`` holds gang priorities already computed (one per gang, not one per
+        member) for a caller that measures many pods at once."""
+        m = self.membership.get(pod.key)
+        key = m.key if isinstance(m, GangSpec | InvalidGang | MissingPodGroup) else None
+        g = self.gangs.get(key) if key is not None else None
+        if key is None or g is None:
+            return pod.priority
+        if cache is None:
+            return self.gang_priority(g)
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = self.gang_priority(g)
+        return got
 
     def live(self, g: Gang) -> list[PodRecord]:
         """The gang's members that exist and are not finishing, in name order."""

@@ -369,3 +369,73 @@ def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
     assert core.state.nominations.get(pod_key("default", "urgent")) is None
     assert core.state.preemptions.get("default/urgent") is None
     assert pod_key("default", "urgent") in core.drain_requeue()
+
+
+# ------------------------------------------------------------------ one measure on both sides
+
+
+def volcano_gang(core: Coscheduler, name: str, size: int, klass: str,
+                 node_name: str | None = None, suffix: str = "") -> None:
+    """A Volcano PodGroup naming ``klass`` and ``size`` pods of priority 0 (Volcano's own
+    jobs leave the pods' priority unset and put the class on the group)."""
+    core.upsert(VOLCANO_PODGROUPS, volcano_podgroup_from_json({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": size, "priorityClassName": klass}}))
+    for i in range(size):
+        b = pod(f"{name}{suffix}-{i}").gpu(1).annotate("scheduling.k8s.io/group-name", name)
+        obj = (b.on(node_name) if node_name else b).build()
+        obj["metadata"]["uid"] = f"uid-{name}{suffix}-{i}"
+        core.upsert_pod(pod_from_json(obj))
+
+
+def classes(core: Coscheduler, **values: int) -> None:
+    for name, value in values.items():
+        core.upsert(PRIORITY_CLASSES, priority_class_from_json(
+            {"metadata": {"name": name}, "value": value}))
+
+
+def test_a_priority_10_gang_never_evicts_a_volcano_gang_whose_class_is_1000() -> None:
+    """Issue 32: the victim's pods carry priority 0, its group 1000. It was evicted for a
+    priority-10 gang (pod priority against group priority), and then evicted that one back,
+    round after round. Both rounds are played here: the first may happen, the second never."""
+    core = cluster(4)
+    classes(core, high=1000)
+    running(core, "ten", 4, "n0", 10)
+    volcano_gang(core, "vc", 4, "high")
+    d = core.filter(core.pods[pod_key("default", "vc-0")], [], 0.0)
+    assert isinstance(d.unresolvable, Preempting)  # 1000 > 10: round one
+    for e in core.drain_evictions():
+        core.delete_pod(e.pod, e.uid)
+    for i in range(4):  # the Volcano gang binds; the priority-10 job recreates its pods
+        obj = pod(f"vc-{i}").gpu(1).annotate("scheduling.k8s.io/group-name", "vc").on(
+            "n0").build()
+        obj["metadata"]["uid"] = f"uid-vc-{i}"
+        core.upsert_pod(pod_from_json(obj))
+        core.upsert_pod(pod_from_json(pod(f"ten-new-{i}").gang("ten", 4, timeout=30).gpu(1)
+                                      .priority(10).build()))
+    d = core.filter(core.pods[pod_key("default", "ten-new-0")], [], 1.0)
+    assert core.drain_evictions() == []  # round two: never
+    assert not isinstance(d.unresolvable, Preempting)
+    # Nor does a plain pod of priority 10, from the sweep.
+    core.upsert_pod(pod_from_json(unschedulable("plain-ten", 4, 10)))
+    core.admit_held(2.0)
+    assert core.drain_evictions() == []
+
+
+def test_a_gang_whose_group_says_5_is_a_victim_of_10_whatever_its_pods_say() -> None:
+    """The other direction: an upstream PodGroup of priority 5 whose pods carry 50 is a
+    priority-5 gang, for a gang and for a plain pod of priority 10 alike. Measured by its
+    pods it was spared, while as a preemptor it counts as 5."""
+    for preemptor in ("gang", "plain"):
+        core = cluster(4)
+        upstream_group(core, "five", 4, priority=5)
+        upstream_pods(core, "five", 4, 50, "n0")
+        if preemptor == "gang":
+            arrive(core, "ten", 4, 10)
+            core.filter(core.pods[pod_key("default", "ten-0")], [], 0.0)
+        else:
+            core.upsert_pod(pod_from_json(unschedulable("ten", 4, 10)))
+            core.admit_held(0.0)
+        evicted = core.drain_evictions()
+        assert {e.gang for e in evicted} == {gang_key("default", "five")}, preemptor
+        assert len(evicted) == 4, preemptor
