@@ -31,6 +31,7 @@ from .ingest import assume_bound, forget_assumed
 from .membership import bound_count, gang_key, meets_quorum
 from .podgroup import GangKey, InvalidGang, MatchPolicy, MissingPodGroup
 from .reasons import (
+    BeingPreempted,
     BindTargetGone,
     GangReason,
     InvalidDeclaration,
@@ -72,6 +73,11 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
     if isinstance(m, MissingPodGroup):
         return Reject(PodGroupNotFound(m.key, m.api))
     g = st.gangs[m.key]
+    if (by := st.preemptions.evicting(g.key)) is not None:
+        # Its gang is a victim of a preemption in flight, chosen with the members bound
+        # then: a member that binds now (its filter passed before) would outlive the
+        # eviction, a gang evicted in part.
+        return Reject(BeingPreempted(g.key, by.preemptor))
     spec = g.spec or m
     planned = g.plan.get(key)
     if planned is not None and planned != node:

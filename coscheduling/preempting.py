@@ -16,6 +16,20 @@ to the core state:
   completes, and the preemptor's members are woken (and their gate lifted) to bind.
 * :func:`expired` gives back preemptions whose victims outlived their grace period plus a
   margin; the deadline module then gives the gang's room back, and it is planned again.
+
+Two rules make "no loop, no partial gang" hold by construction:
+
+* One measure on both sides: a victim gang member is measured by its gang's priority
+  (:meth:`~coscheduling.state.CoreState.unit_priority`, the group's when the group names
+  one), exactly as the preemptor gang is (``gang_priority``); a plain pod by its own. Every
+  eviction then goes strictly down one order, and no chain of them returns.
+* A gang with a binding in flight (``Gang.binding``: a BindGroup issued, or a released
+  gang's extra, not yet shown bound) is not a victim at all until its bindings land, and
+  a gang that is a victim binds nothing more (``binding.bind`` refuses it). Of the two
+  designs ("whole, in-flight members included" or "not at all") this is the one whose
+  proof needs no new state: the victim set is always exactly the gang's bound members, as
+  the ledger and the store already count them; evicting unbound pods whose binds may still
+  land, and freeing room the ledger holds as their slots, would need three.
 """
 
 from __future__ import annotations

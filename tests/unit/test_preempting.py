@@ -19,6 +19,7 @@ from coscheduling import (
 )
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
+from coscheduling.decisions import BindGroup, Reject
 from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import PDBS, PRIORITY_CLASSES, UPSTREAM_PODGROUPS, VOLCANO_PODGROUPS
 from coscheduling.reasons import BeingPreempted, DoesNotFit, Preempting, PreemptionStalled
@@ -439,3 +440,49 @@ def test_a_gang_whose_group_says_5_is_a_victim_of_10_whatever_its_pods_say() -> 
         evicted = core.drain_evictions()
         assert {e.gang for e in evicted} == {gang_key("default", "five")}, preemptor
         assert len(evicted) == 4, preemptor
+
+
+# ------------------------------------------------------------------ a binding in flight
+
+
+def test_a_gang_whose_group_binding_is_in_flight_is_a_victim_whole_or_not_at_all() -> None:
+    """Issue 32: BindGroup issued, the watch has shown 2 of 4 members bound. The gang was a
+    victim with those two only, and the other two bound afterwards: a gang evicted in
+    part. It is not a victim until its bindings have landed; then it is one whole."""
+    core = cluster(4, 2)
+    arrive(core, "mid", 4, 10)
+    keys = [pod_key("default", f"mid-{i}") for i in range(4)]
+    nodes = [core.filter(core.pods[k], [NodeName("n0"), NodeName("n1")], 0.0).passed
+             for k in keys]
+    assert all(n == [NodeName("n0")] for n in nodes)
+    decisions = [core.bind(k, NodeName("n0"), 0.1) for k in keys]
+    assert isinstance(decisions[-1], BindGroup) and len(decisions[-1].binds) == 4
+    for i in (0, 1):  # the watch shows two of them bound
+        obj = pod(f"mid-{i}").gang("mid", 4, timeout=30).gpu(1).priority(10).on("n0").build()
+        obj["metadata"]["uid"] = core.pods[keys[i]].uid
+        core.upsert_pod(pod_from_json(obj))
+    arrive(core, "high", 4, 100)
+    core.filter(core.pods[pod_key("default", "high-0")], [], 1.0)
+    assert core.drain_evictions() == []  # 2 GPUs on n0 + 2 on n1 would fit: not whole
+    for i in (2, 3):  # the other two land
+        obj = pod(f"mid-{i}").gang("mid", 4, timeout=30).gpu(1).priority(10).on("n0").build()
+        obj["metadata"]["uid"] = core.pods[keys[i]].uid
+        core.upsert_pod(pod_from_json(obj))
+    core.filter(core.pods[pod_key("default", "high-0")], [], 2.0)
+    assert sorted(e.pod for e in core.drain_evictions()) == keys  # now whole
+
+
+def test_a_member_of_a_gang_being_evicted_may_not_bind_even_if_its_filter_passed() -> None:
+    """An extra of a released gang passed filter before the gang became a victim; its bind
+    call comes after. Binding it would leave a member of the evicted gang running."""
+    core = cluster(4, 1)
+    running(core, "h", 3, "n0", 10)
+    extra = pod_from_json(pod("h-3").gang("h", 3, timeout=30).gpu(1).priority(10).build())
+    core.upsert_pod(extra)
+    assert core.filter(extra, [NodeName("n1")], 0.0).passed == [NodeName("n1")]
+    arrive(core, "b", 4, 50)
+    assert isinstance(core.filter(core.pods[pod_key("default", "b-0")], [], 0.5).unresolvable,
+                      Preempting)
+    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "h")}
+    d = core.bind(extra.key, NodeName("n1"), 0.6, extra.uid)
+    assert isinstance(d, Reject) and isinstance(d.reason, BeingPreempted)
