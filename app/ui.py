@@ -161,7 +161,7 @@ def preemptions(core: Coscheduler, now: float) -> list[dict[str, Any]]:
     """Who is preempting whom: each preemption whose victims are still terminating."""
     out = []
     for rec in sorted(core.state.preemptions.by_preemptor.values(), key=lambda r: r.started):
-        out.append({"preemptor": rec.preemptor, "priority": rec.priority,
+        out.append({"preemptor": rec.preemptor.name, "priority": rec.priority,
                     "victimGangs": sorted(rec.victim_gangs), "plainPods": rec.plain,
                     "victimPods": len(rec.victims), "waitingFor": len(rec.waiting_for),
                     "gpus": sum(r.get(GPU, 0) for r in rec.freed.values()),

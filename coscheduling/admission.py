@@ -22,6 +22,7 @@ from .nofit import NoFit
 from .planner import Member, Plan, plan_gang
 from .podgroup import GangSpec, InvalidGang, MatchPolicy
 from .preempting import blocked, preempting_reason, try_preempt
+from .preemption_state import PreemptorId
 from .reasons import (
     BackingOff,
     DoesNotFit,
@@ -244,14 +245,14 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         found = try_preempt(st, g, [st.store.pods[k] for k in chosen], required, now)
         if isinstance(found, Plan):
             result = found
-            if (rec := st.preemptions.get(str(g.key))) is not None:
+            if (rec := st.preemptions.get(PreemptorId.of_gang(g.key))) is not None:
                 timeout += max(0.0, rec.deadline - now)  # the victims' grace comes first
         elif found is None or isinstance(found, str):
             return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key), found or "")
         else:
             return found
     requests = {k: st.store.pods[k].requests for k in result.assignments}
-    if (st.preemptions.get(str(g.key)) is None
+    if (st.preemptions.get(PreemptorId.of_gang(g.key)) is None
             and (waits := _outranked(st, g, result.assignments, requests)) is not None):
         return waits
     g.admit(result.assignments, requests, result.level, now, timeout)
@@ -296,7 +297,7 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
         if isinstance(found, str):
             g.reason = DoesNotFit(g.key, nofit, st.ledger.reserving_gangs(g.key), found)
         return False
-    rec = st.preemptions.get(str(g.key))
+    rec = st.preemptions.get(PreemptorId.of_gang(g.key))
     timeout = spec.timeout_seconds + (max(0.0, rec.deadline - now) if rec is not None else 0.0)
     requests = {k: st.store.pods[k].requests for k in found.assignments}
     g.admit(found.assignments, requests, found.level, now, timeout)

@@ -77,7 +77,7 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
         # Its gang is a victim of a preemption in flight, chosen with the members bound
         # then: a member that binds now (its filter passed before) would outlive the
         # eviction, a gang evicted in part.
-        return Reject(BeingPreempted(g.key, by.preemptor))
+        return Reject(BeingPreempted(g.key, str(by.preemptor)))
     spec = g.spec or m
     planned = g.plan.get(key)
     if planned is not None and planned != node:

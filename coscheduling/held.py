@@ -15,6 +15,7 @@ from .gang import GangPhase
 from .membership import countable, meets_quorum
 from .podgroup import GangKey, InvalidGang, MissingPodGroup
 from .preempting import preempt_for_plain
+from .preemption_state import PreemptorId
 from .reasons import WaitingForMembers
 from .records import PodKey
 from .state import CoreState
@@ -103,7 +104,7 @@ def lift_target(st: CoreState, key: PodKey) -> Lift | None:
         return None
     node = g.plan.get(key)
     if node is not None:
-        if st.preemptions.get(str(g.key)) is not None:
+        if st.preemptions.get(PreemptorId.of_gang(g.key)) is not None:
             return None  # pinned once its victims are gone, not onto a node they still hold
         return Lift(key, pod.uid, node)
     if st.preemptions.evicting(g.key) is not None:

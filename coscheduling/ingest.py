@@ -27,6 +27,7 @@ from .membership import gang_key, refresh_spec, resolve_pod
 from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang
 from .preempting import displaced, nominated_pod_done, victims_gone
+from .preemption_state import PreemptorId
 from .queues import QueueRecord
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
@@ -109,7 +110,7 @@ def _replace_nodes(st: CoreState, nodes: Iterable[NodeRecord]) -> None:
 def _node_lost(st: CoreState, name: NodeName) -> None:
     for n in st.nominations.on(name):  # a plain pod's held room went with the node
         st.nominations.remove(n.pod)
-        st.preemptions.cancel(str(n.pod))
+        st.preemptions.cancel(PreemptorId.of_pod(n.pod))
         st.plain_tried.pop(n.pod, None)
         st.outbox.requeue.add(n.pod)
     touched: dict[GangKey, Gang] = {}

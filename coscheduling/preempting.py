@@ -52,7 +52,7 @@ from .preemption import (
     choose_victims,
     describe,
 )
-from .preemption_state import Expired, InFlight
+from .preemption_state import Expired, InFlight, PreemptorId
 from .reasons import BeingPreempted, GangReason, Preempting
 from .records import NodeName, PodKey, PodRecord
 from .resources import Resources, add, fits
@@ -81,14 +81,14 @@ def blocked(st: CoreState, g: Gang) -> GangReason | None:
     room); a preemptor that gave its room back waits for its victims to finish going."""
     by = st.preemptions.evicting(g.key)
     if by is not None:
-        return BeingPreempted(g.key, by.preemptor)
+        return BeingPreempted(g.key, str(by.preemptor))
     return None
 
 
 def preempting_reason(st: CoreState, g: Gang) -> Preempting | None:
     """The gang's preemption in flight, as a reason (for members whose planned node still
     holds victims), or None."""
-    rec = st.preemptions.get(str(g.key))
+    rec = st.preemptions.get(PreemptorId.of_gang(g.key))
     if rec is None:
         return None
     return _reason(g.key, rec)
@@ -108,7 +108,8 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
     cannot help (why, for ``explain``); None when preemption is off or has nothing to say."""
     if not st.settings.preemption or not members:
         return None
-    rec = st.preemptions.get(str(g.key))
+    me = PreemptorId.of_gang(g.key)
+    rec = st.preemptions.get(me)
     if rec is not None:
         # Its room was given back (a deadline) while victims still go: no second set.
         return _reason(g.key, rec)
@@ -133,7 +134,7 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
         st.preempt_tried[g.key] = (epoch, why)
         return why
     requests = {p.key: p.requests for p in members}
-    started = st.preemptions.start(preemptor=str(g.key), gang=g.key, priority=priority,
+    started = st.preemptions.start(preemptor=me, gang=g.key, priority=priority,
                                    victims=found, requests=requests, now=now)
     if not isinstance(started, InFlight):  # refused above already; the book has the say
         return None
@@ -164,7 +165,7 @@ def preempt_for_plain(st: CoreState, now: float) -> None:
     for key, _ in sorted(st.unschedulable_plain.items(), key=lambda t: (-t[1], t[0])):
         pod = st.store.pods.get(key)
         if pod is None or st.nominations.get(key) is not None \
-                or st.preemptions.get(str(key)) is not None \
+                or st.preemptions.get(PreemptorId.of_pod(key)) is not None \
                 or st.plain_tried.get(key) == st.store.epoch:
             continue
         _preempt_for_plain(st, pod, now)
@@ -184,8 +185,9 @@ def _preempt_for_plain(st: CoreState, pod: PodRecord, now: float) -> None:
         if not isinstance(found, AlreadyFits):
             st.verdict(pod.key, preemption=describe(found))
         return
-    started = st.preemptions.start(preemptor=str(pod.key), gang=None, priority=pod.priority,
-                                   victims=found, requests={pod.key: pod.requests}, now=now)
+    started = st.preemptions.start(preemptor=PreemptorId.of_pod(pod.key), gang=None,
+                                   priority=pod.priority, victims=found,
+                                   requests={pod.key: pod.requests}, now=now)
     if not isinstance(started, InFlight):
         return
     st.plain_tried.pop(pod.key, None)
@@ -204,7 +206,7 @@ def nominated_pod_done(st: CoreState, pod: PodRecord) -> None:
     """The pod bound, finished or left: its nomination (and a preemption still in flight
     for it) ends."""
     if st.nominations.remove(pod.key) is not None:
-        st.preemptions.cancel(str(pod.key))
+        st.preemptions.cancel(PreemptorId.of_pod(pod.key))
 
 
 def displaced(st: CoreState, node: NodeName, by: PodKey) -> None:
@@ -222,7 +224,7 @@ def displaced(st: CoreState, node: NodeName, by: PodKey) -> None:
         if not fits(n.requests, add(add(st.capacity.free_for_gang(node), n.requests),
                                     leaving)):
             st.nominations.remove(n.pod)
-            st.preemptions.cancel(str(n.pod))
+            st.preemptions.cancel(PreemptorId.of_pod(n.pod))
             st.plain_tried.pop(n.pod, None)
             st.outbox.requeue.add(n.pod)
 
@@ -233,7 +235,8 @@ def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
         return
     for done in st.preemptions.gone(pods):
         if done.record.gang is None:  # a plain pod: its room is free, wake it to bind there
-            st.outbox.requeue.add(PodKey(done.record.preemptor))
+            if (plain := done.record.preemptor.pod) is not None:
+                st.outbox.requeue.add(plain)
             continue
         g = st.gangs.get(done.record.gang)
         if g is None:
@@ -251,8 +254,8 @@ def expired(st: CoreState, now: float) -> list[Expired]:
     end too."""
     out = st.preemptions.expire(now) if len(st.preemptions) else []
     for e in out:
-        if e.record.gang is None:
-            st.nominations.remove(PodKey(e.record.preemptor))
+        if (plain := e.record.preemptor.pod) is not None:
+            st.nominations.remove(plain)
     for n in st.nominations.expired(now):
         st.nominations.remove(n.pod)
         st.plain_tried.pop(n.pod, None)

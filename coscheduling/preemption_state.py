@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from .keys import GangKey
 from .preemption import Victims
@@ -46,6 +47,7 @@ __all__ = [
     "Expired",
     "InFlight",
     "PreemptionBook",
+    "PreemptorId",
     "Slot",
     "deadline_for",
 ]
@@ -53,6 +55,36 @@ __all__ = [
 DEFAULT_MARGIN = 30.0
 """Seconds beyond the longest victim grace period before the held room is given back
 (kubelet's kill after the grace period, and the watch delivering the deletion)."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PreemptorId:
+    """Whose preemption a record is: a gang, or a plain pod.
+
+    A gang and a plain pod may share ``namespace/name`` (a Job ``train`` whose gang is
+    ``default/train`` beside a pod ``default/train``), so a record keyed by the bare string
+    was one record for both: the gang was told "Preempting" from the pod's record and never
+    woken. The kind is part of the key."""
+
+    kind: Literal["gang", "pod"]
+    name: str
+    """``namespace/name`` of the gang, or of the pod."""
+
+    @staticmethod
+    def of_gang(key: GangKey) -> PreemptorId:
+        return PreemptorId("gang", key)
+
+    @staticmethod
+    def of_pod(key: PodKey) -> PreemptorId:
+        return PreemptorId("pod", key)
+
+    @property
+    def pod(self) -> PodKey | None:
+        """The plain pod's key, None for a gang."""
+        return PodKey(self.name) if self.kind == "pod" else None
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +100,8 @@ class Slot:
 class InFlight:
     """One preemption between the eviction and the preemptor's admission."""
 
-    preemptor: str
-    """The gang key (or the plain pod's key)."""
+    preemptor: PreemptorId
+    """The gang (or the plain pod) the victims were evicted for."""
     gang: GangKey | None
     priority: int
     victims: frozenset[PodKey]
@@ -133,11 +165,11 @@ def _slots(victims: Victims, requests: Mapping[PodKey, Resources]) -> tuple[Slot
 class PreemptionBook:
     """Every preemption in flight, by preemptor."""
 
-    by_preemptor: dict[str, InFlight] = field(default_factory=dict)
-    _by_victim: dict[PodKey, str] = field(default_factory=dict)
-    _by_victim_gang: dict[GangKey, str] = field(default_factory=dict)
+    by_preemptor: dict[PreemptorId, InFlight] = field(default_factory=dict)
+    _by_victim: dict[PodKey, PreemptorId] = field(default_factory=dict)
+    _by_victim_gang: dict[GangKey, PreemptorId] = field(default_factory=dict)
 
-    def may_start(self, preemptor: str, gang: GangKey | None
+    def may_start(self, preemptor: PreemptorId, gang: GangKey | None
                   ) -> AlreadyInFlight | BeingEvicted | None:
         """None when ``preemptor`` may look for victims now."""
         mine = self.by_preemptor.get(preemptor)
@@ -147,7 +179,7 @@ class PreemptionBook:
             return BeingEvicted(gang, by)
         return None
 
-    def start(self, *, preemptor: str, gang: GangKey | None, priority: int,
+    def start(self, *, preemptor: PreemptorId, gang: GangKey | None, priority: int,
               victims: Victims, requests: Mapping[PodKey, Resources], now: float,
               margin: float = DEFAULT_MARGIN) -> InFlight | AlreadyInFlight | BeingEvicted:
         """Record a decision the core is about to carry out (evict, then reserve the slots).
@@ -175,7 +207,7 @@ class PreemptionBook:
             self._by_victim_gang[g] = preemptor
         return rec
 
-    def get(self, preemptor: str) -> InFlight | None:
+    def get(self, preemptor: PreemptorId) -> InFlight | None:
         return self.by_preemptor.get(preemptor)
 
     def evicting(self, gang: GangKey) -> InFlight | None:
@@ -191,7 +223,7 @@ class PreemptionBook:
     def gone(self, pods: Iterable[PodKey]) -> list[Completed]:
         """The watch saw ``pods`` deleted (or finished); preemptions with nothing left to
         wait for are completed and leave the book."""
-        touched: set[str] = set()
+        touched: set[PreemptorId] = set()
         for k in pods:
             who = self._by_victim.get(k)
             rec = self.by_preemptor.get(who) if who is not None else None
@@ -220,7 +252,7 @@ class PreemptionBook:
     def next_deadline(self) -> float | None:
         return min((r.deadline for r in self.by_preemptor.values()), default=None)
 
-    def cancel(self, preemptor: str) -> InFlight | None:
+    def cancel(self, preemptor: PreemptorId) -> InFlight | None:
         """The preemptor went away (deleted, or admitted elsewhere): forget it, give back."""
         rec = self.by_preemptor.get(preemptor)
         if rec is not None:

@@ -22,9 +22,13 @@ from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.decisions import BindGroup, Reject
 from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import PDBS, PRIORITY_CLASSES, UPSTREAM_PODGROUPS, VOLCANO_PODGROUPS
+from coscheduling.preemption_state import PreemptorId
 from coscheduling.reasons import BeingPreempted, DoesNotFit, Preempting, PreemptionStalled
 from coscheduling.records import priority_class_from_json
 from tests.builders import node, pod
+
+HIGH = PreemptorId.of_gang(gang_key("default", "high"))
+URGENT = PreemptorId.of_pod(pod_key("default", "urgent"))
 
 
 def cluster(*gpus: int, preemption: bool = True) -> Coscheduler:
@@ -68,10 +72,10 @@ def test_a_gang_evicts_a_whole_lower_gang_and_holds_the_room_until_it_is_gone() 
     # A recreated low member waits while the preemption is in flight.
     for obj in low[:3]:
         core.delete_pod(pod_key("default", obj["metadata"]["name"]), obj["metadata"]["uid"])
-    assert core.state.preemptions.get("default/high") is not None
+    assert core.state.preemptions.get(HIGH) is not None
     core.drain_requeue()
     core.delete_pod(pod_key("default", "low-3"), "uid-low-3")
-    assert core.state.preemptions.get("default/high") is None  # completed
+    assert core.state.preemptions.get(HIGH) is None  # completed
     assert set(core.drain_requeue()) >= {pod_key("default", "high-0")}
     d = core.filter(core.pods[pod_key("default", "high-1")], [NodeName("n0")], 1.0)
     assert d.passed == [NodeName("n0")]
@@ -117,7 +121,7 @@ def test_victims_that_never_go_give_the_room_back_at_the_deadline() -> None:
     running(core, "low", 4, "n0", 10)
     arrive(core, "high", 4, 100)
     core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
-    rec = core.state.preemptions.get("default/high")
+    rec = core.state.preemptions.get(HIGH)
     assert rec is not None
     core.expire(rec.deadline + 0.1)
     high = core.gangs()[gang_key("default", "high")]
@@ -350,11 +354,11 @@ def test_victims_that_never_go_give_a_plain_pods_room_back_at_the_deadline() -> 
     core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
     core.admit_held(0.0)
     assert core.drain_evictions()
-    rec = core.state.preemptions.get("default/urgent")
+    rec = core.state.preemptions.get(URGENT)
     assert rec is not None
     core.expire(rec.deadline + 0.1)
     assert core.state.nominations.get(pod_key("default", "urgent")) is None
-    assert core.state.preemptions.get("default/urgent") is None
+    assert core.state.preemptions.get(URGENT) is None
 
 
 def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
@@ -368,7 +372,7 @@ def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
     core.drain_requeue()
     core.delete_node(NodeName("n0"))
     assert core.state.nominations.get(pod_key("default", "urgent")) is None
-    assert core.state.preemptions.get("default/urgent") is None
+    assert core.state.preemptions.get(URGENT) is None
     assert pod_key("default", "urgent") in core.drain_requeue()
 
 
@@ -486,3 +490,26 @@ def test_a_member_of_a_gang_being_evicted_may_not_bind_even_if_its_filter_passed
     assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "h")}
     d = core.bind(extra.key, NodeName("n1"), 0.6, extra.uid)
     assert isinstance(d, Reject) and isinstance(d.reason, BeingPreempted)
+
+
+def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> None:
+    """Issue 32: a gang ``default/job`` and a plain pod ``default/job`` shared one preemption
+    record (keyed by the bare string). The gang was told "Preempting" from the pod's record,
+    evicted nothing, and was never woken when the pod's victims went."""
+    core = cluster(4, 4)
+    for i in range(2):
+        plain_on(core, f"low-{i}", 2, "n0", 10)
+    running(core, "lowgang", 4, "n1", 20)
+    core.upsert_pod(pod_from_json(unschedulable("job", 4, 100)))
+    core.admit_held(0.0)
+    assert {e.pod for e in core.drain_evictions()} == {pod_key("default", "low-0"),
+                                                       pod_key("default", "low-1")}
+    arrive(core, "job", 4, 100)
+    d = core.filter(core.pods[pod_key("default", "job-0")], [], 0.5)
+    assert isinstance(d.unresolvable, Preempting)
+    assert d.unresolvable.victim_gangs == (gang_key("default", "lowgang"),)
+    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "lowgang")}
+    gang = PreemptorId.of_gang(gang_key("default", "job"))
+    plain = PreemptorId.of_pod(pod_key("default", "job"))
+    assert core.state.preemptions.get(gang) is not None
+    assert core.state.preemptions.get(plain) is not None

@@ -39,6 +39,7 @@ from coscheduling.preemption_state import (
     Expired,
     InFlight,
     PreemptionBook,
+    PreemptorId,
 )
 from coscheduling.records import NodeName, PodKey, PodRecord, node_from_json, pod_key
 from coscheduling.store import ClusterStore
@@ -490,10 +491,13 @@ def decided() -> tuple[Victims, dict[PodKey, dict[str, int]]]:
     return got, {m.key: m.pod.requests for m in pre.members}
 
 
+HI = PreemptorId.of_gang(GangKey("default/hi"))
+
+
 def test_in_flight_lifecycle_completes_when_every_victim_is_gone() -> None:
     v, reqs = decided()
     book = PreemptionBook()
-    rec = book.start(preemptor="default/hi", gang=GangKey("default/hi"), priority=10,
+    rec = book.start(preemptor=HI, gang=GangKey("default/hi"), priority=10,
                      victims=v, requests=reqs, now=100.0)
     assert isinstance(rec, InFlight)
     assert rec.deadline == 100.0 + 60.0 + DEFAULT_MARGIN
@@ -512,7 +516,7 @@ def test_in_flight_lifecycle_completes_when_every_victim_is_gone() -> None:
 def test_in_flight_expires_and_gives_back() -> None:
     v, reqs = decided()
     book = PreemptionBook()
-    rec = book.start(preemptor="default/hi", gang=GangKey("default/hi"), priority=10,
+    rec = book.start(preemptor=HI, gang=GangKey("default/hi"), priority=10,
                      victims=v, requests=reqs, now=0.0)
     assert isinstance(rec, InFlight)
     book.gone([pod_key("default", "lo-1")])
@@ -526,18 +530,32 @@ def test_in_flight_expires_and_gives_back() -> None:
 def test_one_in_flight_per_gang_and_victims_wait() -> None:
     v, reqs = decided()
     book = PreemptionBook()
-    first = book.start(preemptor="default/hi", gang=GangKey("default/hi"), priority=10,
+    first = book.start(preemptor=HI, gang=GangKey("default/hi"), priority=10,
                        victims=v, requests=reqs, now=0.0)
     assert isinstance(first, InFlight)
-    again = book.start(preemptor="default/hi", gang=GangKey("default/hi"), priority=10,
+    again = book.start(preemptor=HI, gang=GangKey("default/hi"), priority=10,
                        victims=v, requests=reqs, now=1.0)
     assert again == AlreadyInFlight(first)
     # The victim gang, recreated, waits; and cannot preempt in turn while it is evicted.
     assert book.evicting(GangKey("default/lo")) == first
-    assert book.may_start("default/lo", GangKey("default/lo")) == BeingEvicted(
-        GangKey("default/lo"), first)
-    assert book.cancel("default/hi") == first
-    assert book.may_start("default/lo", GangKey("default/lo")) is None
+    lo = GangKey("default/lo")
+    assert book.may_start(PreemptorId.of_gang(lo), lo) == BeingEvicted(lo, first)
+    assert book.cancel(HI) == first
+    assert book.may_start(PreemptorId.of_gang(lo), lo) is None
+
+
+def test_a_gang_and_a_plain_pod_of_one_name_have_a_record_each() -> None:
+    """Issue 32: records were keyed by ``str(key)``, so the gang ``default/hi`` and the plain
+    pod ``default/hi`` shared one: the pod's start was refused as the gang's own in flight,
+    and the gang was told "Preempting" from the pod's record."""
+    v, reqs = decided()
+    book = PreemptionBook()
+    gang = book.start(preemptor=HI, gang=GangKey("default/hi"), priority=10, victims=v,
+                      requests=reqs, now=0.0)
+    assert isinstance(gang, InFlight)
+    pod = PreemptorId.of_pod(pod_key("default", "hi"))
+    assert book.get(pod) is None and book.may_start(pod, None) is None
+    assert book.cancel(pod) is None and book.get(HI) == gang
 
 
 def test_no_eviction_loop_between_two_gangs() -> None:
