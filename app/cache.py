@@ -101,6 +101,9 @@ class Resource:
     last_sync: float = 0.0
     """Monotonic time of the last list, event or bookmark."""
     relists: int = 0
+    failed: int = 0
+    """Objects whose ingestion raised (logged and skipped, the watch going on): a bug in
+    Lockstep's parsing or rules that one object set off, never a reason to stop."""
     resource_version: str = ""
     discover: tuple[str, str, tuple[str, ...]] | None = None
     """(API group, plural, versions by preference): ``path`` is found by API discovery."""
@@ -181,14 +184,41 @@ class ClusterCache:
             return res.parse(obj, res.version)
         except (RecordError, QuantityError, ValueError, TypeError) as e:
             # One malformed object must not stop the cache; it is simply not scheduled around.
-            log.warning("skipping unparsable %s %s: %s", kind, _name(obj), e)
+            log.warning("skipping unparsable %s %s: %s", kind, _name(obj), str(e)[:512])
+            return None
+        except Exception:
+            res.failed += 1
+            log.exception("skipping %s %s: parsing raised", kind, _name(obj))
             return None
 
     def _apply_all(self, kind: str, records: list[Any]) -> None:
-        """Make the core's set of ``kind`` exactly ``records`` (after a list)."""
-        self.core.replace(self.resources[kind].kind, records)
+        """Make the core's set of ``kind`` exactly ``records`` (after a list). Should the
+        core raise on one of them, the list is applied again one object at a time, so the
+        rest still arrive and only the culprit is left out."""
+        res = self.resources[kind]
+        try:
+            self.core.replace(res.kind, records)
+        except Exception:
+            res.failed += 1
+            log.exception("%s: applying the list failed; applying it object by object", kind)
+            for rec in records:
+                try:
+                    self.core.upsert(res.kind, rec)
+                except Exception:
+                    res.failed += 1
+                    log.exception("%s: skipping an object the core could not take", kind)
 
     def _apply(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """One watch event into the core. Anything it raises is logged and counted
+        (``Resource.failed``) and the object skipped: one pod, however written, must never
+        end the watch task (the service would exit, and the relist meet the pod again)."""
+        try:
+            self._apply_event(kind, event_type, obj)
+        except Exception:
+            self.resources[kind].failed += 1
+            log.exception("%s: skipping %s %s after an error", kind, event_type, _name(obj))
+
+    def _apply_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         res = self.resources[kind]
         if event_type == "DELETED":
             meta = obj.get("metadata") or {}
@@ -391,5 +421,7 @@ def _established(obj: dict[str, Any], wanted: Mapping[str, Resource]) -> str | N
 
 
 def _name(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '?')}"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return "?"
+    return f"{str(meta.get('namespace', ''))[:253]}/{str(meta.get('name', '?'))[:253]}"

@@ -24,6 +24,11 @@ from typing import Any
 __all__ = ["main"]
 
 
+MAX_GANG_SIZE = 1000
+"""``--max-gang-size``'s default (``coscheduling.podgroup.DEFAULT_MAX_GANG_SIZE``, kept here
+so the parser does not import the core)."""
+
+
 def _env(name: str, default: Any) -> Any:
     return os.environ.get("LOCKSTEP_" + name.upper().replace("-", "_"), default)
 
@@ -58,6 +63,10 @@ def _serve_parser(sub: Any) -> None:
     add("--max-timeout", type=float, default=float(_env("max-timeout", 240)),
         help="cap on any gang's timeout; keep below kube-scheduler's extender httpTimeout "
              "(default 240 for httpTimeout 300s)")
+    add("--max-gang-size", type=int, default=int(_env("max-gang-size", MAX_GANG_SIZE)),
+        help="the most members a gang may declare (minMember, a Kueue total count, "
+             "Koordinator's total-number); a larger gang is invalid, with a reason naming "
+             f"the field and this limit (default {MAX_GANG_SIZE})")
     add("--backoff", type=float, default=float(_env("backoff", 30)),
         help="seconds a timed-out gang waits before trying again (default 30)")
     add("--debug-token", default=_env("debug-token", None),
@@ -155,6 +164,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.default_timeout <= 0 or args.max_timeout <= 0 or args.backoff < 0:
         print("lockstep: timeouts must be positive and --backoff not negative", file=sys.stderr)
         return 2
+    if not 1 <= args.max_gang_size <= 2**31 - 1:
+        print("lockstep: --max-gang-size must be between 1 and 2147483647", file=sys.stderr)
+        return 2
     if bool(args.tls_cert) != bool(args.tls_key):
         print("lockstep: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
@@ -164,7 +176,8 @@ def _serve(args: argparse.Namespace) -> int:
     names = args.scheduler_name or _env("scheduler-name", "lockstep").split(",")
     settings = Settings(
         scheduler_names=frozenset(n.strip() for n in names if n.strip()),
-        defaults=GangDefaults(min(args.default_timeout, args.max_timeout), args.max_timeout),
+        defaults=GangDefaults(min(args.default_timeout, args.max_timeout), args.max_timeout,
+                              max_gang_size=args.max_gang_size),
         backoff_seconds=args.backoff,
         preemption=args.preemption,
     )

@@ -60,6 +60,8 @@ def match_expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool
     if op in ("Gt", "Lt") and present and len(values) == 1:
         if len(values[0]) > _INT64_DIGITS or len(value or "") > _INT64_DIGITS:
             return False  # kube-scheduler reads both as int64: no longer number is one
+        if not (value or "").isascii() or not values[0].isascii():
+            return False  # int() reads other scripts' digits; Go's ParseInt does not
         try:
             have, want = int(value or ""), int(values[0])
         except ValueError:

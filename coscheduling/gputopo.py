@@ -100,8 +100,10 @@ NVML_LEVEL_CODES: Mapping[int, str] = {
 }
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_GPU = re.compile(r"GPU(\d+)")
-_NV = re.compile(r"NV(\d+)")
+_GPU = re.compile(r"GPU([0-9]{1,6})")
+_NV = re.compile(r"NV([0-9]{1,6})")
+_SMALL = re.compile(r"[0-9]{1,6}")
+"""A GPU or NUMA id: ASCII digits (``int()`` reads other scripts' too), never a long run."""
 _PCIE_CODES = frozenset({"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"})
 _TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NA = frozenset({"N/A", "n/a", "-"})
@@ -197,7 +199,7 @@ def _parse_numa(token: str, line: int) -> int | None:
     ids: list[int] = []
     for part in token.split(","):
         lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        if not _SMALL.fullmatch(lo) or (sep and not _SMALL.fullmatch(hi)):
             raise TopologyParseError(line, f"bad NUMA affinity {token!r}")
         ids.append(int(lo))
     return min(ids)

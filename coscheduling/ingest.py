@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .admission import reconcile
-from .conventions import points_at_object
-from .conventions.base import PodGroupRecord
+from .conventions import points_at_object, scheduler_plugins, volcano
+from .conventions.base import MAX_GANG_SIZE_FLAG, PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .decisions import NoticeKind, Unparked
 from .disruption import Budget
@@ -141,10 +141,13 @@ def _reresolve(st: CoreState, key: GangKey) -> None:
         st.outbox.requeue.update(g.wake())
 
 
-def _group_kind(name: str, table: Callable[[CoreState], dict[GangKey, PodGroupRecord]]
-                ) -> Kind[GangKey, PodGroupRecord]:
-    """A PodGroup CRD (scheduler-plugins' or Volcano's): stored by key, pods re-resolved."""
+def _group_kind(name: str, table: Callable[[CoreState], dict[GangKey, PodGroupRecord]],
+                size_field: str) -> Kind[GangKey, PodGroupRecord]:
+    """A PodGroup CRD (scheduler-plugins' or Volcano's): stored by key, pods re-resolved.
+    A group larger than ``--max-gang-size`` is stored with that error, so its members and
+    the status written back (Volcano's enqueue step included) all say so."""
     def put(st: CoreState, pg: PodGroupRecord) -> None:
+        pg = _within_size(st, pg, size_field)
         table(st)[pg.key] = pg
         _reresolve(st, pg.key)
 
@@ -153,6 +156,14 @@ def _group_kind(name: str, table: Callable[[CoreState], dict[GangKey, PodGroupRe
         _reresolve(st, key)
 
     return Kind(name, table, lambda pg: pg.key, put, drop)
+
+
+def _within_size(st: CoreState, pg: PodGroupRecord, size_field: str) -> PodGroupRecord:
+    limit = st.settings.defaults.max_gang_size
+    if pg.error is not None or pg.min_member is None or pg.min_member <= limit:
+        return pg
+    return replace(pg, error=InvalidGang(pg.key, size_field, str(pg.min_member),
+                                         f"is above the limit of {limit} ({MAX_GANG_SIZE_FLAG})"))
 
 
 def _upsert_upstream(st: CoreState, pg: UpstreamPodGroup) -> None:
@@ -425,9 +436,10 @@ NUMA: Kind[NodeName, NumaZones] = Kind(
     "noderesourcetopologies", lambda st: st.store.numa, lambda z: z.node,
     lambda st, z: st.store.put_numa(z), lambda st, n: st.store.drop_numa(n),
     lambda st, items: st.store.replace_numa(items))
-SP_PODGROUPS = _group_kind("podgroups.scheduling.x-k8s.io", lambda st: st.store.podgroups)
+SP_PODGROUPS = _group_kind("podgroups.scheduling.x-k8s.io", lambda st: st.store.podgroups,
+                           scheduler_plugins.SIZE_FIELD)
 VOLCANO_PODGROUPS = _group_kind("podgroups.scheduling.volcano.sh",
-                                lambda st: st.store.volcano)
+                                lambda st: st.store.volcano, volcano.SIZE_FIELD)
 UPSTREAM_PODGROUPS: Kind[GangKey, UpstreamPodGroup] = Kind(
     "podgroups.scheduling.k8s.io", lambda st: st.store.upstream, lambda pg: pg.key,
     _upsert_upstream, _delete_upstream)

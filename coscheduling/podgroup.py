@@ -16,7 +16,9 @@ ends up scheduled under rules its author did not write.)
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -35,8 +37,28 @@ __all__ = [
     "Source",
     "gang_key",
     "int_field",
+    "name_field",
     "seconds_field",
+    "shown",
 ]
+
+INT32_MAX = 2**31 - 1
+"""Every convention's size fields are int32 in its own API (scheduler-plugins' and Volcano's
+``minMember``, upstream ``minCount``, ``scheduleTimeoutSeconds``), as are pod priorities."""
+DEFAULT_MAX_GANG_SIZE = 1000
+"""``--max-gang-size``: the most members a gang may declare. Work at a gang's creation
+(expected members, placeholders) grows with its size, so a size is bounded before any of it."""
+MAX_TIMEOUT_INPUT_SECONDS = float(INT32_MAX)
+"""The largest timeout accepted as written (``scheduleTimeoutSeconds`` is an int32); within
+it a timeout is capped to ``--max-timeout`` and the cap reported, beyond it the gang is
+invalid."""
+MAX_NUMBER_CHARS = 32
+"""A number written as text longer than this is refused before it is parsed: Python's
+``int()`` raises past 4,300 digits, and converting even fewer costs time in the digits."""
+MAX_NAME_CHARS = 253
+"""A gang's name, as Kubernetes bounds an object's name (a DNS subdomain)."""
+SHOWN_CHARS = 64
+"""How much of a bad value a reason repeats (Events and conditions are read by people)."""
 
 class Source(Enum):
     """Which convention a gang was declared by (what its status is written back as)."""
@@ -75,6 +97,8 @@ class GangDefaults:
     timeout_seconds: float = 60.0
     max_timeout_seconds: float = 240.0
     """Parked bind calls must be answered before kube-scheduler's httpTimeout."""
+    max_gang_size: int = DEFAULT_MAX_GANG_SIZE
+    """``--max-gang-size``: a larger minMember or total count makes the gang invalid."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,31 +163,96 @@ class MissingPodGroup:
 Membership = GangSpec | InvalidGang | MissingPodGroup | None
 
 
-def int_field(raw: object, fld: str, key: GangKey | None) -> int | InvalidGang:
-    """A positive whole number, as a pod annotation or a PodGroup field gives it."""
-    text = str(raw).strip()
-    if isinstance(raw, bool) or not re.fullmatch(r"[+-]?\d+", text):
-        return InvalidGang(key, fld, str(raw), "not a whole number")
-    value = int(text)
+def shown(raw: object) -> str:
+    """A bad value as a reason repeats it: short, and never by ``str()`` of something whose
+    text could be huge (a 5,000-digit int raises; a deeply nested list recurses)."""
+    if isinstance(raw, bool):
+        return str(raw).lower()
+    if isinstance(raw, int):
+        if raw.bit_length() > 64:
+            return f"a {raw.bit_length()}-bit number"
+        return str(raw)
+    if isinstance(raw, float):
+        return repr(raw)
+    if isinstance(raw, str):
+        if len(raw) <= SHOWN_CHARS:
+            return raw
+        return f"{raw[:SHOWN_CHARS - 16]}... ({len(raw)} characters)"
+    if isinstance(raw, Mapping):
+        return "an object"
+    if isinstance(raw, list | tuple):
+        return "a list"
+    return "null" if raw is None else type(raw).__name__
+
+
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+"""ASCII digits only: ``\\d`` and ``int()`` also take other scripts' digits ('٣')."""
+
+
+def int_field(raw: object, fld: str, key: GangKey | None, *, limit: int = INT32_MAX,
+              limit_name: str = "int32") -> int | InvalidGang:
+    """A positive whole number no larger than ``limit``, as a pod annotation (text) or a
+    PodGroup field (a JSON number) gives it. Checked before it is converted: the work is
+    bounded by :data:`MAX_NUMBER_CHARS` whatever the value."""
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        return InvalidGang(key, fld, shown(raw), "not a whole number")
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = raw.strip()
+        if not _WHOLE.fullmatch(text):
+            return InvalidGang(key, fld, shown(raw), "not a whole number")
+        digits = text.lstrip("+-").lstrip("0")
+        if text.startswith("-") and digits:
+            return InvalidGang(key, fld, shown(raw), "must be at least 1")
+        if len(digits) > len(str(limit)):
+            return InvalidGang(key, fld, shown(raw),
+                               f"is above the limit of {limit} ({limit_name})")
+        if len(text) > MAX_NUMBER_CHARS:
+            return InvalidGang(key, fld, shown(raw), f"is {len(text)} characters long, above "
+                               f"the limit of {MAX_NUMBER_CHARS}")
+        value = int(text)
     if value <= 0:
-        return InvalidGang(key, fld, str(raw), "must be at least 1")
+        return InvalidGang(key, fld, shown(raw), "must be at least 1")
+    if value > limit:
+        return InvalidGang(key, fld, shown(raw), f"is above the limit of {limit} ({limit_name})")
     return value
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+def name_field(raw: str, fld: str, key: GangKey | None) -> InvalidGang | None:
+    """Why a gang name written on a pod cannot be used, or None: an annotation value may be
+    256 KiB, and the name goes into every key, reason, Event and metric about the gang."""
+    if len(raw) > MAX_NAME_CHARS:
+        return InvalidGang(key, fld, shown(raw),
+                           f"is {len(raw)} characters long, above the limit of "
+                           f"{MAX_NAME_CHARS} (an object name's)")
+    return None
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def seconds_field(raw: object, fld: str, key: GangKey | None) -> float | InvalidGang:
-    """Seconds as a number, or a Go duration ("90s", "10m") as Koordinator writes them."""
-    text = str(raw).strip()
+    """Seconds as a number, or a Go duration ("90s", "10m") as Koordinator writes them, at
+    most :data:`MAX_TIMEOUT_INPUT_SECONDS` (the caller caps it to ``--max-timeout``)."""
     value: float | None = None
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        value = float(text)
-    elif text and _DURATION.sub("", text) == "":
-        value = sum(float(n) * _UNIT[u] for n, u in _DURATION.findall(text))
-    if value is None:
-        return InvalidGang(key, fld, text, "not a number of seconds or a duration like 90s")
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        value = float(raw) if isinstance(raw, float) or raw.bit_length() <= 64 else math.inf
+    elif isinstance(raw, str) and len(text := raw.strip()) <= MAX_NUMBER_CHARS:
+        if _SECONDS.fullmatch(text):
+            value = float(text)
+        elif text and _DURATION.sub("", text) == "":
+            value = sum(float(n) * _UNIT[u] for n, u in _DURATION.findall(text))
+    elif isinstance(raw, str) and _SECONDS.fullmatch(raw.strip()):
+        value = math.inf  # all digits, longer than any timeout that fits the limit
+    if value is None or math.isnan(value):
+        return InvalidGang(key, fld, shown(raw), "not a number of seconds or a duration like 90s")
     if value <= 0:
-        return InvalidGang(key, fld, text, "must be greater than 0")
+        return InvalidGang(key, fld, shown(raw), "must be greater than 0")
+    if value > MAX_TIMEOUT_INPUT_SECONDS:
+        return InvalidGang(key, fld, shown(raw),
+                           f"is above the limit of {MAX_TIMEOUT_INPUT_SECONDS:.0f} seconds "
+                           "(int32, as scheduleTimeoutSeconds is)")
     return value

@@ -46,6 +46,8 @@ __all__ = [
 
 DEFAULT_QUEUE = "default"
 OPEN = "Open"
+MAX_STATE_CHARS = 64
+"""A Queue's ``status.state`` as kept and shown (Volcano's states are one short word)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +68,16 @@ class QueueRecord:
 def queue_from_json(obj: Mapping[str, Any]) -> QueueRecord:
     """A served Queue; a bad quantity raises (the cache then skips the object, and its
     groups wait for a queue it cannot find, which says which queue to look at)."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    status = obj.get("status")
     cap = resource_list(spec.get("capability") if isinstance(spec, Mapping) else None)
     # Volcano's proportion plugin reads cpu or memory <= 0 as unlimited.
     cap = {k: v for k, v in cap.items() if v > 0 or k not in (CPU, "memory")}
-    state = str(status.get("state") or "") if isinstance(status, Mapping) else ""
-    return QueueRecord(str(meta.get("name") or ""), cap, state)
+    state = status.get("state") if isinstance(status, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return QueueRecord(name if isinstance(name, str) else "", cap,
+                       state[:MAX_STATE_CHARS] if isinstance(state, str) else "")
 
 
 def demand(min_resources: Resources, min_member: int, requests: Iterable[Resources]
@@ -81,16 +85,19 @@ def demand(min_resources: Resources, min_member: int, requests: Iterable[Resourc
     """What a group asks of its queue: its ``minResources``, or when it has none, its
     members' requests times ``minMember`` (the first ``minMember`` members; the last one's
     requests stand in for members not created yet). Volcano itself enqueues a group without
-    ``minResources`` whatever its queue holds; Lockstep, which sees the members, counts them."""
+    ``minResources`` whatever its queue holds; Lockstep, which sees the members, counts them.
+
+    The members not created yet are counted by multiplying, never one by one: the cost is
+    the members that exist, whatever ``minMember`` says (2^31-1 costs what 2 does)."""
     if min_resources:
         return dict(min_resources)
     reqs = list(requests)
     total: Resources = {}
     for r in reqs[:min_member]:
         total = add(total, r)
-    for _ in range(min_member - len(reqs)):
-        if reqs:
-            total = add(total, reqs[-1])
+    missing = min_member - len(reqs)
+    if missing > 0 and reqs:
+        total = add(total, {k: v * missing for k, v in reqs[-1].items()})
     return total
 
 

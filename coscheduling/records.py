@@ -188,8 +188,23 @@ def _unschedulable(status: Any) -> bool:
 
 
 def _revision(raw: object) -> int:
-    text = str(raw or "")
-    return int(text) if text.isdigit() and len(text) < 20 else 0
+    text = raw if isinstance(raw, str) else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else 0
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+"""A priority's range: ``spec.priority`` and a PriorityClass's ``value`` are int32 (user
+classes stop at 1,000,000,000; the system classes sit above it)."""
+
+
+def _priority(raw: object, path: str) -> int:
+    """A pod's or a PriorityClass's priority: an int32, or the object is refused (the API
+    server never serves another, so only a hostile or broken source gives one)."""
+    if raw is None:
+        return 0
+    if isinstance(raw, bool) or not isinstance(raw, int) or not INT32_MIN <= raw <= INT32_MAX:
+        raise RecordError(path, f"not a whole number in {INT32_MIN}..{INT32_MAX} (int32)")
+    return raw
 
 
 def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
@@ -229,7 +244,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         node_selector=_str_map(spec.get("nodeSelector"), "Pod.spec.nodeSelector"),
         required_affinity=tuple(affinity.get("nodeSelectorTerms") or ()),
         tolerations=tolerations,
-        priority=int(spec.get("priority") or 0),
+        priority=_priority(spec.get("priority"), "Pod.spec.priority"),
         gated=any(g != GANG_GATE for g in gates),
         held=GANG_GATE in gates,
         unschedulable=_unschedulable(status),
@@ -252,8 +267,13 @@ def _timestamp(raw: object) -> float:
         return 0.0
 
 
+MAX_GRACE_SECONDS = float(2**63 - 1)
+"""``terminationGracePeriodSeconds`` is an int64."""
+
+
 def _grace(raw: object) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 <= raw <= \
+            MAX_GRACE_SECONDS:
         return 30.0
     return float(raw)
 
@@ -284,7 +304,6 @@ def priority_class_from_json(obj: Mapping[str, Any]) -> PriorityClass:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or not meta.get("name"):
         raise RecordError("PriorityClass.metadata.name", "missing")
-    value = obj.get("value")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RecordError("PriorityClass.value", f"not a whole number: {value!r}")
-    return PriorityClass(str(meta["name"]), value)
+    if obj.get("value") is None:
+        raise RecordError("PriorityClass.value", "missing")
+    return PriorityClass(str(meta["name"]), _priority(obj.get("value"), "PriorityClass.value"))

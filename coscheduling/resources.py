@@ -57,9 +57,32 @@ class QuantityError(ValueError):
         self.reason = reason
 
 
+MAX_QUANTITY = 2**63 - 1
+"""The largest amount a quantity may come to (in millis for cpu): Kubernetes keeps a
+quantity's value in an int64 (``resource.Quantity.Value``/``MilliValue``). Beyond it, or
+written in more than :data:`MAX_QUANTITY_CHARS` characters, a quantity is refused before
+any arithmetic: ``Decimal("1e999999999")`` parses, and turning it into an int would not
+finish."""
+MAX_QUANTITY_CHARS = 64
+MAX_RESOURCES = 128
+"""The most resource names one ResourceList may carry."""
+MAX_NAME_CHARS = 317
+"""A resource name is a qualified name: a 253-character prefix, a slash, 63 characters."""
+
+
 def _ceil(d: Decimal) -> int:
     i = int(d)
     return i + 1 if d > i else i
+
+
+def _bounded(number: Decimal, original: object) -> Decimal:
+    """``number`` if its magnitude is within :data:`MAX_QUANTITY`; checked by exponent
+    first, so no digits are expanded for a huge one."""
+    if not number.is_finite():
+        raise QuantityError(original, "not finite")
+    if number.adjusted() > 19 or number > MAX_QUANTITY:
+        raise QuantityError(original, f"above the limit of {MAX_QUANTITY} (int64)")
+    return number
 
 
 def parse_quantity(value: object, *, milli: bool = False) -> int:
@@ -80,19 +103,25 @@ def _parse_any(value: object, milli: bool) -> int:
     if isinstance(value, bool):
         raise QuantityError(value, "not a number")
     if isinstance(value, int):
+        if value.bit_length() > 64:
+            raise QuantityError(f"a {value.bit_length()}-bit number",
+                                f"above the limit of {MAX_QUANTITY} (int64)")
         number = Decimal(value)
     elif isinstance(value, float):
-        number = Decimal(str(value))
+        number = Decimal(repr(value))
     elif isinstance(value, str):
         s = value.strip()
         if not s:
             raise QuantityError(value, "empty")
+        if len(s) > MAX_QUANTITY_CHARS:
+            raise QuantityError(f"{s[:24]}... ({len(s)} characters)",
+                                f"longer than {MAX_QUANTITY_CHARS} characters")
         number = _parse_text(s, value)
     else:
-        raise QuantityError(value, "not a string or number")
-    if number < 0:
+        raise QuantityError(type(value).__name__, "not a string or number")
+    if _bounded(number, value) < 0:
         raise QuantityError(value, "negative")
-    return _ceil(number * 1000 if milli else number)
+    return _ceil(_bounded(number * 1000 if milli else number, value))
 
 
 def _parse_text(s: str, original: str) -> Decimal:
@@ -102,21 +131,29 @@ def _parse_text(s: str, original: str) -> Decimal:
     elif s[-1:] in _DECIMAL and s[-1:].isalpha():
         suffix = s[-1:]
     digits = s[: len(s) - len(suffix)]
+    if not digits.isascii():  # Decimal, like int(), reads other scripts' digits
+        raise QuantityError(original, "not a number")
     try:
-        number = Decimal(digits)
+        number = _bounded(Decimal(digits), original)
     except InvalidOperation:
         raise QuantityError(original, "not a number") from None
-    if not number.is_finite():
-        raise QuantityError(original, "not finite")
     if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    return number * _DECIMAL[suffix]
+        return _bounded(number * _BINARY[suffix], original)
+    return _bounded(number * _DECIMAL[suffix], original)
 
 
 def resource_list(raw: Mapping[str, Any] | None) -> Resources:
     """Turn a Kubernetes ResourceList (``{"cpu": "500m"}``) into integers."""
     if not raw:
         return {}
+    if not isinstance(raw, Mapping):
+        raise QuantityError("a list" if isinstance(raw, list) else type(raw).__name__,
+                            "not a resource list (an object of quantities)")
+    if len(raw) > MAX_RESOURCES:
+        raise QuantityError(f"{len(raw)} resources", f"more than {MAX_RESOURCES} resources")
+    for name in raw:
+        if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+            raise QuantityError(f"{str(name)[:24]}...", "not a resource name")
     return {name: parse_quantity(q, milli=(name == CPU)) for name, q in raw.items()}
 
 

@@ -126,12 +126,19 @@ class GpuLayout:
     labelled: bool
 
 
+MAX_LABEL_INT = 10**6
+"""The largest count a topology label is read as (an island of GPUs, say): a label value
+may hold 63 digits, and no node has a million GPUs."""
+
+
 def _int_label(labels: Mapping[str, str], key: str) -> int | None:
-    try:
-        v = int(labels.get(key, ""))
-    except ValueError:
+    """A positive count from a node label, or None: ASCII digits only (``int()`` also reads
+    other scripts' digits), at most :data:`MAX_LABEL_INT`."""
+    text = labels.get(key, "")
+    if not text.isascii() or not text.isdigit() or len(text) > 7:
         return None
-    return v if v > 0 else None
+    v = int(text)
+    return v if 0 < v <= MAX_LABEL_INT else None
 
 
 def gpu_layout(node: NodeRecord) -> GpuLayout:

@@ -10,10 +10,10 @@ from .admission import free_outside_reservations
 from .conventions.scheduler_plugins import PodGroupStatus, podgroup_status
 from .conventions.volcano import VolcanoStatus, volcano_statuses
 from .enqueue import queue_use
-from .gang import GangPhase
+from .gang import Gang, GangPhase
 from .membership import part_of
-from .podgroup import GangKey, GangSpec, Source
-from .reasons import GangReason, PartiallyBound
+from .podgroup import GangKey, GangSpec, InvalidGang, Source
+from .reasons import GangReason, InvalidDeclaration, PartiallyBound
 from .records import NodeName, PodKey, PodRecord
 from .state import CoreState
 
@@ -60,9 +60,18 @@ def gang_view(st: CoreState, key: GangKey) -> GangView | None:
         plan_level=g.plan_level,
         deadline=g.deadline,
         backoff_until=g.backoff_until,
-        reason=g.reason,
+        reason=g.reason if g.spec is not None else _invalid_reason(st, g),
         partial=g.partial,
     )
+
+
+def _invalid_reason(st: CoreState, g: Gang) -> GangReason | None:
+    """Why a gang with no valid spec is invalid: its first member's declaration error,
+    naming the field and its limit (what ``lockstep explain`` says of that member)."""
+    for k in sorted(g.members):
+        if isinstance(m := st.membership.get(k), InvalidGang):
+            return InvalidDeclaration(m)
+    return g.reason
 
 
 def podgroup_status_of(st: CoreState, key: GangKey) -> PodGroupStatus | None:

@@ -47,11 +47,21 @@ from ..podgroup import (
     Source,
     gang_key,
     int_field,
+    name_field,
     seconds_field,
+    shown,
 )
 from ..records import PodRecord
 from . import koordinator, kueue, lockstep, scheduler_plugins, upstream, volcano
-from .base import Convention, Found, Key, PodGroupAPI, PodGroupRecord, lookup
+from .base import (
+    MAX_GANG_SIZE_FLAG,
+    Convention,
+    Found,
+    Key,
+    PodGroupAPI,
+    PodGroupRecord,
+    lookup,
+)
 
 __all__ = [
     "REGISTRY",
@@ -113,9 +123,11 @@ def resolve(
         return None
     names = {v for _, _, v in decls}
     if len(names) > 1:
-        listed = ", ".join(f"{f}={v}" for _, f, v in decls)
+        listed = ", ".join(f"{f}={shown(v)}" for _, f, v in decls)
         return InvalidGang(None, "metadata", listed, "conflicting gang declarations")
     source, fld, name = decls[0]
+    if (long := name_field(name, fld, None)) is not None:
+        return long
     key = gang_key(pod.namespace, name)
     sources = frozenset(s for s, _, _ in decls)
     objects = {Source.SCHEDULER_PLUGINS: podgroups, Source.VOLCANO: volcano or {}}
@@ -135,7 +147,8 @@ def resolve(
         for size_key, timeout_key in conv.size:
             raw_min = lookup(pod, size_key.name)
             if raw_min is not None:
-                mm = int_field(raw_min, size_key.name, key)
+                mm = int_field(raw_min, size_key.name, key, limit=defaults.max_gang_size,
+                               limit_name=MAX_GANG_SIZE_FLAG)
                 if isinstance(mm, InvalidGang):
                     return mm
                 if min_member is not None and mm != min_member:
@@ -153,6 +166,10 @@ def resolve(
     if min_member is None:
         want = next(c.size_key for c in REGISTRY if c.source is found.source)
         return InvalidGang(key, want, "", f"missing: {fld}={name} needs {want}")
+    if min_member > defaults.max_gang_size:  # read from a PodGroup object
+        return InvalidGang(key, found.size_field or "minMember", str(min_member),
+                           f"is above the limit of {defaults.max_gang_size} "
+                           f"({MAX_GANG_SIZE_FLAG})")
 
     asked = timeout if timeout is not None else defaults.timeout_seconds
     capped: float | None = None
@@ -166,4 +183,8 @@ def resolve(
             if isinstance(refined, InvalidGang):
                 return refined
             spec = refined
+    if spec.total is not None and spec.total > defaults.max_gang_size:
+        return InvalidGang(key, koordinator.TOTAL, str(spec.total),
+                           f"is above the limit of {defaults.max_gang_size} "
+                           f"({MAX_GANG_SIZE_FLAG})")
     return spec

@@ -24,6 +24,7 @@ from ..records import PodRecord
 from ..resources import Resources
 
 __all__ = [
+    "MAX_GANG_SIZE_FLAG",
     "Convention",
     "Found",
     "Key",
@@ -35,6 +36,10 @@ __all__ = [
     "Source",
     "lookup",
 ]
+
+
+MAX_GANG_SIZE_FLAG = "--max-gang-size"
+"""What a reason names as the limit of a gang's size (the flag that sets it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,8 @@ class Found:
     timeout_seconds: float | None = None
     min_resources: Resources = field(default_factory=dict)
     priority_class: str | None = None
+    size_field: str = ""
+    """The object field ``min_member`` was read from, for a reason naming it."""
 
 
 ObjectStep = Callable[[PodRecord, GangKey, Found, Objects],

@@ -18,7 +18,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ..podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, Mode, Source, int_field
+from ..podgroup import (
+    MAX_NAME_CHARS,
+    GangKey,
+    GangSpec,
+    InvalidGang,
+    MatchPolicy,
+    Mode,
+    Source,
+    int_field,
+    shown,
+)
 from ..records import PodRecord
 from .base import Convention, Key, Objects
 
@@ -30,6 +40,7 @@ __all__ = [
     "LIGHT_MIN",
     "MATCH",
     "MATCH_ALIAS",
+    "MAX_GROUP_GANGS",
     "MIN",
     "MODE",
     "OPTIONS",
@@ -49,6 +60,10 @@ MATCH_ALIAS = "pod-group.scheduling.sigs.k8s.io/match-policy"
 LIGHT_GROUP = "pod-group.scheduling.sigs.k8s.io/name"
 """The retired lightweight-coscheduling labels; Koordinator still honours them."""
 LIGHT_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
+MAX_GROUP_GANGS = 32
+"""The most gangs a gang group may bundle (Lockstep's limit; Koordinator sets none)."""
+MAX_GROUP_CHARS = MAX_GROUP_GANGS * (2 * MAX_NAME_CHARS + 4)
+"""The longest ``groups`` value read: that many quoted ``namespace/name`` items."""
 OPTIONS = (TOTAL, MODE, GROUPS, MATCH, MATCH_ALIAS)
 """Read from the pod, or from its scheduler-plugins PodGroup's annotations."""
 
@@ -79,14 +94,15 @@ def _options(spec: GangSpec, values: Mapping[str, str]) -> GangSpec | InvalidGan
         if isinstance(t, InvalidGang):
             return t
         if t < spec.min_member:
-            return InvalidGang(key, TOTAL, raw, f"fewer than min-available {spec.min_member}")
+            return InvalidGang(key, TOTAL, shown(raw),
+                               f"fewer than min-available {spec.min_member}")
         total = t
     mode = Mode.STRICT
     if (raw := values.get(MODE)) is not None:
         try:
             mode = Mode(raw.strip())
         except ValueError:
-            return InvalidGang(key, MODE, raw, "must be Strict or NonStrict")
+            return InvalidGang(key, MODE, shown(raw), "must be Strict or NonStrict")
     policy = MatchPolicy.ONCE_SATISFIED
     fld = MATCH if MATCH in values else MATCH_ALIAS
     if (raw := values.get(fld)) is not None:
@@ -94,7 +110,7 @@ def _options(spec: GangSpec, values: Mapping[str, str]) -> GangSpec | InvalidGan
             policy = MatchPolicy(raw.strip())
         except ValueError:
             known = ", ".join(p.value for p in MatchPolicy)
-            return InvalidGang(key, fld, raw, f"must be one of {known}")
+            return InvalidGang(key, fld, shown(raw), f"must be one of {known}")
     group: tuple[GangKey, ...] = ()
     if (raw := values.get(GROUPS)) is not None and raw.strip():
         parsed = _group_list(raw, key)
@@ -108,19 +124,31 @@ def _options(spec: GangSpec, values: Mapping[str, str]) -> GangSpec | InvalidGan
 
 
 def _group_list(raw: str, own: GangKey) -> tuple[GangKey, ...] | InvalidGang:
+    """The gangs of a gang group, at most :data:`MAX_GROUP_GANGS`, each named within an
+    object name's length: the text is bounded before it is parsed, and a nesting too deep
+    for the parser is a bad value like any other."""
+    if len(raw) > MAX_GROUP_CHARS:
+        return InvalidGang(own, GROUPS, shown(raw), f"is {len(raw)} characters long, above "
+                           f"the limit of {MAX_GROUP_CHARS}")
     try:
         items = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         items = None
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        return InvalidGang(own, GROUPS, raw, 'not a JSON list of "namespace/name" strings')
+        return InvalidGang(own, GROUPS, shown(raw),
+                           'not a JSON list of "namespace/name" strings')
+    if len(items) > MAX_GROUP_GANGS:
+        return InvalidGang(own, GROUPS, shown(raw), f"lists {len(items)} gangs, above the "
+                           f"limit of {MAX_GROUP_GANGS}")
     for item in items:
         ns, _, name = item.partition("/")
-        if not ns or not name or "/" in name:
-            return InvalidGang(own, GROUPS, raw, f'"{item}" is not "namespace/name"')
+        if not ns or not name or "/" in name or len(name) > MAX_NAME_CHARS \
+                or len(ns) > MAX_NAME_CHARS:
+            return InvalidGang(own, GROUPS, shown(raw),
+                               f'"{shown(item)}" is not "namespace/name"')
     gangs = tuple(sorted({GangKey(i) for i in items}))
     if own not in gangs:
-        return InvalidGang(own, GROUPS, raw, f"does not list this gang ({own})")
+        return InvalidGang(own, GROUPS, shown(raw), f"does not list this gang ({own})")
     return gangs
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..podgroup import (
+    MAX_NAME_CHARS,
     GangKey,
     GangSpec,
     InvalidGang,
@@ -21,6 +22,7 @@ from ..podgroup import (
     gang_key,
     int_field,
     seconds_field,
+    shown,
 )
 from ..reasons import PartiallyBound
 from ..records import PodRecord
@@ -32,26 +34,31 @@ __all__ = [
     "API",
     "CONVENTION",
     "GROUP_LABEL",
+    "SIZE_FIELD",
     "PodGroupStatus",
     "podgroup_from_json",
     "podgroup_status",
 ]
 
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+SIZE_FIELD = "PodGroup.spec.minMember"
 
 
 def podgroup_from_json(obj: Mapping[str, Any], kind: str = "PodGroup") -> PodGroupRecord:
     """A PodGroup as served; a bad field becomes the record's ``error`` (naming it), which
     every member's declaration then reports."""
-    meta = obj.get("metadata") or {}
+    meta = _mapping(obj.get("metadata"))
     key = gang_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
-    spec = obj.get("spec") or {}
+    raw_spec = obj.get("spec")
+    spec = _mapping(raw_spec)
     min_member: int | None = None
     timeout: float | None = None
     error: InvalidGang | None = None
+    if raw_spec is not None and not isinstance(raw_spec, Mapping):
+        error = InvalidGang(key, f"{kind}.spec", shown(raw_spec), "not an object")
     mm = int_field(spec.get("minMember", 1), f"{kind}.spec.minMember", key)
     if isinstance(mm, InvalidGang):
-        error = mm
+        error = error or mm
     else:
         min_member = mm
     if spec.get("scheduleTimeoutSeconds") is not None:
@@ -66,15 +73,23 @@ def podgroup_from_json(obj: Mapping[str, Any], kind: str = "PodGroup") -> PodGro
         min_resources = resource_list(spec.get("minResources"))
     except QuantityError as e:
         min_resources = {}
-        error = error or InvalidGang(key, f"{kind}.spec.minResources", str(e.value), e.reason)
+        error = error or InvalidGang(key, f"{kind}.spec.minResources", shown(e.value),
+                                     e.reason)
     status = obj.get("status")
-    phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    phase = phase[:MAX_NAME_CHARS] if isinstance(phase, str) else ""
     raw_ann = meta.get("annotations")
     # Only Koordinator's options are kept: they are all the resolver reads from a PodGroup's
     # annotations (its gang declared the CRD way).
     annotations = ({str(k): str(v) for k, v in raw_ann.items() if str(k) in koordinator.OPTIONS}
                    if isinstance(raw_ann, Mapping) else {})
     return PodGroupRecord(key, min_member, timeout, min_resources, error, phase, annotations)
+
+
+def _mapping(raw: object) -> Mapping[str, Any]:
+    """A field that should be an object: anything else reads as empty (a CRD without a
+    schema lets a user write a string or a list there)."""
+    return raw if isinstance(raw, Mapping) else {}
 
 
 API = PodGroupAPI("scheduling.x-k8s.io", "v1alpha1", "podgroups", podgroup_from_json)
@@ -89,7 +104,8 @@ def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
         return MissingPodGroup(key, API.group)
     if pg.error is not None:
         return pg.error
-    return Found(Source.SCHEDULER_PLUGINS, pg.min_member, pg.timeout_seconds, pg.min_resources)
+    return Found(Source.SCHEDULER_PLUGINS, pg.min_member, pg.timeout_seconds, pg.min_resources,
+                 size_field=SIZE_FIELD)
 
 
 CONVENTION = Convention(Source.SCHEDULER_PLUGINS, declares=(Key(GROUP_LABEL, "label"),),

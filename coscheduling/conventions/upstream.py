@@ -48,6 +48,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..podgroup import (
+    INT32_MAX,
+    MAX_NAME_CHARS,
     GangDefaults,
     GangKey,
     GangSpec,
@@ -56,6 +58,8 @@ from ..podgroup import (
     MissingPodGroup,
     Source,
     gang_key,
+    int_field,
+    shown,
 )
 from ..reasons import (
     BackingOff,
@@ -94,6 +98,11 @@ __all__ = [
 ]
 
 GROUP = "scheduling.k8s.io"
+INT32_MIN = -(2**31)
+MAX_LABEL_KEY_CHARS = 317
+"""A label key: a 253-character prefix, a slash and a 63-character name."""
+MAX_WORKLOAD_GROUPS = 64
+"""The most pod groups of a Workload read (the API allows far fewer)."""
 PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 """Versions serving standalone PodGroups, most preferred first (one is watched)."""
 WORKLOAD_VERSIONS = ("v1alpha1",)
@@ -213,11 +222,15 @@ def _policy(policy: object, constraints: object, where: str, key: GangKey
     if isinstance(constraints, Mapping) and constraints.get("topology"):
         items = constraints["topology"]
         if not isinstance(items, list) or len(items) != 1:
-            return InvalidGang(key, cwhere, str(items),
+            return InvalidGang(key, cwhere, shown(items),
                                "Lockstep honours exactly one topology constraint")
         raw = items[0].get("key") if isinstance(items[0], Mapping) else None
         if not isinstance(raw, str) or not raw:
-            return InvalidGang(key, f"{cwhere}[0].key", str(raw), "missing")
+            return InvalidGang(key, f"{cwhere}[0].key", shown(raw), "missing")
+        if len(raw) > MAX_LABEL_KEY_CHARS:
+            return InvalidGang(key, f"{cwhere}[0].key", shown(raw),
+                               f"is {len(raw)} characters long, above the limit of "
+                               f"{MAX_LABEL_KEY_CHARS} (a label key's)")
         topology = raw
     if gang is None:
         if basic is None:
@@ -227,11 +240,12 @@ def _policy(policy: object, constraints: object, where: str, key: GangKey
     fld = f"{where}.gang.minCount"
     if raw_min is None:
         return InvalidGang(key, fld, "", "missing")
-    if isinstance(raw_min, bool) or not isinstance(raw_min, int):
-        return InvalidGang(key, fld, str(raw_min), "not a whole number")
-    if raw_min < 1:
-        return InvalidGang(key, fld, str(raw_min), "must be at least 1")
-    return GroupPolicy(raw_min, topology, where)
+    if not isinstance(raw_min, int):  # text is not a number here: the API's type is int32
+        return InvalidGang(key, fld, shown(raw_min), "not a whole number")
+    count = int_field(raw_min, fld, key)
+    if isinstance(count, InvalidGang):
+        return count
+    return GroupPolicy(count, topology, where)
 
 
 def _condition(obj: Mapping[str, Any], ctype: str) -> Condition | None:
@@ -283,7 +297,7 @@ def upstream_podgroup_from_json(obj: Mapping[str, Any], version: str) -> Upstrea
         return made(InvalidGang(key, f"{kind}.spec", "", "missing"))
     if spec.get("parentCompositePodGroupName"):
         return made(InvalidGang(key, f"{kind}.spec.parentCompositePodGroupName",
-                                str(spec["parentCompositePodGroupName"]),
+                                shown(spec["parentCompositePodGroupName"]),
                                 "composite pod groups are not supported by Lockstep"))
     prio = _priority(spec, f"{kind}.spec", key)
     if isinstance(prio, InvalidGang):
@@ -295,11 +309,17 @@ def upstream_podgroup_from_json(obj: Mapping[str, Any], version: str) -> Upstrea
 def _priority(spec: Mapping[str, Any], where: str, key: GangKey) -> Priority | InvalidGang:
     value = spec.get("priority")
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        return InvalidGang(key, f"{where}.priority", str(value), "not a whole number")
+        return InvalidGang(key, f"{where}.priority", shown(value), "not a whole number")
+    if value is not None and not INT32_MIN <= value <= INT32_MAX:
+        return InvalidGang(key, f"{where}.priority", shown(value),
+                           f"is outside {INT32_MIN}..{INT32_MAX} (int32, as a priority is)")
     name = spec.get("priorityClassName")
+    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
+        return InvalidGang(key, f"{where}.priorityClassName", shown(name),
+                           f"not a PriorityClass name (at most {MAX_NAME_CHARS} characters)")
     policy = spec.get("preemptionPolicy")
     if policy not in (None, "Never", "PreemptLowerPriority"):
-        return InvalidGang(key, f"{where}.preemptionPolicy", str(policy),
+        return InvalidGang(key, f"{where}.preemptionPolicy", shown(policy),
                            "must be Never or PreemptLowerPriority")
     return Priority(value, str(name) if isinstance(name, str) and name else None,
                     policy == "Never")
@@ -311,10 +331,11 @@ def upstream_workload_from_json(obj: Mapping[str, Any], version: str) -> Upstrea
     spec = obj.get("spec") or {}
     groups: dict[str, GroupPolicy | InvalidGang] = {}
     items = spec.get("podGroups") if isinstance(spec, Mapping) else None
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, Mapping) or not item.get("name"):
+    for item in items[:MAX_WORKLOAD_GROUPS] if isinstance(items, list) else ():
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) \
+                or not item["name"] or len(item["name"]) > MAX_NAME_CHARS:
             continue
-        name = str(item["name"])
+        name = item["name"]
         where = f"Workload ({GROUP}/{version}).spec.podGroups[name={name}].policy"
         groups[name] = _policy(item.get("policy"), None, where, key)
     return UpstreamWorkload(key, version, groups)
@@ -361,6 +382,9 @@ def resolve_upstream(
         return replace(policy, key=key)
     if policy is None or policy.min_count is None:
         return None  # basic: standard scheduling, no gang
+    if policy.min_count > defaults.max_gang_size:
+        return InvalidGang(key, f"{policy.where}.gang.minCount", str(policy.min_count),
+                           f"is above the limit of {defaults.max_gang_size} (--max-gang-size)")
     topology: str | None = None
     if policy.topology_key is not None:
         level = level_by_name(levels, policy.topology_key)

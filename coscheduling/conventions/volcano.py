@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..podgroup import GangKey, InvalidGang, MissingPodGroup, Source
+from ..podgroup import MAX_NAME_CHARS, GangKey, InvalidGang, MissingPodGroup, Source, shown
 from ..queues import DEFAULT_QUEUE, QueueUse, demand
 from ..reasons import GangReason, InvalidDeclaration, NotEnoughMinResources
 from ..records import PodRecord
@@ -33,6 +33,7 @@ __all__ = [
     "CONVENTION",
     "GROUP",
     "MIN_MEMBER",
+    "SIZE_FIELD",
     "VolcanoStatus",
     "volcano_podgroup_from_json",
     "volcano_statuses",
@@ -40,6 +41,7 @@ __all__ = [
 
 GROUP = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 MIN_MEMBER = "scheduling.volcano.sh/group-min-member"
+SIZE_FIELD = "PodGroup (scheduling.volcano.sh).spec.minMember"
 
 
 def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
@@ -52,8 +54,15 @@ def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
     spec = obj.get("spec")
     queue = spec.get("queue") if isinstance(spec, Mapping) else None
     name = spec.get("priorityClassName") if isinstance(spec, Mapping) else None
-    return replace(rec, queue=str(queue or DEFAULT_QUEUE),
-                   priority_class=name if isinstance(name, str) and name else None)
+    if queue is not None and (not isinstance(queue, str) or len(queue) > MAX_NAME_CHARS):
+        return replace(rec, error=rec.error or InvalidGang(
+            rec.key, "PodGroup (scheduling.volcano.sh).spec.queue", shown(queue),
+            f"not a Queue name (a string of at most {MAX_NAME_CHARS} characters)"))
+    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
+        return replace(rec, queue=queue or DEFAULT_QUEUE, error=rec.error or InvalidGang(
+            rec.key, "PodGroup (scheduling.volcano.sh).spec.priorityClassName", shown(name),
+            f"not a PriorityClass name (a string of at most {MAX_NAME_CHARS} characters)"))
+    return replace(rec, queue=queue or DEFAULT_QUEUE, priority_class=name or None)
 
 
 API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json)
@@ -72,12 +81,12 @@ def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
     if vpg.error is not None:
         return vpg.error
     if found.min_member is not None and vpg.min_member != found.min_member:
-        return InvalidGang(key, "PodGroup (scheduling.volcano.sh).spec.minMember",
+        return InvalidGang(key, SIZE_FIELD,
                            str(vpg.min_member),
                            f"conflicts with min-member {found.min_member} declared elsewhere")
     return replace(found, min_member=vpg.min_member,
                    min_resources=found.min_resources or vpg.min_resources,
-                   priority_class=vpg.priority_class)
+                   priority_class=vpg.priority_class, size_field=SIZE_FIELD)
 
 
 CONVENTION = Convention(
