@@ -298,7 +298,7 @@ class ClusterCache:
                     if ev.get("type") == "ERROR":
                         if obj.get("code") == 410:
                             raise Gone(410, "Expired", str(obj.get("message")), path=CRDS)
-                        raise APIError(int(obj.get("code") or 500), str(obj.get("reason") or ""),
+                        raise APIError(_code(obj), str(obj.get("reason") or ""),
                                        str(obj.get("message") or ""), path=CRDS)
                     rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                     if ev.get("type") in ("ADDED", "MODIFIED") \
@@ -369,7 +369,7 @@ class ClusterCache:
     def _reached(self, res: Resource, rv: str) -> None:
         """Tell the core how far the pod stream has read (a list's or a bookmark's
         revision), so it tells a pod not watched yet from one already gone."""
-        if res.kind is ingest.PODS and rv.isdigit():
+        if res.kind is ingest.PODS and rv.isascii() and rv.isdigit() and len(rv) < 20:
             self.core.pods_listed(int(rv))
 
     async def _watch(self, res: Resource) -> None:
@@ -385,7 +385,7 @@ class ClusterCache:
                         if obj.get("code") == 410:
                             raise Gone(410, "Expired", str(obj.get("message")), path=res.path)
                         raise APIError(
-                            int(obj.get("code") or 500), str(obj.get("reason") or ""),
+                            _code(obj), str(obj.get("reason") or ""),
                             str(obj.get("message") or ""), path=res.path,
                         )
                     rv = (obj.get("metadata") or {}).get("resourceVersion")
@@ -418,6 +418,13 @@ def _established(obj: dict[str, Any], wanted: Mapping[str, Resource]) -> str | N
     ok = any(isinstance(c, dict) and c.get("type") == "Established" and c.get("status") == "True"
              for c in conds)
     return name if ok else None
+
+
+def _code(obj: dict[str, Any]) -> int:
+    """A watch ERROR's HTTP code (500 when it carries none a person could mean)."""
+    code = obj.get("code")
+    return code if isinstance(code, int) and not isinstance(code, bool) \
+        and 100 <= code <= 599 else 500
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -49,7 +49,11 @@ class StatusWriter:
             await self.write_upstream()
             await self.write_scheduler_plugins()
 
-    async def write_scheduler_plugins(self) -> None:
+    def scheduler_plugins_statuses(self) -> dict[GangKey, dict[str, Any]]:
+        """The status each scheduler-plugins PodGroup should show: the core's phases and
+        counts, and for a group Lockstep cannot honour (a field out of range, say) phase
+        ``Pending`` with a ``GangInvalid`` condition naming the field and its limit."""
+        out: dict[GangKey, dict[str, Any]] = {}
         for key, st in self.core.podgroup_statuses().items():
             status: dict[str, Any] = {
                 "phase": st.phase, "scheduled": st.scheduled, "running": st.running,
@@ -60,7 +64,18 @@ class StatusWriter:
                     "reason": "BindingFailed", "message": render(st.partial)[:1024],
                     "lastTransitionTime": _now(),
                 }]
-            if self._written.get(key, {}).get("phase") == st.phase and \
+            out[key] = status
+        for key, rec in self.core.store.podgroups.items():
+            if rec.error is not None and key not in out:
+                out[key] = {"phase": "Pending", "conditions": [{
+                    "type": "GangInvalid", "status": "True", "reason": "InvalidDeclaration",
+                    "message": render(InvalidDeclaration(rec.error))[:1024],
+                    "lastTransitionTime": _now()}]}
+        return out
+
+    async def write_scheduler_plugins(self) -> None:
+        for key, status in self.scheduler_plugins_statuses().items():
+            if self._written.get(key, {}).get("phase") == status["phase"] and \
                     _same(self._written.get(key), status):
                 continue
             ns, name = key.split("/", 1)

@@ -168,7 +168,14 @@ def _within_size(st: CoreState, pg: PodGroupRecord, size_field: str) -> PodGroup
 
 def _upsert_upstream(st: CoreState, pg: UpstreamPodGroup) -> None:
     """A scheduling.k8s.io PodGroup. Only a change of what it declares re-resolves its pods:
-    the condition Lockstep writes comes back as an event too."""
+    the condition Lockstep writes comes back as an event too. A gang larger than
+    ``--max-gang-size`` is stored with that error, so its condition says so."""
+    limit = st.settings.defaults.max_gang_size
+    if pg.policy is not None and pg.policy.min_count is not None \
+            and pg.policy.min_count > limit:
+        pg = replace(pg, policy=None, priority=None, error=InvalidGang(
+            pg.key, f"{pg.policy.where}.gang.minCount", str(pg.policy.min_count),
+            f"is above the limit of {limit} ({MAX_GANG_SIZE_FLAG})"))
     old = st.store.upstream.get(pg.key)
     st.store.upstream[pg.key] = pg
     if old is None or (old.policy, old.error) != (pg.policy, pg.error):

@@ -9,6 +9,7 @@ floats, objects and lists where a scalar is expected, and very long strings.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from app.kube import KubeClient, KubeConfig
 from app.render import render, render_notice
 from app.routes import create_rest_app
 from app.service import Lockstep
+from app.status_writer import StatusWriter
 from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
 from coscheduling.conventions import resolve
@@ -654,3 +656,51 @@ def test_max_gang_size_out_of_range_stops_lockstep(value: str) -> None:
     from app import cli
 
     assert cli.main(["serve", "--max-gang-size", value]) == 2
+
+
+# ---------------------------------------------------------------------------- group conditions
+
+
+class Recorder:
+    """The API server's side of status writes: every request's path and JSON body."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.writes.append((request.url.path, json.loads(request.content or b"null")))
+        return httpx.Response(200, json={})
+
+
+async def test_an_upstream_group_over_the_limit_gets_a_scheduler_error_condition() -> None:
+    core = core_with_node(max_gang_size=100)
+    core.upsert(ingest.UPSTREAM_PODGROUPS,
+                upstream_podgroup_from_json(upstream_pg(500), "v1beta1"))
+    core.upsert_pod(upstream_member())
+    invalid(core.membership(pod_key("default", "w0")),
+            f"{UP}.schedulingPolicy.gang.minCount", "above the limit of 100 (--max-gang-size)")
+    api = Recorder()
+    writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
+    await writer.write_upstream()
+    [(path, body)] = api.writes
+    assert path.endswith("/podgroups/train/status")
+    [cond] = body["status"]["conditions"]
+    assert (cond["status"], cond["reason"]) == ("False", "SchedulerError")
+    assert "above the limit of 100 (--max-gang-size)" in cond["message"]
+
+
+async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_condition() -> None:
+    core = core_with_node(max_gang_size=100)
+    core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 101)))
+    api = Recorder()
+    writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
+    await writer.write_scheduler_plugins()
+    [(path, body)] = api.writes
+    assert path.endswith("/podgroups/pg/status")
+    assert body["status"]["phase"] == "Pending"
+    [cond] = body["status"]["conditions"]
+    assert (cond["type"], cond["status"]) == ("GangInvalid", "True")
+    assert "PodGroup.spec.minMember" in cond["message"]
+    assert "above the limit of 100 (--max-gang-size)" in cond["message"]
+    await writer.write_scheduler_plugins()
+    assert len(api.writes) == 1  # written once, not every pass
