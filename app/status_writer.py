@@ -41,13 +41,22 @@ class StatusWriter:
     def __init__(self, core: Coscheduler, kube: KubeClient) -> None:
         self.core, self.kube = core, kube
         self._written: dict[GangKey, dict[str, Any]] = {}
+        self.failed = 0
+        """Passes that raised (logged, then tried again)."""
 
     async def run(self) -> None:
+        """Once a second, every convention's statuses. A pass that raises is logged and
+        counted (``failed``) and the next one tried: a status no one could write must never
+        stop Lockstep (the service stops when any of its loops ends)."""
         while True:
             await asyncio.sleep(1.0)
-            await self.write_volcano()
-            await self.write_upstream()
-            await self.write_scheduler_plugins()
+            for write in (self.write_volcano, self.write_upstream,
+                          self.write_scheduler_plugins):
+                try:
+                    await write()
+                except Exception:
+                    self.failed += 1
+                    log.exception("writing PodGroup statuses failed; trying again next pass")
 
     def scheduler_plugins_statuses(self) -> dict[GangKey, dict[str, Any]]:
         """The status each scheduler-plugins PodGroup should show: the core's phases and

@@ -704,3 +704,39 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     assert "above the limit of 100 (--max-gang-size)" in cond["message"]
     await writer.write_scheduler_plugins()
     assert len(api.writes) == 1  # written once, not every pass
+
+
+async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status writer is one of the service's loops: had it raised, Lockstep would stop."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from app import status_writer
+
+    writer = StatusWriter(core_with_node(), KubeClient(KubeConfig("http://api.test"),
+                                                       connect=Wire(Recorder())))
+    calls: list[str] = []
+
+    async def boom() -> None:
+        calls.append("volcano")
+        raise RuntimeError("a bug in one status")
+
+    async def fine() -> None:
+        calls.append("other")
+
+    passes = 0
+
+    async def sleep(_: float) -> None:
+        nonlocal passes
+        passes += 1
+        if passes > 2:
+            raise asyncio.CancelledError
+
+    monkeypatch.setattr(writer, "write_volcano", boom)
+    monkeypatch.setattr(writer, "write_upstream", fine)
+    monkeypatch.setattr(status_writer, "asyncio", SimpleNamespace(sleep=sleep))
+    with pytest.raises(asyncio.CancelledError):
+        await writer.run()
+    assert calls == ["volcano", "other"] * 2
+    assert writer.failed == 2
