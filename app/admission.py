@@ -6,10 +6,13 @@ Lockstep reads (:func:`coscheduling.gating.declares_gang`) and that is not bound
 (``spec.nodeName``: the API server rejects a pod with both a node and a gate) gets one of two
 JSONPatches:
 
-* **pinned**: its gang fits now (admitted with a slot of its shape, or admissible whole this
-  moment): the slot is reserved before the answer and the pod gets the required node affinity
-  the gate's lift would have written, and no gate. kube-scheduler filters one node for it and
-  there is no lift to write (``app.pinning``, ``coscheduling.creation``);
+* **pinned**: its gang's quorum exists (members that exist, reviews in hand and this one)
+  and the gang fits now: the whole plan is reserved before the answer and the pod gets the
+  required node affinity the gate's lift would have written, and no gate. kube-scheduler
+  filters one node for it and there is no lift to write (``app.pinning``,
+  ``coscheduling.creation``). A review whose gang has no quorum yet is **held** (its answer
+  waits, at most about a second) for the sibling reviews that complete it: members created
+  together are all pinned; one created alone is gated when the wait ends;
 * **gated**: anything else (the gang does not fit yet, another party's gate such as Kueue's,
   a dry run, a Lockstep whose cache is not synced): ``lockstep.dev/gang`` is added to
   ``spec.schedulingGates``, as Kueue's pod webhook adds ``kueue.x-k8s.io/admission``, and the
@@ -17,8 +20,10 @@ JSONPatches:
 
 A pod pinned here that the API server sends again (``reinvocationPolicy: IfNeeded``: a later
 webhook changed it) keeps its pin if it is still the pod its slot was reserved for; with
-another party's gate, or other requests, the pin comes off, the gate goes on and the slot is
-given back. A pin whose pod never reaches the watch is given back within seconds.
+another party's gate, other requests, or constraints its pinned node does not meet (a
+``nodeSelector`` added, an affinity narrowed, a toleration taken away), the pin comes off,
+the gate goes on and the slot is given back. A pin whose pod never reaches the watch is
+given back within seconds.
 
 Everything else is allowed unchanged: the webhook never denies a pod. A body that is no
 AdmissionReview is answered 400 naming the field, like every other route; with the
@@ -30,7 +35,10 @@ port and, with ``lockstep serve --webhook-port``, on a port of its own with TLS
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -52,6 +60,7 @@ __all__ = [
     "WEBHOOK_PATH",
     "AdmissionReview",
     "Decision",
+    "Held",
     "Malformed",
     "Placer",
     "PodPart",
@@ -59,6 +68,7 @@ __all__ = [
     "create_webhook_app",
     "decide",
     "review_response",
+    "settle",
 ]
 
 API_VERSION = "admission.k8s.io/v1"
@@ -170,7 +180,10 @@ def _validate(model: type[M], data: bytes | dict[str, Any], prefix: str = "") ->
 class Placer(Protocol):
     """Placement at creation (``app.pinning.CreationPlacer``): the webhook's side effect."""
 
-    def place(self, obj: dict[str, Any], namespace: str) -> list[dict[str, Any]] | None: ...
+    def place(self, obj: dict[str, Any], namespace: str
+              ) -> list[dict[str, Any]] | asyncio.Future[list[dict[str, Any]] | None] | None: ...
+
+    def give_up(self, obj: dict[str, Any], namespace: str) -> None: ...
 
     def pinned(self, obj: dict[str, Any], namespace: str) -> str | None: ...
 
@@ -179,8 +192,37 @@ class Placer(Protocol):
     def withdraw(self, obj: dict[str, Any], namespace: str) -> None: ...
 
 
+HOLD_CAP_SECONDS = 1.5
+"""The longest the route waits for a held review's answer (the core answers within
+``coscheduling.creation.HOLD_MAX_SECONDS``); then it gates, under the webhook's 2 s timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A review held for its gang's quorum: ``finish`` turns the answer into the patch."""
+
+    answer: asyncio.Future[list[dict[str, Any]] | None]
+    finish: Callable[[list[dict[str, Any]] | None], tuple[Decision, list[dict[str, Any]]]]
+    give_up: Callable[[], None]
+
+
+Outcome = tuple[Decision, list[dict[str, Any]]]
+
+
+async def settle(out: Outcome | Held) -> Outcome:
+    """``out``, or a held review's answer once it comes (gated if it does not in time)."""
+    if not isinstance(out, Held):
+        return out
+    try:
+        terms = await asyncio.wait_for(asyncio.shield(out.answer), HOLD_CAP_SECONDS)
+    except TimeoutError:
+        out.give_up()
+        terms = None
+    return out.finish(terms)
+
+
 def decide(review: AdmissionReview, scheduler_names: frozenset[str],
-           placer: Placer | None = None) -> tuple[Decision, list[dict[str, Any]]]:
+           placer: Placer | None = None) -> Outcome | Held:
     """What to do with ``review``: the decision and the JSONPatch (empty: no change).
 
     With a ``placer``, a member whose gang fits is pinned instead of gated (its slot is
@@ -218,6 +260,17 @@ def decide(review: AdmissionReview, scheduler_names: frozenset[str],
         placer.withdraw(req.obj, ns)
         return Decision.UNPINNED, [*_unpin(req.obj, node), *gate]
     if not gates and (terms := placer.place(req.obj, ns)) is not None:
+        if isinstance(terms, asyncio.Future):
+            obj = req.obj
+
+            def finish(got: list[dict[str, Any]] | None) -> Outcome:
+                return (Decision.PINNED, _pin(obj, got)) if got is not None \
+                    else (Decision.GATED, gate)
+
+            def give_up() -> None:
+                placer.give_up(obj, ns)
+
+            return Held(terms, finish, give_up)
         return Decision.PINNED, _pin(req.obj, terms)
     return Decision.GATED, gate
 
@@ -299,7 +352,7 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter,
     async def mutate_pods(request: Request) -> Response:
         try:
             review = _validate(AdmissionReview, await _body(request))
-            decision, patch = decide(review, scheduler_names, placer)
+            decision, patch = await settle(decide(review, scheduler_names, placer))
         except Malformed as e:
             decisions.labels(Decision.MALFORMED.value).inc()
             return _json({"error": e.message, "fields": e.fields}, e.status)

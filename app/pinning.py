@@ -1,8 +1,10 @@
 """Placement at creation, as the admission webhook asks it of the running service.
 
-A gated member costs one pod update when Lockstep lifts its gate; a member whose gang fits
-as it is created can be pinned by the webhook instead, in the same process that holds the
-ledger (``coscheduling.creation``), and reach the API server with its pin and no gate.
+A gated member costs one pod update when Lockstep lifts its gate; a member whose gang's
+quorum exists as it is created, and fits, can be pinned by the webhook instead, in the same
+process that holds the ledger (``coscheduling.creation``), and reach the API server with its
+pin and no gate. A review whose gang has no quorum yet is held (an asyncio future the route
+awaits) until sibling reviews complete it or its window closes (a timer here gates it).
 
 :class:`CreationPlacer` is that question and its two companions, with what only the adapter
 knows: whether this process may reserve at all (its cache synced and its verbs served: a
@@ -13,20 +15,23 @@ webhook is the one that holds the ledger; there is no standby that could pin wit
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from pydantic import ValidationError
 
 from coscheduling import (
-    GateAtCreation,
+    AwaitQuorum,
     NodeName,
     PinAtCreation,
+    PodKey,
     PodRecord,
     RecordError,
     pod_from_json,
     pod_key,
 )
+from coscheduling.eligibility import eligible
 from coscheduling.gating import pinned_node, pinned_terms
 from coscheduling.resources import QuantityError
 
@@ -43,6 +48,11 @@ class CreationPlacer:
 
     def __init__(self, service: Lockstep) -> None:
         self.service = service
+        self._held: dict[PodKey, tuple[asyncio.Future[list[dict[str, Any]] | None],
+                                       PodRecord]] = {}
+        """Reviews held for their gang's quorum: the answer each one's request awaits."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def _record(self, obj: dict[str, Any], namespace: str) -> PodRecord | None:
         meta = obj.get("metadata")
@@ -54,9 +64,11 @@ class CreationPlacer:
         except (ValidationError, RecordError, QuantityError):
             return None  # gated: the watch's copy is decoded (and reported) as usual
 
-    def place(self, obj: dict[str, Any], namespace: str) -> list[dict[str, Any]] | None:
+    def place(self, obj: dict[str, Any], namespace: str
+              ) -> list[dict[str, Any]] | asyncio.Future[list[dict[str, Any]] | None] | None:
         """The required node-selector terms that pin ``obj`` to its planned node, its slot
-        reserved; None: gate it."""
+        reserved; None: gate it; a future: the review is held until its gang's quorum
+        exists (or the window closes), and the future gives one of those two answers."""
         s = self.service
         if not (s.cache.synced and s.verbs_served) or s.failed is not None:
             return None
@@ -64,12 +76,51 @@ class CreationPlacer:
         if rec is None or pinned_node(rec.required_affinity) is not None:
             return None  # pinned by its author (or by a Lockstep before a restart): gated
         placed = s.core.place_at_creation(rec, s.clock())
+        self._answer_held()
         s.flush()  # held members its admission lifts; the timer for the pin's deadline
         if isinstance(placed, PinAtCreation):
             return pinned_terms(rec.required_affinity, placed.node)
-        assert isinstance(placed, GateAtCreation)
+        if isinstance(placed, AwaitQuorum):
+            fut: asyncio.Future[list[dict[str, Any]] | None] = \
+                asyncio.get_running_loop().create_future()
+            self._held[rec.key] = (fut, rec)
+            self._arm(placed.until)
+            return fut
         log.debug("gating %s at creation: %s", rec.key, placed.why)
         return None
+
+    def give_up(self, obj: dict[str, Any], namespace: str) -> None:
+        """A held review that is answered without its quorum (its wait ran out here)."""
+        rec = self._record(obj, namespace)
+        if rec is not None and self._held.pop(rec.key, None) is not None:
+            self.service.core.release_hold(rec.key)
+
+    def _arm(self, until: float) -> None:
+        """Wake at ``until`` to gate the held reviews whose window closed."""
+        if self._timer is not None and self._timer_at <= until:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = until
+        self._timer = loop.call_later(max(0.0, until - self.service.clock()), self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        s = self.service
+        s.core.expire_holds(s.clock())
+        self._answer_held()
+        if (nxt := s.core.next_hold_deadline()) is not None:
+            self._arm(nxt)
+
+    def _answer_held(self) -> None:
+        """Send held reviews the answers the core decided for them."""
+        for key, placed in self.service.core.drain_creation_answers().items():
+            fut, rec = self._held.pop(key, (None, None))
+            if fut is None or rec is None or fut.done():
+                continue
+            fut.set_result(pinned_terms(rec.required_affinity, placed.node)
+                           if isinstance(placed, PinAtCreation) else None)
 
     def pinned(self, obj: dict[str, Any], namespace: str) -> NodeName | None:
         """The node this process pinned ``obj`` to when it was reviewed before (the API
@@ -82,12 +133,18 @@ class CreationPlacer:
         return self.service.core.pinned_at_creation(pod_key(ns, name))
 
     def still_fits(self, obj: dict[str, Any], namespace: str, node: str) -> bool:
-        """A pod pinned before is still the pod its slot was reserved for: the pin kept and
-        the same requests (a later webhook may add a sidecar, or take the pin off)."""
+        """A pod pinned before is still the pod its slot was reserved for: the pin kept, the
+        same requests (a later webhook may add a sidecar, or take the pin off), and the pinned
+        node still meets every constraint the pod now carries. A later webhook may have
+        narrowed it (a ``nodeSelector``, an affinity term, a toleration taken away): a pin it
+        cannot meet would leave it stuck for good, its slot held until the gang's deadline."""
         rec = self._record(obj, namespace)
-        held = self.service.core.pod(rec.key) if rec is not None else None
+        core = self.service.core
+        held = core.pod(rec.key) if rec is not None else None
+        at = core.node(NodeName(node))
         return (rec is not None and held is not None and held.requests == rec.requests
-                and pinned_node(rec.required_affinity) == node)
+                and pinned_node(rec.required_affinity) == node
+                and at is not None and eligible(rec, at))
 
     def withdraw(self, obj: dict[str, Any], namespace: str) -> None:
         """Take back the pin given to ``obj`` (it is gated now): its slot is free again."""

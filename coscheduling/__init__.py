@@ -6,7 +6,7 @@ dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kuberne
 
 from .conventions.scheduler_plugins import podgroup_from_json
 from .core import Coscheduler, GangView, Settings
-from .creation import GateAtCreation, PinAtCreation
+from .creation import AwaitQuorum, GateAtCreation, PinAtCreation
 from .decisions import (
     BindFailed,
     BindGroup,
@@ -42,6 +42,7 @@ from .topology import DEFAULT_LEVELS, Level
 
 __all__ = [
     "DEFAULT_LEVELS",
+    "AwaitQuorum",
     "BindFailed",
     "BindGroup",
     "BindNow",

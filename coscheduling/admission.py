@@ -20,7 +20,7 @@ from .gating import pinned_node
 from .membership import countable, departed, meets_quorum, pick
 from .nofit import NoFit
 from .planner import Member, Plan, plan_gang
-from .podgroup import GangSpec, InvalidGang, MatchPolicy
+from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
 from .preempting import blocked, preempting_reason, try_preempt
 from .preemption_state import PreemptorId
 from .reasons import (
@@ -53,6 +53,7 @@ __all__ = [
     "replan",
     "try_admit",
     "turn_away",
+    "yield_to_higher_priority",
 ]
 
 TOPOLOGY_REQUIRED = "lockstep.dev/topology-required"
@@ -312,38 +313,99 @@ where each would fit costs a pass over the nodes per pod, and they are placed in
 
 def _outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
                requests: Mapping[PodKey, Resources]) -> HigherPriorityPodsWaiting | None:
-    """Why the gang must wait for plain pods of higher priority that kube-scheduler is
-    placing now, or None when they all still fit beside ``plan``.
+    """Why the gang must wait for pods of higher priority outside any gang, or None when
+    they all still fit beside ``plan``.
 
     kube-scheduler's queue pops the higher-priority pods first; admitting the gang onto the
     room they need would make the outcome depend on which event reached Lockstep first.
-    The check places them (highest priority first, then largest) on the capacity left
-    outside every reservation once the plan is taken, each on the first node it fits."""
+    Pods kube-scheduler is placing now make the gang wait when they would not fit beside the
+    plan; pods it found no node for make it wait only when the plan takes room they would
+    fit in (one that fits nowhere either way must not hold the gang back for ever)."""
     priority = st.gang_priority(g)
-    ahead = sorted(((p, k) for k, p in st.pending_plain.items() if p > priority),
-                   key=lambda t: (-t[0], t[1]))
-    if not ahead:
+    placing = [k for k, p in st.pending_plain.items() if p > priority]
+    # Of the pods kube-scheduler found no node for, those Lockstep's filter turned away
+    # for a reservation: the room they need is a gang's (others are held back by
+    # something no reservation changes, and must not hold a gang back).
+    found_none = [k for k, p in st.unschedulable_plain.items() if p > priority
+                  and (v := st.plain_verdicts.get(k)) is not None and v.refused]
+    if not placing and not found_none:
         return None
-    pods = [pod for _, k in ahead if (pod := st.store.pods.get(k)) is not None]
-    if len(pods) <= MAX_OUTRANKING_CHECKED:
-        taken: dict[NodeName, Resources] = {}
-        for key, node in plan.items():
-            taken[node] = add(taken.get(node, {}), requests[key])
-        free = {n: sub(st.capacity.free_for_gang(n), taken.get(n, {}))
-                for n in st.store.nodes}
-        stuck: list[PodRecord] = []
-        for pod in sorted(pods, key=lambda p: (-p.priority, -p.requests.get(GPU, 0), p.key)):
-            at = next((n for n, left in free.items()
-                       if fits(pod.requests, left) and eligible(pod, st.store.nodes[n])), None)
-            if at is None:
-                stuck.append(pod)
-            else:
-                free[at] = sub(free[at], pod.requests)
-        if not stuck:
-            return None
-        pods = stuck
-    return HigherPriorityPodsWaiting(g.key, priority, tuple(p.key for p in pods[:5]),
-                                     len(pods))
+    pods = sorted((pod for k in (*placing, *found_none) if (pod := st.store.pods.get(k))),
+                  key=lambda p: (-p.priority, -p.requests.get(GPU, 0), p.key))
+    if len(pods) > MAX_OUTRANKING_CHECKED:
+        return HigherPriorityPodsWaiting(g.key, priority, tuple(p.key for p in pods[:5]),
+                                         len(pods))
+    own = _own_room(st, g)  # as if the gang gave back what it holds already
+    taken: dict[NodeName, Resources] = {}
+    for key, node in plan.items():
+        taken[node] = add(taken.get(node, {}), requests[key])
+    base = {n: add(st.capacity.free_for_gang(n), own.get(n, {})) for n in st.store.nodes}
+    beside = {n: sub(base[n], taken.get(n, {})) for n in base}
+    stuck_beside = _stuck(st, pods, beside)
+    stuck_alone = _stuck(st, pods, base) if stuck_beside else set()
+    pending = set(placing)
+    waiting_for = [p for p in pods if p.key in stuck_beside
+                   and (p.key in pending or p.key not in stuck_alone)]
+    if not waiting_for:
+        return None
+    return HigherPriorityPodsWaiting(g.key, priority, tuple(p.key for p in waiting_for[:5]),
+                                     len(waiting_for))
+
+
+def _own_room(st: CoreState, g: Gang) -> dict[NodeName, Resources]:
+    """What ``g`` holds on each node (its reservation, counted as free to test giving it
+    back)."""
+    out: dict[NodeName, Resources] = {}
+    for key, node in g.plan.items():
+        slot = st.ledger.get(key)
+        if slot is not None:
+            out[node] = add(out.get(node, {}), slot.requests)
+    return out
+
+
+def _stuck(st: CoreState, pods: list[PodRecord], free: dict[NodeName, Resources]
+           ) -> set[PodKey]:
+    """The pods of ``pods`` (in order, each on the first node it fits) left without room."""
+    free = dict(free)
+    stuck: set[PodKey] = set()
+    for pod in pods:
+        at = next((n for n, left in free.items()
+                   if fits(pod.requests, left) and eligible(pod, st.store.nodes[n])), None)
+        if at is None:
+            stuck.add(pod.key)
+        else:
+            free[at] = sub(free[at], pod.requests)
+    return stuck
+
+
+def yield_to_higher_priority(st: CoreState) -> list[GangKey]:
+    """Admitted gangs none of whose members is bound (nor binding, nor admitted by a
+    preemption of their own) give their reservation back when a pod of higher priority
+    outside any gang needs that room: nothing is evicted, the gang waits (its members gated
+    or on their pins) and is planned again once those pods are placed.
+
+    A gang admitted at its members' creation, or while those pods were not in the watch
+    yet, would otherwise bind and then be evicted whole for them. Says which gangs yielded;
+    the pods they yielded to are woken (no API event would tell kube-scheduler)."""
+    if not st.pending_plain and not st.unschedulable_plain:
+        return []
+    top = max([*st.pending_plain.values(), *st.unschedulable_plain.values()])
+    out = []
+    for g in [g for g in st.gangs.values() if g.phase is GangPhase.ADMITTED and g.plan]:
+        if g.binding or preempting_reason(st, g) is not None \
+                or st.gang_priority(g) >= top \
+                or any(p.node_name is not None for p in st.live(g)):
+            continue
+        requests = {k: slot.requests for k in g.plan if (slot := st.ledger.get(k))}
+        waits = _outranked(st, g, g.plan, requests)
+        if waits is None:
+            continue
+        fall_back(st, g, waits)
+        g.reason = waits
+        priority = st.gang_priority(g)
+        st.outbox.requeue.update(k for k, p in st.unschedulable_plain.items() if p > priority)
+        out.append(g.key)
+    return out
 
 
 def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]

@@ -166,6 +166,8 @@ class Coscheduler:
     # ------------------------------------------------------------------ cluster events
 
     def upsert(self, kind: Kind[Any, Any], record: Any) -> None:
+        if kind is ingest.PODS:
+            creation.landed(self.state, record.key)
         kind.upsert(self.state, record)
 
     def delete(self, kind: Kind[Any, Any], key: Any) -> None:
@@ -173,6 +175,10 @@ class Coscheduler:
 
     def replace(self, kind: Kind[Any, Any], records: Iterable[Any]) -> None:
         """After a relist: exactly ``records`` of ``kind``, deletions included."""
+        if kind is ingest.PODS and self.state.holds:
+            records = list(records)
+            for r in records:
+                creation.landed(self.state, r.key)
         kind.replace(self.state, records)
 
     def unserved(self, kind: Kind[Any, Any]) -> None:
@@ -266,6 +272,22 @@ class Coscheduler:
     def withdraw_creation(self, key: PodKey) -> None:
         """A pin given at creation taken back by the webhook (another party's gate)."""
         creation.withdraw(self.state, key)
+
+    def drain_creation_answers(self) -> dict[PodKey, creation.Answer]:
+        """Answers for reviews the webhook held, decided since the last drain."""
+        return creation.drain_answers(self.state)
+
+    def next_hold_deadline(self) -> float | None:
+        """When the earliest held review's window closes."""
+        return creation.next_hold_deadline(self.state)
+
+    def expire_holds(self, now: float) -> None:
+        """Held reviews whose window closed without their quorum are gated."""
+        creation.expire_holds(self.state, now)
+
+    def release_hold(self, key: PodKey) -> None:
+        """The webhook gave up on a held review (it answered it itself)."""
+        creation.release_hold(self.state, key)
 
     def admit_held(self, now: float) -> None:
         held.admit_held(self.state, now)

@@ -2,77 +2,88 @@
 
 Every gated member costs one pod update when its gate comes off (the lift and pin), an
 update the peers never make. Lockstep's webhook runs in the process that holds the cache and
-the ledger, so when a member is created it can answer at once:
+the ledger, so when a member is created it can answer at once. A pin is required node
+affinity set at creation: it can never be taken off an existing pod, so Lockstep pins only
+on nodes chosen once the gang's **quorum exists** (its members that exist, plus members whose
+reviews the webhook is answering right now). A gang that times out or backs off later is then
+tied only to nodes planned for a whole quorum, never to nodes chosen for its first member:
 
-* its gang is ADMITTED and an expected member of its shape holds a slot
-  (``coscheduling.expected``): the member takes that slot and is **pinned at creation**;
-* its gang is WAITING and can be admitted now (the members that exist, this one, and, when
-  the members are alike, expected copies of it up to ``minMember``): the whole plan is
-  reserved and this member is pinned; held members are lifted as before;
+* its gang, with the members that exist, the members under review and this one, **meets its
+  quorum** and fits now (and no higher-priority pod being placed needs the room): the whole
+  plan is reserved, every member under review is **pinned**, the held ones are lifted;
+* its gang does not meet its quorum yet but its members are being created together (a
+  burst: a Job's or a benchmark's creators in parallel): the review is **held**
+  (:class:`AwaitQuorum`) for up to ``HOLD_SECONDS`` after the gang's latest review, at most
+  ``HOLD_MAX_SECONDS`` in all, waiting for the reviews that complete the quorum; when the
+  window closes without it, every held review is gated and the gang is remembered as created
+  slowly (its later members are gated at once, not held);
 * anything else: it is **gated**, as before, and lifted when its gang is admitted.
 
-The pinned pod reaches the API server with the required node affinity the lift would have
-written and no gate, so kube-scheduler filters one node for it and there is no extra write.
+Nothing is reserved for a review that is held: no slot, no gang, no placeholder, so a
+review of a member of a gang of ten million costs what one of a gang of two does (and one
+whose quorum is beyond ``HOLD_LIMIT`` is gated at once). A member that disagrees with its
+gang on ``minMember`` is gated and counts for nothing: the gang is what its first members
+(or its PodGroup) say, as the filter verb answers such a member too.
 
 Promises kept: a member pinned at creation that the watch has not shown within
 ``PROVISIONAL_SECONDS`` (its creation failed, or was refused by a later webhook) is taken out
-again, which gives the gang's slots back (:func:`expire_provisional`); nothing is evicted for
-a gang planned at creation (preemption waits for its members to exist); a pod carrying
-another party's scheduling gate, a pod without a name yet (``generateName``), a gang group
-and a gang whose members are not alike are gated.
+again, which gives the gang's slots back (:func:`expire_provisional`); a held review whose pod
+appears in the watch (the API server gave up on the webhook and created it as it was) is no
+longer held; nothing is evicted for a gang planned at creation; a pod carrying another
+party's scheduling gate, a pod without a name yet (``generateName``) and a gang group are
+gated.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections import OrderedDict
+from dataclasses import replace
 
-from .admission import reconcile, try_admit
-from .expected import adopt, expect, forget, shape
+from .admission import try_admit
 from .gang import Gang, GangPhase
 from .gating import pinned_terms
 from .ingest import delete_pod, upsert_pod
-from .membership import countable, resolve_pod
+from .membership import countable, meets_quorum, resolve_pod
+from .placement import Answer, AwaitQuorum, GateAtCreation, Held, PinAtCreation, Placement
 from .podgroup import GangKey, GangSpec
-from .reasons import GangReason
 from .records import NodeName, PodKey, PodRecord
 from .state import CoreState
 
-__all__ = ["PROVISIONAL_SECONDS", "GateAtCreation", "PinAtCreation", "expire_provisional",
-           "next_provisional_deadline", "pinned_at_creation", "place_at_creation", "withdraw"]
+__all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECONDS",
+           "Answer", "AwaitQuorum", "GateAtCreation", "Held", "PinAtCreation", "Placement",
+           "drain_answers",
+           "expire_holds", "expire_provisional", "landed", "next_hold_deadline",
+           "next_provisional_deadline", "pinned_at_creation", "place_at_creation",
+           "release_hold", "withdraw"]
 
 PROVISIONAL_SECONDS = 10.0
 """How long a member pinned at creation may take to appear in the watch before its slot is
 given back (the API server answers a create in milliseconds; the watch follows)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PinAtCreation:
-    """Create the pod pinned to ``node``, without Lockstep's gate."""
-
-    node: NodeName
-    gang: GangKey
-
-
-@dataclass(frozen=True, slots=True)
-class GateAtCreation:
-    """Create the pod behind Lockstep's gate; ``why`` says why it could not be placed
-    (``reason``: the gang's reason, when admission said no)."""
-
-    why: str
-    reason: GangReason | None = None
-
-
-Placement = PinAtCreation | GateAtCreation
+HOLD_SECONDS = 0.25
+"""How long a held review waits for the next review of its gang: members created together
+arrive within milliseconds of each other; a creator that waits for each create to return
+(one at a time) never sends the next while this one is held."""
+HOLD_MAX_SECONDS = 1.0
+"""The longest any review is held, well under the webhook's ``timeoutSeconds`` (2 s in
+``deploy/webhook/``): past that the API server would create the pod as it was."""
+HOLD_LIMIT = 256
+"""Reviews held for one gang at most, and the largest number of members a gang may still
+miss for its review to be held: a bigger quorum is gated at once (no work per member)."""
+HELD_TOTAL = 2048
+"""Reviews held over all gangs at most (the API server's own concurrency is far lower)."""
+SLOW_REMEMBERED = 4096
+"""Gangs remembered as created slowly (their reviews are gated at once, not held)."""
 
 
 def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
     """Decide for ``pod`` (the object as the API server is about to create it) and, when
-    pinned, count it at once as a member holding its slot."""
+    pinned, count it at once as a member holding its slot. Answers for other held reviews
+    decided here wait in :func:`drain_answers`."""
     if not pod.name:
         return GateAtCreation("no name yet (generateName): its slot could not be named")
     if pod.node_name is not None or pod.gated:
         return GateAtCreation("another party holds it back (a scheduling gate of its own)")
-    if pod.key in st.store.pods:
+    if pod.key in st.store.pods or _held_gang(st, pod.key) is not None:
         return GateAtCreation(f"a pod named {pod.key} exists already")
     m = resolve_pod(st, pod)
     if not isinstance(m, GangSpec):
@@ -81,65 +92,140 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
         return GateAtCreation("a member of a gang group: planned when its gangs exist")
     rec = replace(pod, uid="", held=False, resource_version=0)
     g = st.gangs.get(m.key)
-    if g is not None and g.phase is GangPhase.ADMITTED:
-        return _take_expected_slot(st, g, m, rec, now)
+    hold = st.holds.get(m.key)
+    spec = g.spec if g is not None and g.spec is not None else (
+        hold.spec if hold is not None else m)
+    if spec.min_member != m.min_member:
+        return GateAtCreation(
+            f"members of the gang disagree on minMember: this one says {m.min_member}, "
+            f"the gang {spec.min_member} (the gang's stands; this member counts for "
+            "nothing until it agrees)")
     if g is not None and g.phase is not GangPhase.WAITING:
-        return GateAtCreation(f"its gang is {g.phase.value}")
-    return _admit_now(st, g, m, rec, now)
+        return GateAtCreation(f"its gang is {g.phase.value}: planned by the gang")
+    live = st.live(g) if g is not None else []
+    under_review = list(hold.pods.values()) if hold is not None else []
+    if meets_quorum(st, spec, countable(spec, [*live, *under_review, rec])):
+        return _admit_quorum(st, g, spec, rec, now)
+    return _hold(st, spec, rec, len(live) + len(under_review) + 1, now)
 
 
-def _take_expected_slot(st: CoreState, g: Gang, m: GangSpec, rec: PodRecord,
-                        now: float) -> Placement:
-    _enter(st, g, m, rec)
-    node = adopt(st, g, rec)
-    if node is None:
-        _leave(st, g, rec.key)
-        if any(k in st.expected for k in g.members):
-            # The plan assumed members like the first; this one is not: plan the gang
-            # again from the members that exist (it waits for them, gated, holding nothing).
-            forget(st, g)
-            reconcile(st, g)
-        return GateAtCreation("its gang is admitted and holds no slot of its shape")
-    return _pin(st, g, rec, node, now)
+def _hold(st: CoreState, spec: GangSpec, rec: PodRecord, have: int, now: float
+          ) -> Placement:
+    """Hold ``rec``'s review for the reviews that complete its gang's quorum, or gate it."""
+    key = spec.key
+    if key in st.slow_gangs:
+        return GateAtCreation("its gang's members are created one at a time: gated until "
+                              "its quorum exists")
+    missing = spec.min_member - have
+    held_now = sum(len(h.pods) for h in st.holds.values())
+    hold = st.holds.get(key)
+    if missing > HOLD_LIMIT or held_now >= HELD_TOTAL \
+            or (hold is not None and len(hold.pods) >= HOLD_LIMIT):
+        return GateAtCreation(f"its gang misses {missing} members: more than the "
+                              f"{HOLD_LIMIT} a review waits for")
+    if hold is None:
+        hold = st.holds[key] = Held(spec, now, now)
+    hold.pods[rec.key] = rec
+    hold.until = min(hold.first + HOLD_MAX_SECONDS, now + HOLD_SECONDS)
+    return AwaitQuorum(key, hold.until)
 
 
-def _admit_now(st: CoreState, g: Gang | None, m: GangSpec, rec: PodRecord,
-               now: float) -> Placement:
+def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
+                  now: float) -> Placement:
+    """The quorum exists (members, reviews held and ``rec``): plan the gang whole now."""
+    hold = st.holds.pop(spec.key, None)
+    reviews = [*(hold.pods.values() if hold is not None else ()), rec]
+    created = g is None
     if g is None:
-        g = st.gangs[m.key] = Gang(m.key, st.ledger)
-    live = st.live(g)
-    missing = m.min_member - len(countable(m, [*live, rec]))
-    if missing > 0 and (unlike := _unlike(m, live, rec)) is not None:
-        _drop_if_empty(st, g)
-        return GateAtCreation(unlike)
-    _enter(st, g, m, rec)
-    expected = expect(st, g, rec, m, missing) if missing > 0 else []
+        g = st.gangs[spec.key] = Gang(spec.key, st.ledger)
+    for r in reviews:
+        _enter(st, g, spec, r)
     if g.spec is None:
-        g.spec = m
+        g.spec = spec
     outcome = try_admit(st, g, g.spec, st.live(g), now, may_preempt=False)
     if not isinstance(outcome, dict):
-        forget(st, g, expected)
-        _leave(st, g, rec.key)
-        _drop_if_empty(st, g)
-        return GateAtCreation(f"its gang cannot be admitted now ({type(outcome).__name__})",
-                              outcome)
-    if rec.key not in outcome:
-        # The members that exist made the quorum and the plan left this one out: the gang
-        # is admitted with them, and this one is an extra, gated like any other.
-        _leave(st, g, rec.key)
-        return GateAtCreation("its gang was admitted with the members that exist; an extra")
-    return _pin(st, g, rec, outcome[rec.key], now)
+        for r in reviews:
+            _leave(st, g, r.key)
+        if created or not g.members:
+            _drop_if_empty(st, g)
+        gate = GateAtCreation(
+            f"its gang cannot be admitted now ({type(outcome).__name__})", outcome)
+        _answer(st, [r.key for r in reviews if r.key != rec.key], gate)
+        return gate
+    mine: Answer = GateAtCreation("its gang was admitted with the members that exist; "
+                                     "an extra")
+    for r in reviews:
+        node = outcome.get(r.key)
+        if node is None:
+            # The plan left it out (an extra beyond the quorum): gated like any other.
+            _leave(st, g, r.key)
+            placed: Answer = GateAtCreation("an extra beyond its gang's plan")
+        else:
+            placed = _pin(st, g, r, node, now)
+        if r.key == rec.key:
+            mine = placed
+        else:
+            st.creation_answers[r.key] = placed
+    return mine
 
 
-def _unlike(m: GangSpec, live: list[PodRecord], rec: PodRecord) -> str | None:
-    """Why the members not created yet cannot be taken to be like ``rec``, or None."""
-    if any(shape(p) != shape(rec) for p in live):
-        return "its members are not alike: planned once they all exist"
-    for k, v in m.min_resources.items():
-        if v != m.min_member * rec.requests.get(k, 0):
-            return (f"minResources {k}={v} is not minMember x this member's request: "
-                    "planned once its members exist")
+def _answer(st: CoreState, keys: list[PodKey], placed: Answer) -> None:
+    for key in keys:
+        st.creation_answers[key] = placed
+
+
+def drain_answers(st: CoreState) -> dict[PodKey, Answer]:
+    """Answers decided for held reviews since the last drain (the webhook sends them)."""
+    out, st.creation_answers = st.creation_answers, {}
+    return out
+
+
+def next_hold_deadline(st: CoreState) -> float | None:
+    return min((h.until for h in st.holds.values()), default=None)
+
+
+def expire_holds(st: CoreState, now: float) -> None:
+    """Gangs whose window closed without their quorum: their held reviews are gated (see
+    :func:`drain_answers`), and the gang is remembered as created slowly."""
+    for key in [k for k, h in st.holds.items() if now >= h.until]:
+        hold = st.holds.pop(key)
+        _remember_slow(st, key)
+        _answer(st, list(hold.pods), GateAtCreation(
+            f"its quorum of {hold.spec.min_member} did not exist within "
+            f"{HOLD_MAX_SECONDS:g} s of its first review: gated until it does"))
+
+
+def release_hold(st: CoreState, key: PodKey) -> None:
+    """The review of ``key`` is held no more: answered elsewhere (the webhook call was given
+    up on), or its pod appeared in the watch."""
+    gang = _held_gang(st, key)
+    if gang is not None:
+        hold = st.holds[gang]
+        hold.pods.pop(key, None)
+        if not hold.pods:
+            del st.holds[gang]
+
+
+def landed(st: CoreState, key: PodKey) -> None:
+    """The watch shows ``key``: a review still held for it was answered without Lockstep
+    (the API server gave up on the call and created the pod as it was)."""
+    if st.holds:
+        release_hold(st, key)
+
+
+def _held_gang(st: CoreState, key: PodKey) -> GangKey | None:
+    for gang, hold in st.holds.items():
+        if key in hold.pods:
+            return gang
     return None
+
+
+def _remember_slow(st: CoreState, key: GangKey) -> None:
+    slow: OrderedDict[GangKey, None] = st.slow_gangs
+    slow[key] = None
+    slow.move_to_end(key)
+    while len(slow) > SLOW_REMEMBERED:
+        slow.popitem(last=False)
 
 
 def _enter(st: CoreState, g: Gang, m: GangSpec, rec: PodRecord) -> None:
@@ -161,7 +247,7 @@ def _drop_if_empty(st: CoreState, g: Gang) -> None:
         st.gangs.pop(g.key, None)
 
 
-def _pin(st: CoreState, g: Gang, rec: PodRecord, node: NodeName, now: float) -> Placement:
+def _pin(st: CoreState, g: Gang, rec: PodRecord, node: NodeName, now: float) -> Answer:
     pinned = replace(rec, required_affinity=tuple(pinned_terms(rec.required_affinity, node)))
     st.provisional[rec.key] = now + PROVISIONAL_SECONDS
     upsert_pod(st, pinned)  # the arrival's bookkeeping, as if the watch had shown it

@@ -1,5 +1,10 @@
-"""Expected members: slots a gang admitted at its first member's creation holds for the
+"""Expected members: slots a gang admitted at its first member's creation held for the
 members not created yet.
+
+**No longer created** (issue 32): a gang is now placed at creation only once its quorum
+exists (``coscheduling.creation``), so no placeholder is ever built and nothing is reserved
+for a member that does not exist. What remains here keeps a state written by an older
+Lockstep readable (``adopt`` and ``forget`` are no-ops while ``CoreState.expected`` is empty).
 
 Placing a gang when its first member is created (``coscheduling.creation``) needs a whole
 plan before the other members exist. When the members are alike (the PodGroup's
@@ -16,14 +21,11 @@ never bound, never evicted, never nudged and get no Event.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .gang import Gang, GangPhase
-from .podgroup import GangSpec
-from .records import NodeName, PodKey, PodRecord, pod_key
+from .records import NodeName, PodKey, PodRecord
 from .state import CoreState
 
-__all__ = ["EXPECTED_MARK", "adopt", "expect", "forget", "is_expected", "shape"]
+__all__ = ["EXPECTED_MARK", "adopt", "forget", "is_expected", "shape"]
 
 EXPECTED_MARK = "~"
 """Starts the name of an expected member: no real pod name can contain it."""
@@ -38,23 +40,6 @@ def shape(pod: PodRecord) -> tuple[object, ...]:
     for another (same requests, same node constraints)."""
     return (tuple(sorted(pod.requests.items())), tuple(sorted(pod.node_selector.items())),
             repr(pod.required_affinity), pod.tolerations)
-
-
-def expect(st: CoreState, g: Gang, like: PodRecord, spec: GangSpec, count: int
-           ) -> list[PodKey]:
-    """Put ``count`` expected members shaped like ``like`` into ``g`` (not planned yet)."""
-    out = []
-    for i in range(count):
-        name = f"{EXPECTED_MARK}{g.key.split('/', 1)[-1]}-{i}"
-        rec = replace(like, name=name, uid="", node_name=None, held=False, gated=False,
-                      unschedulable=False, deleting=False, resource_version=0)
-        key = pod_key(rec.namespace, name)
-        st.store.put_pod(rec)
-        st.membership[key] = spec
-        g.members.add(key)
-        st.expected[key] = g.key
-        out.append(key)
-    return out
 
 
 def forget(st: CoreState, g: Gang, keys: list[PodKey] | None = None) -> None:

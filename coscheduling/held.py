@@ -8,7 +8,13 @@ the gate, and the node each is pinned to (``coscheduling.gating``).
 
 from __future__ import annotations
 
-from .admission import admit_by_preemption, pinned_pending, try_admit, turn_away
+from .admission import (
+    admit_by_preemption,
+    pinned_pending,
+    try_admit,
+    turn_away,
+    yield_to_higher_priority,
+)
 from .decisions import Lift
 from .expected import adopt
 from .gang import GangPhase
@@ -32,6 +38,9 @@ def admit_held(st: CoreState, now: float) -> None:
     A gang that does not fit is planned again when capacity has changed, at most every
     ``HELD_RETRY_SECONDS`` (planning a big gang on a big cluster costs milliseconds; every
     binding changes capacity)."""
+    # A gang holding room no member of it uses yet gives it back to pods of higher
+    # priority that need it, before anything is evicted for them below.
+    yield_to_higher_priority(st)
     todo, st.held_touched = st.held_touched, set()
     if st.held_blocked and st.store.epoch != st.held_epoch \
             and now - st.held_swept >= HELD_RETRY_SECONDS:

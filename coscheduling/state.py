@@ -25,6 +25,7 @@ from .gang import Gang
 from .ledger import Ledger
 from .nominations import Nominations
 from .outbox import Outbox
+from .placement import Answer, Held
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, Membership, MissingPodGroup
 from .preemption_state import PreemptionBook
 from .reasons import BindTargetGone, GangReason, NodeReason
@@ -97,6 +98,13 @@ class CoreState:
         self.provisional: dict[PodKey, float] = {}
         """Members pinned at creation that the watch has not shown yet, with the time their
         slot is given back if it never does (``coscheduling.creation``)."""
+        self.holds: dict[GangKey, Held] = {}
+        """Reviews the webhook holds until their gang's quorum exists (``coscheduling.creation``):
+        nothing is reserved for them."""
+        self.slow_gangs: OrderedDict[GangKey, None] = OrderedDict()
+        """Gangs whose members were created one at a time: their reviews are gated, not held."""
+        self.creation_answers: dict[PodKey, Answer] = {}
+        """Answers for held reviews decided since the webhook last asked."""
         self.pods_revision = 0
         """The newest pod resourceVersion the watch (or a list) has delivered: a pod in a verb
         call that is newer is one the watch has not reached yet; an older one absent from the

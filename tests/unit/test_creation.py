@@ -1,15 +1,19 @@
-"""Placement at creation: a member whose gang fits is pinned by the webhook, with no gate to
-lift; its gang's whole plan is reserved at once (expected members for the rest); anything
-that cannot be placed is gated as before, and nothing reserved at creation outlives the pod
+"""Placement at creation: a member is pinned by the webhook, with no gate to lift, only once
+its gang's quorum exists (members that exist plus reviews held for a moment); its gang's
+whole plan is reserved at once; anything that cannot be placed is gated as before, nothing is
+reserved for a member that does not exist, and nothing reserved at creation outlives the pod
 that never came."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from coscheduling import (
+    AwaitQuorum,
     BindGroup,
     Coscheduler,
+    GangDefaults,
     GangPhase,
     GateAtCreation,
     NodeName,
@@ -22,10 +26,11 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
-from coscheduling.creation import PROVISIONAL_SECONDS
+from coscheduling.creation import HOLD_MAX_SECONDS, PROVISIONAL_SECONDS
 from coscheduling.gating import pinned_node, pinned_terms
 from coscheduling.invariants import check_invariants
-from coscheduling.reasons import DoesNotFit
+from coscheduling.placement import Answer
+from coscheduling.reasons import DoesNotFit, HigherPriorityPodsWaiting
 from tests.builders import node, pod, podgroup
 
 
@@ -52,36 +57,62 @@ def created(obj: dict[str, Any], placed: PinAtCreation, uid: str) -> dict[str, A
     return out
 
 
+def burst(core: Coscheduler, objs: list[dict[str, Any]], now: float = 0.0
+          ) -> dict[str, Answer]:
+    """Members whose reviews reach the webhook together (a Job's creators in parallel): each
+    one's answer by name, held ones answered when a later one completes the quorum."""
+    out: dict[str, Answer] = {}
+    for o in objs:
+        p = core.place_at_creation(pod_from_json(o), now)
+        if not isinstance(p, AwaitQuorum):
+            out[o["metadata"]["name"]] = p
+    for key, p in core.drain_creation_answers().items():
+        out[key.split("/", 1)[1]] = p
+    return out
+
+
+def land_all(core: Coscheduler, objs: list[dict[str, Any]], placed: dict[str, Answer]) -> None:
+    """The API server stores each as answered (pinned, or gated)."""
+    for i, o in enumerate(objs):
+        p = placed[o["metadata"]["name"]]
+        if isinstance(p, PinAtCreation):
+            core.upsert_pod(pod_from_json(created(o, p, f"u{i}")))
+        else:
+            gated = {**o, "metadata": {**o["metadata"], "uid": f"u{i}", "resourceVersion": "5"}}
+            gated["spec"] = {**o["spec"], "schedulingGates": [{"name": "lockstep.dev/gang"}]}
+            core.upsert_pod(pod_from_json(gated))
+
+
 def reserved(core: Coscheduler) -> int:
     return sum(r.requests.get("nvidia.com/gpu", 0) for r in core.state.ledger.by_pod.values())
 
 
-def test_the_first_member_admits_its_gang_whole_and_is_pinned_without_a_gate() -> None:
+def test_a_gang_created_in_one_burst_is_pinned_whole_once_its_quorum_exists() -> None:
     core = cluster(4, 4)
-    placed = core.place_at_creation(pod_from_json(creating("w0", "g", 4)), 0.0)
-    assert isinstance(placed, PinAtCreation) and placed.gang == gang_key("default", "g")
-    g = core.gangs()[gang_key("default", "g")]
-    assert g.phase is GangPhase.ADMITTED
-    assert reserved(core) == 4 and len(set(g.plan.values())) == 1  # whole gang, one node
-    assert len(core.state.expected) == 3
-    check_invariants(core)
-    # The rest are pinned into the slots held for them, on the same node.
-    for i in range(1, 4):
-        p = core.place_at_creation(pod_from_json(creating(f"w{i}", "g", 4)), 0.1)
-        assert p == PinAtCreation(placed.node, g.key)
+    objs = [creating(f"w{i}", "g", 4) for i in range(4)]
+    for o in objs[:3]:
+        # Not a quorum yet: the review is held; nothing is reserved, no gang, no placeholder.
+        held = core.place_at_creation(pod_from_json(o), 0.0)
+        assert held == AwaitQuorum(gang_key("default", "g"), 0.25)
+        assert reserved(core) == 0 and core.gangs() == {} and core.pods == {}
         check_invariants(core)
-    assert core.state.expected == {} and reserved(core) == 4
+    last = core.place_at_creation(pod_from_json(objs[3]), 0.01)
+    assert isinstance(last, PinAtCreation) and last.gang == gang_key("default", "g")
+    others = core.drain_creation_answers()
+    assert set(others.values()) == {last}  # every held review pinned, on the same node
+    g = core.gangs()[gang_key("default", "g")]
+    assert g.phase is GangPhase.ADMITTED and reserved(core) == 4
+    assert core.state.expected == {} and core.state.holds == {}
     assert core.drain_lift() == []  # nothing was gated, nothing to lift
+    check_invariants(core)
 
 
 def test_members_pinned_at_creation_bind_as_a_gang_once_the_watch_shows_them() -> None:
     core = cluster(4)
     objs = [creating(f"w{i}", "g", 3) for i in range(3)]
-    placed = [core.place_at_creation(pod_from_json(o), 0.0) for o in objs]
-    assert all(isinstance(p, PinAtCreation) for p in placed)
-    for i, (o, p) in enumerate(zip(objs, placed, strict=True)):
-        assert isinstance(p, PinAtCreation)
-        core.upsert_pod(pod_from_json(created(o, p, f"u{i}")))
+    placed = burst(core, objs)
+    assert all(isinstance(p, PinAtCreation) for p in placed.values())
+    land_all(core, objs, placed)
     assert core.state.provisional == {}
     decisions = []
     for i in range(3):
@@ -95,10 +126,11 @@ def test_members_pinned_at_creation_bind_as_a_gang_once_the_watch_shows_them() -
 
 def test_a_gang_that_does_not_fit_is_gated_and_leaves_nothing_behind() -> None:
     core = cluster(2)
-    placed = core.place_at_creation(pod_from_json(creating("w0", "g", 4)), 0.0)
-    assert isinstance(placed, GateAtCreation) and isinstance(placed.reason, DoesNotFit)
-    assert reserved(core) == 0 and core.state.expected == {}
-    assert pod_key("default", "w0") not in core.pods
+    placed = burst(core, [creating(f"w{i}", "g", 4) for i in range(4)])
+    assert len(placed) == 4
+    for p in placed.values():
+        assert isinstance(p, GateAtCreation) and isinstance(p.reason, DoesNotFit)
+    assert reserved(core) == 0 and core.pods == {}
     assert gang_key("default", "g") not in core.gangs()
     check_invariants(core)
 
@@ -114,67 +146,118 @@ def test_pods_it_cannot_place_are_gated() -> None:
     assert isinstance(core.place_at_creation(pod_from_json(bound), 0.0), GateAtCreation)
 
 
-def test_members_that_are_not_alike_wait_for_each_other() -> None:
+def test_members_that_are_not_alike_are_planned_as_they_are() -> None:
+    """No member is assumed to be like another: the plan is made for the reviews at hand."""
     core = cluster(8)
     core.upsert_podgroup(podgroup_from_json(podgroup(
-        "pg", 4, min_resources={"nvidia.com/gpu": "6"})))
-    launcher = pod("l").label("scheduling.x-k8s.io/pod-group", "pg").gpu(0).build()
-    launcher["metadata"].pop("uid")
-    placed = core.place_at_creation(pod_from_json(launcher), 0.0)
-    assert isinstance(placed, GateAtCreation) and "minResources" in placed.why
-    assert reserved(core) == 0
-
-
-def test_a_member_of_another_shape_is_gated_and_its_gang_planned_again() -> None:
-    """The plan made at the first member assumed members like it; one that is not takes no
-    slot, and the gang gives its placeholders back to be planned from its real members."""
-    core = cluster(8)
-    core.place_at_creation(pod_from_json(creating("w0", "g", 4)), 0.0)
-    assert len(core.state.expected) == 3 and reserved(core) == 4
-    big = core.place_at_creation(pod_from_json(creating("w1", "g", 4, gpus=2)), 0.1)
-    assert isinstance(big, GateAtCreation)
-    assert core.state.expected == {} and reserved(core) == 0
-    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.WAITING
+        "pg", 3, min_resources={"nvidia.com/gpu": "6"})))
+    objs = []
+    for name, gpus in (("l", 0), ("w0", 3), ("w1", 3)):
+        o = pod(name).label("scheduling.x-k8s.io/pod-group", "pg").gpu(gpus).build()
+        o["metadata"].pop("uid")
+        objs.append(o)
+    placed = burst(core, objs)
+    assert all(isinstance(p, PinAtCreation) for p in placed.values()), placed
+    assert reserved(core) == 6
     check_invariants(core)
 
 
-def test_a_pin_whose_pod_never_appears_gives_the_gang_back_within_seconds() -> None:
+def test_a_pin_whose_pod_never_appears_gives_the_gang_back_and_leaves_no_gang() -> None:
     core = cluster(4)
-    core.place_at_creation(pod_from_json(creating("w0", "g", 2)), 0.0)
+    placed = burst(core, [creating(f"w{i}", "g", 2) for i in range(2)])
+    assert all(isinstance(p, PinAtCreation) for p in placed.values())
     assert reserved(core) == 2
     deadline = core.next_deadline()
     assert deadline is not None and deadline <= PROVISIONAL_SECONDS
     core.expire(PROVISIONAL_SECONDS + 0.01)
-    g = core.gangs().get(gang_key("default", "g"))
-    assert g is None or g.phase is not GangPhase.ADMITTED
     assert reserved(core) == 0 and core.state.expected == {} and core.pods == {}
+    assert core.gangs() == {}  # no empty gang left behind
     check_invariants(core)
 
 
-def test_expected_members_that_never_come_are_given_back_at_the_gang_deadline() -> None:
-    core = cluster(4)
-    obj = creating("w0", "g", 3)
-    placed = core.place_at_creation(pod_from_json(obj), 0.0)
-    assert isinstance(placed, PinAtCreation)
-    core.upsert_pod(pod_from_json(created(obj, placed, "u0")))
-    core.expire(31.0)
-    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.BACKING_OFF
-    assert reserved(core) == 0 and core.state.expected == {}
+def test_a_slow_gang_is_never_tied_to_nodes_chosen_before_its_quorum_existed() -> None:
+    """A member created alone (its creator waits for each create) is held for a moment, then
+    gated without a pin: a gang that later times out and backs off is planned afresh, not
+    kept on nodes chosen for its first member. The member that completes the quorum is pinned
+    with the others lifted onto the same plan, all chosen once the quorum existed."""
+    core = cluster(1, 1, 4)
+    first = creating("w0", "g", 2)
+    held = core.place_at_creation(pod_from_json(first), 0.0)
+    assert isinstance(held, AwaitQuorum) and reserved(core) == 0
+    core.expire_holds(HOLD_MAX_SECONDS)
+    (answer,) = core.drain_creation_answers().values()
+    assert isinstance(answer, GateAtCreation) and "quorum" in answer.why
+    land_all(core, [first], {"w0": answer})
+    assert pinned_node(core.pods[pod_key("default", "w0")].required_affinity) is None
+    # Created slowly: later members are not held, the one completing the quorum is pinned.
+    second = creating("w1", "g", 2)
+    p = core.place_at_creation(pod_from_json(second), 5.0)
+    assert isinstance(p, PinAtCreation)
+    g = core.gangs()[gang_key("default", "g")]
+    assert g.phase is GangPhase.ADMITTED and set(g.plan.values()) == {p.node}
+    assert [lift.node for lift in core.drain_lift()] == [p.node]
+    check_invariants(core)
+
+
+def test_a_member_created_alone_holds_nothing_and_leaves_no_gang_when_cancelled() -> None:
+    """Found in issue 32: the only member of a gang admitted at its creation was deleted while
+    pending (or its pin never landed) and the gang stayed, empty, forever. 100 cancelled
+    jobs left 100 gangs. Now a member created alone reserves nothing, and its gang goes with
+    it."""
+    core = cluster(8)
+    for j in range(100):
+        obj = creating("w0", f"job{j}", 2)
+        assert isinstance(core.place_at_creation(pod_from_json(obj), float(j)), AwaitQuorum)
+        core.expire_holds(j + HOLD_MAX_SECONDS)
+        answers = core.drain_creation_answers()
+        if j % 2:
+            land_all(core, [obj], {"w0": answers[pod_key("default", "w0")]})
+            core.delete_pod(pod_key("default", "w0"))
+        # else: its creation never landed
+    core.expire(200.0 + PROVISIONAL_SECONDS)
+    assert core.gangs() == {} and reserved(core) == 0 and core.pods == {}
+    check_invariants(core)
+
+
+def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -> None:
+    """Found in issue 32: a held member said 2, a new one said 10, and room was reserved
+    for 8 placeholders of a gang of 2. The gang's own spec stands (its first members', as
+    the filter verb answers too): the one that disagrees is gated and counts for nothing."""
+    core = cluster(8, 8)
+    core.upsert_pod(pod_from_json(pod("w0").gang("g", 2, timeout=30).gpu(1).held().build()))
+    placed = core.place_at_creation(pod_from_json(creating("w1", "g", 10)), 0.0)
+    assert isinstance(placed, GateAtCreation) and "disagree" in placed.why
+    assert reserved(core) == 0 and core.state.expected == {} and core.state.holds == {}
     assert set(core.pods) == {pod_key("default", "w0")}
     check_invariants(core)
 
 
+def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
+    """Found in issue 32: min-member 10,000,000 froze the loop, one placeholder built per
+    expected member before any check that the gang could fit. ``--max-gang-size`` bounds
+    the number at parse time; an operator who raises it must not bring the freeze back: the
+    work stays bounded by what a review may wait for, not by the user's number."""
+    core = Coscheduler(Settings(defaults=GangDefaults(max_gang_size=2**31 - 1)))
+    core.upsert_node(node_from_json(node("n0").gpus(8).rack("r0").build()))
+    for size in (300_000, 10_000_000, 2**31 - 1):
+        start = time.perf_counter()
+        placed = core.place_at_creation(pod_from_json(creating("w0", f"g{size}", size)), 0.0)
+        assert time.perf_counter() - start < 0.1
+        assert isinstance(placed, GateAtCreation)
+        assert core.pods == {} and core.state.expected == {} and core.state.holds == {}
+
+
 def test_a_relist_keeps_what_was_placed_at_creation() -> None:
     core = cluster(4)
-    core.place_at_creation(pod_from_json(creating("w0", "g", 2)), 0.0)
+    burst(core, [creating(f"w{i}", "g", 2) for i in range(2)])
     core.replace_pods([])
-    assert reserved(core) == 2 and len(core.pods) == 2  # w0 and one expected member
+    assert reserved(core) == 2 and len(core.pods) == 2
     check_invariants(core)
 
 
 def test_a_filter_call_before_the_watch_takes_the_created_pod() -> None:
     core = cluster(4)
-    obj = creating("w0", "g", 2)
+    obj = creating("w0", "g", 1)
     placed = core.place_at_creation(pod_from_json(obj), 0.0)
     assert isinstance(placed, PinAtCreation)
     rec = pod_from_json(created(obj, placed, "u0"))
@@ -187,14 +270,14 @@ def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_p
     """Found by the model: a deleted w0 that a lagging scheduler cache still calls with must
     not count as the new w0 pinned at creation, or the pin that never lands holds forever."""
     core = cluster(4)
-    obj = pod("w0").gang("g", 2, timeout=30).gpu(1).build()
+    obj = pod("w0").gang("g", 1, timeout=30).gpu(1).build()
     obj["metadata"]["resourceVersion"] = "5"
     old = pod_from_json(obj)
     core.upsert_pod(old)
     other = pod("x").build()
     other["metadata"]["resourceVersion"] = "9"
     core.replace_pods([pod_from_json(other)])  # a relist: w0 was deleted meanwhile
-    placed = core.place_at_creation(pod_from_json(creating("w0", "g", 2)), 1.0)
+    placed = core.place_at_creation(pod_from_json(creating("w0", "g", 1)), 1.0)
     assert isinstance(placed, PinAtCreation)
     core.filter(old, [placed.node], 1.1)
     assert core.pods[old.key].uid == "" and old.key in core.state.provisional
@@ -203,24 +286,23 @@ def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_p
     check_invariants(core)
 
 
-def test_an_ungated_member_takes_an_expected_slot_at_its_filter_call() -> None:
-    core = cluster(4, 4)
-    placed = core.place_at_creation(pod_from_json(creating("w0", "g", 2)), 0.0)
-    assert isinstance(placed, PinAtCreation)
-    other = pod_from_json(pod("w1").gang("g", 2, timeout=30).gpu(1).build())
-    core.upsert_pod(other)
-    d = core.filter(core.pods[other.key], [NodeName("n0"), NodeName("n1")], 0.1)
-    assert d.passed == [placed.node] and core.state.expected == {}
-    assert reserved(core) == 2
-    check_invariants(core)
+def test_a_held_review_whose_pod_appears_in_the_watch_is_held_no_more() -> None:
+    """The API server gave up on the webhook (its timeout) and created the pod as it was:
+    the review is no longer counted toward the quorum of the reviews still held."""
+    core = cluster(4)
+    obj = creating("w0", "g", 2)
+    assert isinstance(core.place_at_creation(pod_from_json(obj), 0.0), AwaitQuorum)
+    core.upsert_pod(pod_from_json(pod("w0").gang("g", 2, timeout=30).gpu(1).build()))
+    assert core.state.holds == {}
 
 
 def test_a_restarted_lockstep_admits_pinned_members_onto_their_pins() -> None:
     first = cluster(4, 4)
     objs = [creating(f"w{i}", "g", 2) for i in range(2)]
+    placed = burst(first, objs)
     pods = []
     for i, o in enumerate(objs):
-        p = first.place_at_creation(pod_from_json(o), 0.0)
+        p = placed[o["metadata"]["name"]]
         assert isinstance(p, PinAtCreation)
         pods.append(pod_from_json(created(o, p, f"u{i}")))
     pins = {p.key: pinned_node(p.required_affinity) for p in pods}
@@ -232,22 +314,63 @@ def test_a_restarted_lockstep_admits_pinned_members_onto_their_pins() -> None:
     check_invariants(second)
 
 
-def test_an_expected_member_whose_node_goes_is_dropped_not_placed_again() -> None:
-    """Found by the model: the node of an expected member is deleted. It held a slot and
-    nothing else, so it goes with its slot, and the plan is completed from the members that
-    exist (here a gated one of another shape), never left with a placeholder and no slot."""
-    core = cluster(4, 2, 2)
-    placed = core.place_at_creation(pod_from_json(creating("w0", "g", 3, gpus=2)), 0.0)
-    assert isinstance(placed, PinAtCreation) and len(core.state.expected) == 2
-    for name in ("w1", "w2"):  # members of another shape: gated, no slot of theirs
-        core.upsert_pod(pod_from_json(pod(name).gang("g", 3, timeout=30).gpu(1).held().build()))
-    ledger = core.state.ledger.by_pod
-    alone = [r.node for k, r in ledger.items() if k in core.state.expected
-             and sum(o.node == r.node for o in ledger.values()) == 1]
-    assert alone, ledger  # an expected member alone on its node
-    core.delete_node(alone[0])
+def plain(core: Coscheduler, name: str, priority: int, unschedulable: bool = False
+          ) -> dict[str, Any]:
+    obj = pod(name).gpu(1).priority(priority).build()
+    if unschedulable:
+        obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                        "reason": "Unschedulable"}]
+    core.upsert_pod(pod_from_json(obj))
+    return obj
+
+
+def test_a_gang_created_between_higher_priority_pods_is_not_pinned_onto_their_room() -> None:
+    """scheduler-plugins' "different priority, not sequentially pg1 meet min and 3 regular
+    pods": gang members and higher-priority plain pods created in turn, room for one side
+    only. The gang is not admitted over the plain pods kube-scheduler is placing."""
+    core = cluster(1, 1, 1)
+    objs = [creating(f"w{i}", "g", 3) for i in range(3)]
+    answers: dict[str, Answer] = {}
+    for i, o in enumerate(objs):
+        p = core.place_at_creation(pod_from_json(o), 0.0)
+        if not isinstance(p, AwaitQuorum):
+            answers[o["metadata"]["name"]] = p
+        plain(core, f"inf-{i}", 100)
+    answers.update({k.split("/")[1]: v for k, v in core.drain_creation_answers().items()})
+    assert len(answers) == 3 and all(isinstance(a, GateAtCreation) for a in answers.values())
+    assert reserved(core) == 0
+    assert core.drain_evictions() == []
+
+
+def test_an_admitted_gang_with_no_member_bound_gives_its_room_to_higher_priority_pods(
+) -> None:
+    """Found in issue 32: a gang admitted before higher-priority plain pods were seen kept
+    its room, bound, and was then evicted whole for them. A gang none of whose members is
+    bound gives its reservation back instead, with no eviction, and waits."""
+    core = cluster(1, 1, 1)
+    objs = [creating(f"w{i}", "g", 3) for i in range(3)]
+    placed = burst(core, objs)
+    assert all(isinstance(p, PinAtCreation) for p in placed.values())
+    land_all(core, objs, placed)
+    assert reserved(core) == 3
+    pods = [plain(core, f"inf-{i}", 100) for i in range(3)]
+    for o in pods:  # kube-scheduler asks; the gang's reservation turns each away
+        rec = core.pods[pod_key("default", o["metadata"]["name"])]
+        assert core.filter(rec, [NodeName(f"n{i}") for i in range(3)], 0.5).passed == []
+    for o in pods:  # ... and marks each unschedulable
+        plain(core, o["metadata"]["name"], 100, unschedulable=True)
+    core.admit_held(1.0)
+    g = core.gangs()[gang_key("default", "g")]
+    assert g.phase is GangPhase.WAITING and isinstance(g.reason, HigherPriorityPodsWaiting)
+    assert reserved(core) == 0 and core.drain_evictions() == []
+    assert set(core.drain_requeue()) >= {pod_key("default", f"inf-{i}") for i in range(3)}
+    for i in range(3):
+        rec = core.pods[pod_key("default", f"inf-{i}")]
+        assert core.filter(rec, [NodeName(f"n{i}")], 1.5).passed == [NodeName(f"n{i}")]
     check_invariants(core)
-    assert all(k in core.state.ledger.by_pod for k in core.state.expected)
+    # Not re-admitted over them while they wait to be placed.
+    core.admit_held(2.0)
+    assert reserved(core) == 0
 
 
 def test_a_gang_admitted_with_the_members_that_exist_gates_the_extra_being_created() -> None:
