@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
 ``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [preemption]
-[victims]
+[victims] [stall]
 [--quick]``; results go
 to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import client, memory, placement, preemption, throughput, verbs, victims
+from . import client, memory, placement, preemption, stall, throughput, verbs, victims
 
-BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption", "victims")
+BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption", "victims",
+              "stall")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -123,6 +124,8 @@ def main() -> None:
         _preemption(args, out, meta)
     if "victims" in args.which:
         _victims(args, out, meta)
+    if "stall" in args.which:
+        _stall(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -224,6 +227,24 @@ def _victims(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
                                                   **result}, indent=2))
     print(f"\nPreemption decision ({result['candidates']} candidate pods; event-loop time)")
     print(table(result["rows"], victims.TABLE_COLUMNS))
+
+
+def _stall(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    nodes = 1000 if args.quick else 5000
+    print(f"\nEvent-loop stalls: verbs and /healthz while a {stall.GANG} x {stall.GANG_GPUS}-GPU "
+          f"gang searches for victims over {nodes} full nodes, then while {stall.HOSTILE} "
+          "hostile pods arrive", flush=True)
+    measured = _commit()
+    result = stall.run(nodes, gangs=1 if args.quick else 3, log=lambda s: print(s, flush=True))
+    (out / "stall.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                **result}, indent=2))
+    print(f"\nLatency while the worst cases run ({nodes} nodes; one request at a time per "
+          "probe; goal: p99 near idle)")
+    print(table(result["rows"], stall.TABLE_COLUMNS))
+    if result["hostile_5xx"]:
+        print("hostile pods answered with a 5xx or a hang-up:\n  "
+              + "\n  ".join(result["hostile_5xx"]))
+    print(f"slowest hostile pods (s): {result['hostile_slowest_s']}")
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:

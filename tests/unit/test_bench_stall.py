@@ -1,0 +1,27 @@
+"""The stall benchmark runs end to end on a tiny cluster: a real victim search and every
+hostile shape, with the probes answered throughout."""
+
+from __future__ import annotations
+
+from benchmarks import stall
+
+
+def test_the_probes_answer_through_a_victim_search_and_hostile_pods() -> None:
+    got = stall.run(nodes=64, gangs=1, hostile=15, idle_seconds=0.3)
+    rows = {(r["phase"], r["probe"]): r for r in got["rows"]}
+    assert set(rows) == {(ph, p) for ph in ("idle", "preemption", "hostile")
+                         for p in stall.PROBES}
+    for (phase, probe), r in rows.items():
+        assert r["n"] >= 1 and r["errors"] == 0, (phase, probe, r)
+    assert rows[("preemption", "healthz")]["load_calls"] == 1
+    assert rows[("hostile", "healthz")]["load_calls"] == 15
+    # No hostile pod makes the webhook or the filter verb fail, and the server lives on.
+    assert got["hostile_5xx"] == [] and got["alive_after"]
+
+
+def test_every_hostile_shape_is_distinct_and_named_uniquely() -> None:
+    pods = stall.hostile_pods(30)
+    assert len({p["metadata"]["name"] for p in pods}) == 30
+    shapes = {repr((p["metadata"]["annotations"], p["metadata"]["labels"],
+                    "affinity" in p["spec"])) for p in pods}
+    assert len(shapes) == 15  # the cycle covers every shape twice
