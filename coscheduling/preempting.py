@@ -35,24 +35,28 @@ Two rules make "no loop, no partial gang" hold by construction:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from .decisions import Eviction, NoticeKind
 from .disruption import Budget, selecting
+from .freed import freed_view
 from .gang import Gang
 from .keys import GangKey
 from .membership import gang_key
 from .nominations import BIND_WITHIN, Nomination
-from .planner import Member, Plan
+from .planner import Member, Plan, plan_gang
 from .preemption import (
     AlreadyFits,
     Candidate,
+    NoPreemption,
     PreemptionPolicy,
     Preemptor,
+    Unfinished,
     Victims,
-    choose_victims,
+    VictimSearch,
     describe,
 )
-from .preemption_state import Expired, InFlight, PreemptorId
+from .preemption_state import Expired, InFlight, PreemptorId, Searching
 from .reasons import BeingPreempted, GangReason, Preempting
 from .records import NodeName, PodKey, PodRecord
 from .resources import Resources, add, fits
@@ -123,8 +127,10 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
     policy = PreemptionPolicy.NEVER if never else PreemptionPolicy.PREEMPT_LOWER_PRIORITY
     preemptor = Preemptor(str(g.key), tuple(Member(p) for p in members), priority, policy,
                           required, g.key, quota_line(members[0]))
-    found = choose_victims(preemptor, _candidates(st, priority), st.capacity,
-                           st.settings.levels)
+    found = _decide(st, me, preemptor, now)
+    if isinstance(found, Unfinished):
+        st.held_touched.add(g.key)  # the next sweep goes on with it
+        return _unfinished(found)
     if isinstance(found, AlreadyFits):
         # Only outside the nodes kube-scheduler's filters passed for the asking member:
         # no eviction helps that, and the member's next filter call decides.
@@ -142,6 +148,87 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
     _evict(st, found, str(g.key), f"by gang {g.key} (priority {priority})", priority)
     st.notice(NoticeKind.PREEMPTING, g.key, (members[0].key,), _reason(g.key, started))
     return found.plan
+
+
+def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
+            ) -> Victims | NoPreemption | Unfinished:
+    """One slice of ``me``'s victim search, within what is left of this sweep's budget.
+
+    The search (:class:`~coscheduling.preemption.VictimSearch`) is kept in the book between
+    slices; a preemptor that changed (members, priority, policy) starts afresh. A set
+    decided over several slices was chosen while the cluster changed: it is checked
+    against the cluster of now (:func:`_recheck`), and searched again if it no longer
+    holds."""
+    book = st.preemptions
+    key = (tuple(m.key for m in preemptor.members), preemptor.priority, preemptor.policy,
+           preemptor.required, preemptor.quota)
+    run = book.searches.get(me)
+    if run is None or run.key != key:
+        run = book.searches[me] = Searching(
+            VictimSearch(preemptor, _candidates(st, preemptor.priority), st.capacity,
+                         st.settings.levels), key, now)
+    left = book.budget_left(now)
+    if left <= 0:  # earlier preemptors of this sweep spent it: next sweep
+        return Unfinished(preemptor.name, run.search.work, run.search.slices)
+    before = run.search.work
+    got = run.search.advance(left)
+    book.spend(now, run.search.work - before)
+    run.last = now
+    if isinstance(got, Unfinished):
+        return got
+    del book.searches[me]
+    if isinstance(got, Victims) and run.search.slices > 1:
+        checked = _recheck(st, got, preemptor)
+        if checked is None:  # the cluster moved under it: search again, from the start
+            book.searches[me] = Searching(
+                VictimSearch(preemptor, _candidates(st, preemptor.priority), st.capacity,
+                             st.settings.levels), key, now)
+            return Unfinished(preemptor.name, 0, 0)
+        got = checked
+    return got
+
+
+def _recheck(st: CoreState, found: Victims, pre: Preemptor) -> Victims | None:
+    """``found`` as it stands in the cluster of now, or None when it no longer holds: every
+    victim still bound where it was, not terminating, below the preemptor; every victim
+    gang with no member bound outside the set and no binding in flight; and the preemptor
+    still planned into the freed nodes (the planner's answer, on those nodes only)."""
+    terminating = st.preemptions.terminating()
+    prio: dict[GangKey, int] = {}
+    victims = {c.key for c in found.evict}
+    for c in found.evict:
+        p = st.store.pods.get(c.key)
+        if p is None or not p.holds_capacity or p.node_name != c.node \
+                or c.key in terminating or st.unit_priority(p, prio) >= pre.priority:
+            return None
+    for key in found.gangs:
+        g = st.gangs.get(key)
+        if g is None or binding_in_flight(g) or any(
+                (p := st.store.pods.get(k)) is not None and p.holds_capacity
+                and k not in victims for k in g.members):
+            return None
+    levels = st.settings.levels
+    view = freed_view(st.capacity, levels, found.evict, within=set(found.plan.assignments
+                                                                   .values()))
+    plan = plan_gang(pre.members, view, levels, required=pre.required)
+    return replace(found, plan=plan) if isinstance(plan, Plan) else None
+
+
+def _unfinished(u: Unfinished) -> str:
+    return (f"{u.preemptor} is searching for victims ({u.work} units of work over "
+            f"{u.slices} sweep(s) so far; each sweep does at most a bounded share)")
+
+
+def _resume_searches(st: CoreState, now: float) -> None:
+    """The deadline timer: searches due for their next slice go back into the sweep (a
+    gang's through ``held_touched``; a plain pod is in every sweep while unschedulable)."""
+    book = st.preemptions
+    book.idle_searches(now)
+    for who, run in book.searches.items():
+        if run.resume_at <= now:
+            run.woken = now
+            if who.kind == "gang":
+                st.held_touched.add(GangKey(who.name))
 
 
 def _evict(st: CoreState, found: Victims, preemptor: str, by: str, priority: int) -> None:
@@ -176,8 +263,10 @@ def _preempt_for_plain(st: CoreState, pod: PodRecord, now: float) -> None:
               else PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
     preemptor = Preemptor(str(pod.key), (Member(pod),), pod.priority, policy,
                           quota=quota_line(pod))
-    found = choose_victims(preemptor, _candidates(st, pod.priority), st.capacity,
-                           st.settings.levels)
+    found = _decide(st, PreemptorId.of_pod(pod.key), preemptor, now)
+    if isinstance(found, Unfinished):  # the next sweep goes on with it
+        st.verdict(pod.key, preemption=_unfinished(found))
+        return
     if not isinstance(found, Victims):
         # Nothing to do until capacity or pods change (AlreadyFits: kube-scheduler's own
         # filters turned it away for something no eviction changes).
@@ -253,6 +342,7 @@ def expired(st: CoreState, now: float) -> list[Expired]:
     a plain pod's nomination is dropped here. Nominations whose pod never came to bind
     end too."""
     out = st.preemptions.expire(now) if len(st.preemptions) else []
+    _resume_searches(st, now)
     for e in out:
         if (plain := e.record.preemptor.pod) is not None:
             st.nominations.remove(plain)

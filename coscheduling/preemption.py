@@ -60,9 +60,10 @@ knapsack problem; like kube-scheduler's ``SelectVictimsOnNode`` this does not se
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
+from typing import TypeVar
 
 from .freed import FreedView, Region
 from .keys import GangKey
@@ -72,7 +73,9 @@ from .resources import PODS, Resources, add, sub
 from .topology import GPU, Level
 
 __all__ = [
+    "BOOK_COST",
     "DOMAINS_TRIED",
+    "SEARCH_BUDGET",
     "AlreadyFits",
     "Candidate",
     "Cost",
@@ -81,6 +84,9 @@ __all__ = [
     "PolicyNever",
     "PreemptionPolicy",
     "Preemptor",
+    "SearchAgain",
+    "Unfinished",
+    "VictimSearch",
     "VictimUnit",
     "Victims",
     "WouldNotFit",
@@ -92,9 +98,22 @@ __all__ = [
 ]
 
 _FreeFn = Callable[[NodeName], Resources]
+T = TypeVar("T")
 
 DOMAINS_TRIED = 16
 """Candidate domains planned for real per topology level, best estimates first."""
+
+SEARCH_BUDGET = 40_000
+"""Work one slice of a victim search may do (:class:`VictimSearch`), in units of one planner
+look at one (node, member) pair: about 50 ms of CPU on the benchmark machine. A search that
+needs more goes on at the next sweep."""
+
+BOOK_COST = 4
+"""Units charged per node or candidate pod read by the search's own arithmetic (screening
+domains, the bound): a few planner-units' time each."""
+
+SCREEN_GRAIN = 4_000
+"""Units of screening work between two points where a slice may stop."""
 
 
 class PreemptionPolicy(enum.Enum):
@@ -297,7 +316,15 @@ class AlreadyFits:
     plan: Plan
 
 
-NoPreemption = PolicyNever | NoLowerPriority | WouldNotFit | AlreadyFits
+@dataclass(frozen=True, slots=True)
+class SearchAgain:
+    """The cluster changed while the search ran in slices, so its answers disagree: nothing
+    is evicted, and the preemptor searches again once the cluster changes."""
+
+    preemptor: str
+
+
+NoPreemption = PolicyNever | NoLowerPriority | WouldNotFit | AlreadyFits | SearchAgain
 
 
 def describe(reason: NoPreemption) -> str:
@@ -320,6 +347,9 @@ def describe(reason: NoPreemption) -> str:
                     f"{fit}")
         case AlreadyFits(p, _):
             return f"{p} fits without preemption"
+        case SearchAgain(p):
+            return (f"{p}: the cluster changed while its victims were searched; nothing "
+                    f"evicted, it searches again")
 
 
 # ---------------------------------------------------------------------------- units
@@ -367,10 +397,28 @@ def _total(members: Sequence[Member]) -> Resources:
 # ---------------------------------------------------------------------------- search
 
 
+Steps = Generator[int, None, T]
+"""A search that yields, before each piece of work, what that piece will cost (in
+:data:`SEARCH_BUDGET` units), and returns its answer: the caller decides between two
+pieces whether to go on now or later (:class:`VictimSearch`)."""
+
+
+def _plan_cost(members: Sequence[Member], view: CapacityView) -> int:
+    """A planner call costs about one unit per (node, member) it looks at."""
+    return max(1, len(view.nodes) * len(members))
+
+
 def _plan(members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
-          required: Level | None) -> Plan | None:
+          required: Level | None) -> Steps[Plan | None]:
+    yield _plan_cost(members, view)
     got = plan_gang(members, view, levels, required=required)
     return got if isinstance(got, Plan) else None
+
+
+def _nofit(members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
+           required: Level | None) -> Steps[Plan | NoFit]:
+    yield _plan_cost(members, view)
+    return plan_gang(members, view, levels, required=required)
 
 
 class _Bound:
@@ -453,21 +501,26 @@ class _BoundState:
 
 def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Level],
               required: Level | None, units: Sequence[VictimUnit],
-              region: Region | None, free: _FreeFn) -> tuple[list[VictimUnit], Plan] | None:
+              region: Region | None, free: _FreeFn
+              ) -> Steps[tuple[list[VictimUnit], Plan] | None]:
     """Evict all of ``units``, then keep back as many as the plan allows (see module doc)."""
-    bound = _Bound(members, region.nodes if region is not None else base.nodes, free)
+    nodes = region.nodes if region is not None else base.nodes
+    yield len(nodes) * BOOK_COST  # the arithmetic bound reads every node once
+    bound = _Bound(members, nodes, free)
 
-    def attempt(vs: Sequence[VictimUnit]) -> Plan | None:
+    def attempt(vs: Sequence[VictimUnit]) -> Steps[Plan | None]:
         if not bound.holds(bound.state(vs)):
             return None
-        return _plan(members, FreedView(base, levels, _pods(vs), region), levels, required)
+        return (yield from _plan(members, FreedView(base, levels, _pods(vs), region), levels,
+                                 required))
 
-    def without(vs: list[VictimUnit], u: VictimUnit) -> tuple[list[VictimUnit], Plan | None]:
+    def without(vs: list[VictimUnit], u: VictimUnit
+                ) -> Steps[tuple[list[VictimUnit], Plan | None]]:
         trial = [v for v in vs if v is not u]
         if not bound.holds_without(cur, u):
             return trial, None
-        return trial, _plan(members, FreedView(base, levels, _pods(trial), region), levels,
-                            required)
+        return trial, (yield from _plan(members, FreedView(base, levels, _pods(trial), region),
+                                        levels, required))
 
     violating = pdb_violating(_pods(units))
 
@@ -482,7 +535,7 @@ def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Le
     plan: Plan | None = None
     for cls in reversed(classes):
         victims += cls
-        plan = attempt(victims)
+        plan = yield from attempt(victims)
         if plan is not None:
             break
     if plan is None:
@@ -494,7 +547,7 @@ def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Le
         idle = {id(u) for u in group if not any(p.node in used for p in u.pods)}
         if idle:
             rest = [u for u in victims if id(u) not in idle]
-            p2 = attempt(rest)
+            p2 = yield from attempt(rest)
             if p2 is not None:
                 victims, plan = rest, p2
     victims.sort(key=lambda u: u.reprieve_order(violating))
@@ -505,7 +558,7 @@ def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Le
     tried_at: dict[str, int] = {}
     changes = 0
     for u in list(victims):
-        trial, p2 = without(victims, u)
+        trial, p2 = yield from without(victims, u)
         if p2 is not None:
             victims, plan = trial, p2
             cur = bound.state(victims)
@@ -518,7 +571,7 @@ def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Le
         for u in victims:
             if tried_at.get(u.key) == changes:
                 continue
-            trial, p2 = without(victims, u)
+            trial, p2 = yield from without(victims, u)
             if p2 is not None:
                 victims, plan, changed = trial, p2, True
                 cur = bound.state(victims)
@@ -528,12 +581,36 @@ def _reprieve(members: Sequence[Member], base: CapacityView, levels: Sequence[Le
     return victims, plan
 
 
+def _unit_cost(u: VictimUnit) -> Cost:
+    """``Cost.of([u])``, read straight off a plain pod (most units are one)."""
+    if len(u.pods) != 1:
+        return Cost.of([u])
+    p = u.pods[0]
+    # Alone, a pod violates a budget exactly when one of its budgets allows no disruption.
+    pdb = 1 if any(allowed < 1 for _, allowed in p.budgets) else 0
+    return Cost(pdb, p.priority, 1, p.requests.get(GPU, 0), -p.started)
+
+
+class _Ranks:
+    """Each unit's own cost, the order :func:`_estimate` takes units in: computed when a
+    domain's estimate first needs it, not for every unit up front."""
+
+    def __init__(self) -> None:
+        self._got: dict[str, tuple[Cost, str]] = {}
+
+    def __call__(self, u: VictimUnit) -> tuple[Cost, str]:
+        got = self._got.get(u.key)
+        if got is None:
+            got = self._got[u.key] = (_unit_cost(u), u.key)
+        return got
+
+
 def _estimate(units: Sequence[tuple[VictimUnit, Resources]], deficit: Mapping[str, int],
-              rank: Mapping[str, tuple[Cost, str]]) -> Cost | None:
+              rank: Callable[[VictimUnit], tuple[Cost, str]]) -> Cost | None:
     """Cheapest units first until their in-domain requests cover ``deficit`` (by sums)."""
     left = {k: v for k, v in deficit.items() if v > 0}
     taken: list[VictimUnit] = []
-    for u, here in sorted(units, key=lambda t: rank[t[0].key]):
+    for u, here in sorted(units, key=lambda t: rank(t[0])):
         if not left:
             break
         if not any(here.get(k, 0) > 0 for k in left):
@@ -574,31 +651,89 @@ def choose_victims(
     *,
     domains_tried: int = DOMAINS_TRIED,
 ) -> Victims | NoPreemption:
-    """The victim set that lets ``preemptor`` fit, or why there is none (see module doc).
+    """The victim set that lets ``preemptor`` fit, or why there is none (see module doc),
+    decided in one go, however long it takes: :class:`VictimSearch` is the same search in
+    bounded slices.
 
     ``candidates`` are the bound pods (every bound member of each gang: a gang missing some
     here would be evicted only in part); pods already terminating should be left out, as
     their capacity is already on its way back."""
+    got = VictimSearch(preemptor, candidates, view, levels, domains_tried=domains_tried
+                       ).advance(None)
+    assert not isinstance(got, Unfinished), "no budget: the search always finishes"
+    return got
+
+
+@dataclass(frozen=True, slots=True)
+class Unfinished:
+    """The search spent this round's budget before it decided: it goes on from where it
+    stopped at the next call (the next sweep), so no call holds the event loop longer than
+    the budget allows."""
+
+    preemptor: str
+    work: int
+    """Work done so far, in :data:`SEARCH_BUDGET` units."""
+    slices: int
+    """Calls that ran it so far."""
+    slice_work: int = 0
+    """Work this call did: at most the budget, unless it ran one piece only."""
+    slice_steps: int = 0
+    """Pieces of work this call ran."""
+
+
+class VictimSearch:
+    """One preemptor's victim search, run in slices of bounded work.
+
+    The search (:func:`_search`) yields before every piece of work what it will cost: a
+    planner call costs the nodes it plans over times the members; the screening of a
+    level, :data:`BOOK_COST` per node and per candidate pod. :meth:`advance` runs pieces
+    until the next one would take the slice past its budget, and returns
+    :class:`Unfinished`; the next call goes on from there. A slice always runs at least
+    one piece, so it always makes progress; the stall one slice causes is at most the
+    budget or the dearest single piece (a planner call over the nodes of one domain, or of
+    the whole cluster for a gang that may spread), whichever is larger.
+
+    The search reads the capacity view as it is when each piece runs: between slices the
+    cluster may change, so the caller checks a decided set against the cluster of the
+    moment before it evicts (``coscheduling.preempting``)."""
+
+    def __init__(self, preemptor: Preemptor, candidates: Iterable[Candidate],
+                 view: CapacityView, levels: Sequence[Level], *,
+                 domains_tried: int = DOMAINS_TRIED) -> None:
+        self.preemptor = preemptor
+        self._steps = _search(preemptor, list(candidates), view, levels, domains_tried)
+        self._next = 0
+        self.work = 0
+        self.slices = 0
+
+    def advance(self, budget: int | None) -> Victims | NoPreemption | Unfinished:
+        """Run the search for at most ``budget`` units of work (None: to the end)."""
+        self.slices += 1
+        spent = steps = 0
+        cost = self._next
+        try:
+            while True:
+                if budget is not None and steps > 0 and spent + cost > budget:
+                    self._next = cost
+                    return Unfinished(self.preemptor.name, self.work, self.slices, spent,
+                                      steps)
+                spent += cost
+                steps += 1
+                self.work += cost
+                cost = self._steps.send(None)
+        except StopIteration as done:
+            result: Victims | NoPreemption = done.value
+            return result
+
+
+def _search(preemptor: Preemptor, candidates: Sequence[Candidate], view: CapacityView,
+            levels: Sequence[Level], domains_tried: int) -> Steps[Victims | NoPreemption]:
+    """:func:`choose_victims`, as steps (see :class:`VictimSearch`)."""
     if preemptor.policy is PreemptionPolicy.NEVER:
         return PolicyNever(preemptor.name)
     members = preemptor.members
     required = preemptor.required
-    now = _plan(members, view, levels, required)
-    if now is not None:
-        return AlreadyFits(preemptor.name, now)
     nodes = view.nodes
-    units, lowest, count = victim_units(preemptor, candidates)
-    units = [u for u in units if any(p.node in nodes for p in u.pods)]
-    if not units:
-        return NoLowerPriority(preemptor.name, preemptor.priority, count, lowest)
-    everything = plan_gang(members, FreedView(view, levels, _pods(units)), levels,
-                           required=required)
-    if isinstance(everything, NoFit):
-        return WouldNotFit(preemptor.name, preemptor.priority, len(units),
-                           len(_pods(units)), everything)
-
-    need = {k: v for k, v in _total(members).items() if v > 0 and k != PODS}
-    stop = levels.index(required) if required is not None else 0
     free_cache: dict[NodeName, Resources] = {}
 
     def free(n: NodeName) -> Resources:
@@ -607,31 +742,68 @@ def choose_victims(
             f = free_cache[n] = view.free_for_gang(n)
         return f
 
-    order = {u.key: (Cost.of([u]), u.key) for u in units}
+    yield (len(nodes) + len(candidates)) * BOOK_COST
+    # Planning the whole cluster as it is only when the arithmetic allows a fit: on a
+    # full cluster (the case preemption is for) that plan is skipped.
+    whole = _Bound(members, nodes, free)
+    if whole.holds(whole.state(())):
+        now = yield from _plan(members, view, levels, required)
+        if now is not None:
+            return AlreadyFits(preemptor.name, now)
+    units, lowest, count = victim_units(preemptor, candidates)
+    units = [u for u in units if any(p.node in nodes for p in u.pods)]
+    if not units:
+        return NoLowerPriority(preemptor.name, preemptor.priority, count, lowest)
+    yield len(units) * BOOK_COST
+    need = {k: v for k, v in _total(members).items() if v > 0 and k != PODS}
+    stop = levels.index(required) if required is not None else 0
+    order = _Ranks()
     for index in range(len(levels) - 1, stop - 1, -1):
-        found = _best_at_level(members, view, levels, index, units, need, free,
-                               domains_tried, order)
+        # At the gang's required level every domain that passed the screening is tried,
+        # best estimates first, before it is declared not to fit: one domain at a time
+        # (each a small plan) instead of one plan over the whole cluster.
+        tried = domains_tried if index != stop or required is None else None
+        found = yield from _best_at_level(members, view, levels, index, units, need, free,
+                                          tried, order)
         if found is not None:
             return found
-    # No single domain could be made to hold it among those tried (or the gang may spread):
-    # the whole cluster, at the gang's own required level. Evicting every unit fits there,
-    # so this always finds a set.
-    got = _reprieve(members, view, levels, required, units, None, free)
-    assert got is not None, "evicting every eligible unit fitted a moment ago"
-    return _victims(*got, required)
+    if required is None:
+        # No single domain could be made to hold it: the gang may spread over the cluster.
+        got = yield from _reprieve(members, view, levels, required, units, None, free)
+        if got is not None:
+            return _victims(*got, required)
+    # Every domain that could hold it was tried (or the whole cluster was): nothing fits.
+    # The planner's own answer with every unit gone says why.
+    everything = yield from _nofit(members, FreedView(view, levels, _pods(units)), levels,
+                                   required)
+    if isinstance(everything, NoFit):
+        return WouldNotFit(preemptor.name, preemptor.priority, len(units),
+                           len(_pods(units)), everything)
+    # The planner placed it after all: the cluster changed between two slices of the
+    # search (or the planner, a heuristic, disagreed with itself). Start again.
+    return SearchAgain(preemptor.name)
 
 
 def _best_at_level(
     members: Sequence[Member], view: CapacityView, levels: Sequence[Level], index: int,
     units: Sequence[VictimUnit], need: Mapping[str, int],
-    free: _FreeFn, domains_tried: int, order: Mapping[str, tuple[Cost, str]],
-) -> Victims | None:
+    free: _FreeFn, domains_tried: int | None, order: Callable[[VictimUnit], tuple[Cost, str]],
+) -> Steps[Victims | None]:
+    """The best set within one domain of level ``index``, among the ``domains_tried`` best
+    estimates; None: every domain that passed the screening, until one holds the gang
+    (past the first ``DOMAINS_TRIED``, the first found is taken)."""
     domains = view.domains(index)
     nodes = view.nodes
+    yield len(nodes) * BOOK_COST
     where = {n: d for d, ns in domains.items() for n in ns}
     # What each unit frees in each domain it touches at this level.
     here: dict[tuple[str, ...], dict[str, tuple[VictimUnit, Resources]]] = {}
+    work = 0
     for u in units:
+        if work >= SCREEN_GRAIN:
+            yield work
+            work = 0
+        work += len(u.pods) * BOOK_COST
         for p in u.pods:
             d = where.get(p.node)
             if d is None:
@@ -641,6 +813,10 @@ def _best_at_level(
             per[u.key] = (u, add(was[1], p.requests) if was else dict(p.requests))
     screened: list[tuple[Cost, int, tuple[str, ...]]] = []
     for d, per in here.items():
+        if work >= SCREEN_GRAIN:
+            yield work
+            work = 0
+        work += (len(domains[d]) + len(per)) * BOOK_COST
         have: Resources = {}
         for n in domains[d]:
             for k in need:
@@ -653,10 +829,12 @@ def _best_at_level(
         screened.append((est, slack, d))
     screened.sort()
     best: tuple[Cost, int, tuple[str, ...], Victims] | None = None
-    for _, slack, d in screened[:domains_tried]:
+    for i, (_, slack, d) in enumerate(screened[:domains_tried]):
+        if best is not None and i >= DOMAINS_TRIED:
+            break
         region = Region({n: nodes[n] for n in domains[d]})
-        got = _reprieve(members, view, levels, levels[index],
-                        [u for u, _ in here[d].values()], region, free)
+        got = yield from _reprieve(members, view, levels, levels[index],
+                                   [u for u, _ in here[d].values()], region, free)
         if got is None:
             continue
         v = _victims(*got, levels[index], d)

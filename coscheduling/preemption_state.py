@@ -35,12 +35,14 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .keys import GangKey
-from .preemption import Victims
+from .preemption import SEARCH_BUDGET, Victims, VictimSearch
 from .records import NodeName, PodKey
 from .resources import Resources
 
 __all__ = [
     "DEFAULT_MARGIN",
+    "SEARCH_IDLE",
+    "SLICE_PAUSE",
     "AlreadyInFlight",
     "BeingEvicted",
     "Completed",
@@ -48,6 +50,7 @@ __all__ = [
     "InFlight",
     "PreemptionBook",
     "PreemptorId",
+    "Searching",
     "Slot",
     "deadline_for",
 ]
@@ -150,6 +153,33 @@ class Expired:
     still_there: frozenset[PodKey]
 
 
+SLICE_PAUSE = 0.05
+"""Seconds between two slices of a victim search that did not finish: the deadline timer
+wakes the sweep again after that long, and verbs, the webhook and ``/healthz`` run between."""
+
+SEARCH_IDLE = 5.0
+"""A search no sweep resumed for this long is dropped (its preemptor was admitted, or went)."""
+
+
+@dataclass(slots=True)
+class Searching:
+    """A victim search under way (:class:`~coscheduling.preemption.VictimSearch`), resumed by
+    the next sweep."""
+
+    search: VictimSearch
+    key: tuple[object, ...]
+    """What the preemptor was when it began (members, priority, policy, level, quota): a
+    preemptor that changed searches afresh."""
+    last: float
+    """When a slice last ran."""
+    woken: float = float("-inf")
+    """When the timer last asked the sweep to resume it."""
+
+    @property
+    def resume_at(self) -> float:
+        return max(self.last, self.woken) + SLICE_PAUSE
+
+
 def deadline_for(victims: Victims, now: float, margin: float = DEFAULT_MARGIN) -> float:
     """When to give the room back if the victims have not gone."""
     grace = max((p.grace_seconds for p in victims.evict), default=0.0)
@@ -168,6 +198,28 @@ class PreemptionBook:
     by_preemptor: dict[PreemptorId, InFlight] = field(default_factory=dict)
     _by_victim: dict[PodKey, PreemptorId] = field(default_factory=dict)
     _by_victim_gang: dict[GangKey, PreemptorId] = field(default_factory=dict)
+    searches: dict[PreemptorId, Searching] = field(default_factory=dict)
+    """Victim searches under way, by preemptor."""
+    budget: int = SEARCH_BUDGET
+    """Search work one sweep (one ``now``) may do, all preemptors together."""
+    _spent_at: float = float("nan")
+    _spent: int = 0
+
+    def budget_left(self, now: float) -> int:
+        """What is left of this sweep's search budget; every call at one ``now`` is one
+        sweep (or one verb call), so preemptors in one sweep share it."""
+        if now != self._spent_at:
+            self._spent_at, self._spent = now, 0
+        return self.budget - self._spent
+
+    def spend(self, now: float, work: int) -> None:
+        self.budget_left(now)
+        self._spent += work
+
+    def idle_searches(self, now: float) -> None:
+        """Drop searches no sweep has resumed for :data:`SEARCH_IDLE` seconds."""
+        for who in [w for w, s in self.searches.items() if now - s.last >= SEARCH_IDLE]:
+            del self.searches[who]
 
     def may_start(self, preemptor: PreemptorId, gang: GangKey | None
                   ) -> AlreadyInFlight | BeingEvicted | None:
@@ -250,10 +302,14 @@ class PreemptionBook:
         return out
 
     def next_deadline(self) -> float | None:
-        return min((r.deadline for r in self.by_preemptor.values()), default=None)
+        """The earliest record deadline, or the time a paused search is resumed."""
+        times = [r.deadline for r in self.by_preemptor.values()]
+        times += [s.resume_at for s in self.searches.values()]
+        return min(times, default=None)
 
     def cancel(self, preemptor: PreemptorId) -> InFlight | None:
         """The preemptor went away (deleted, or admitted elsewhere): forget it, give back."""
+        self.searches.pop(preemptor, None)
         rec = self.by_preemptor.get(preemptor)
         if rec is not None:
             self._drop(rec)

@@ -22,6 +22,9 @@ from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.decisions import BindGroup, Reject
 from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import PDBS, PRIORITY_CLASSES, UPSTREAM_PODGROUPS, VOLCANO_PODGROUPS
+from coscheduling.planner import Member
+from coscheduling.preempting import _candidates, _recheck
+from coscheduling.preemption import Preemptor, Victims, choose_victims
 from coscheduling.preemption_state import PreemptorId
 from coscheduling.reasons import BeingPreempted, DoesNotFit, Preempting, PreemptionStalled
 from coscheduling.records import priority_class_from_json
@@ -513,3 +516,59 @@ def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> No
     plain = PreemptorId.of_pod(pod_key("default", "job"))
     assert core.state.preemptions.get(gang) is not None
     assert core.state.preemptions.get(plain) is not None
+
+
+# ------------------------------------------------------------------ a bounded search
+
+
+def test_a_victim_search_runs_in_bounded_slices_across_sweeps_and_then_evicts() -> None:
+    """Deliver 2 of issue 32: no call holds the event loop for the whole search. With a
+    budget smaller than the search, the first sweep evicts nothing and says so; the timer
+    asks for the next slice; a later sweep decides, and the gang is evicted whole."""
+    core = cluster(4, 4, 4, 4)
+    for i in range(4):
+        running(core, f"low{i}", 4, f"n{i}", 10 + i)
+    core.state.preemptions.budget = 30
+    for i in range(4):
+        obj = pod(f"high-{i}").gang("high", 4, timeout=30).gpu(1).priority(100).build()
+        obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                        "reason": "Unschedulable"}]
+        core.upsert_pod(pod_from_json(obj))
+    core.admit_held(0.0)
+    assert core.drain_evictions() == []
+    g = core.gangs()[gang_key("default", "high")]
+    assert isinstance(g.reason, DoesNotFit) and "searching for victims" in g.reason.preemption
+    now, sweeps = 0.0, 1
+    while not (evicted := core.drain_evictions()):
+        due = core.next_deadline()
+        assert due is not None and due <= now + 0.05 + 1e-9  # the timer comes back for it
+        now = due
+        core.expire(now)
+        core.admit_held(now)
+        sweeps += 1
+        assert sweeps < 200
+    assert sweeps > 2
+    assert {e.gang for e in evicted} == {gang_key("default", "low0")} and len(evicted) == 4
+    assert core.state.preemptions.searches == {}
+
+
+def test_a_set_decided_over_slices_is_checked_against_the_cluster_of_now() -> None:
+    """Between two slices a chosen victim may go (or bind elsewhere, or another member of
+    its gang bind): what was decided is checked before anything is evicted."""
+
+    core = cluster(4, 4)
+    running(core, "low", 4, "n0", 10)
+    arrive(core, "high", 4, 100)
+    st = core.state
+    members = tuple(Member(p) for p in st.live(st.gangs[gang_key("default", "high")]))
+    pre = Preemptor("default/high", members, 100, gang=gang_key("default", "high"))
+    plain_on(core, "filler", 4, "n1", 1000)
+    found = choose_victims(pre, _candidates(st, 100), st.capacity, st.settings.levels)
+    assert isinstance(found, Victims) and _recheck(st, found, pre) is not None
+    core.upsert_pod(pod_from_json(pod("low-4").gang("low", 4, timeout=30).gpu(0).priority(10)
+                                  .on("n1").build()))  # another member bound meanwhile
+    assert _recheck(st, found, pre) is None
+    core.delete_pod(pod_key("default", "low-4"), core.pods[pod_key("default", "low-4")].uid)
+    assert _recheck(st, found, pre) is not None
+    core.delete_pod(pod_key("default", "low-0"), "uid-low-0")  # a victim went
+    assert _recheck(st, found, pre) is None

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks import victims as bench_victims
 from coscheduling.capacity import Capacity
 from coscheduling.freed import freed_view
 from coscheduling.ledger import Ledger, Reservation
@@ -26,7 +27,9 @@ from coscheduling.preemption import (
     PolicyNever,
     PreemptionPolicy,
     Preemptor,
+    Unfinished,
     Victims,
+    VictimSearch,
     WouldNotFit,
     choose_victims,
     describe,
@@ -369,6 +372,27 @@ def test_domains_tried_is_a_bound_not_a_correctness_switch() -> None:
     assert best.cost <= narrow.cost
 
 
+def test_a_search_in_slices_chooses_what_one_go_chooses_and_keeps_to_its_budget() -> None:
+    """Deliver 2 of issue 32: the search runs in slices of bounded work (one per sweep).
+    Sliced, it decides exactly as in one go; every slice stays within the budget unless it
+    ran a single piece (a piece is never cut)."""
+    view, cands = bench_victims.cluster(nodes=200)
+    for members, prio, required in ((1, 6, None), (4, 6, "rack"), (16, 7, "rack"),
+                                    (8, 6, None)):
+        pre = Preemptor("default/hi", tuple(Member(bench_victims._pod(f"hi-{i}", 8, None, prio))
+                                            for i in range(members)), prio,
+                        required=level_by_name(LEVELS, required) if required else None,
+                        gang=GangKey("default/hi"))
+        whole = choose_victims(pre, cands, view, LEVELS)
+        search = VictimSearch(pre, cands, view, LEVELS)
+        got = search.advance(2000)
+        while isinstance(got, Unfinished):
+            assert got.slice_work <= 2000 or got.slice_steps == 1, got
+            got = search.advance(2000)
+        assert got == whole, (members, required)
+        assert search.slices > 3, (members, required, search.slices)
+
+
 # ---------------------------------------------------------------------------- property
 
 
@@ -439,6 +463,11 @@ def test_property_any_decision_is_sound_and_minimal(
     nodes, bound, pre, reserved = case
     view, cands = world(nodes, bound, reserved)
     got = choose_victims(pre, cands, view, LEVELS)
+    search = VictimSearch(pre, cands, view, LEVELS)  # one piece of work per slice
+    sliced = search.advance(1)
+    while isinstance(sliced, Unfinished):
+        sliced = search.advance(1)
+    assert sliced == got
     prio = pre.priority
     by_gang: dict[GangKey, set[PodKey]] = {}
     for c in cands:
