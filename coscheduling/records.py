@@ -159,10 +159,32 @@ def _str_map(value: Any, path: str) -> dict[str, str]:
         return {}
     if not isinstance(value, Mapping):
         raise RecordError(path, "not an object")
-    return {str(k): str(v) for k, v in value.items()}
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(v, str):
+            if not isinstance(v, int | float) or (isinstance(v, int) and v.bit_length() > 64):
+                raise RecordError(path, "values must be strings")
+            v = str(v)
+        out[str(k)] = v
+    return out
+
+
+_MALFORMED = (AttributeError, TypeError, KeyError, RecursionError)
+"""What reading a field of the wrong type raises (a list where an object belongs, say, or a
+value nested past the interpreter's depth): the object is refused as a RecordError, which
+every caller already handles, never an exception that ends a watch or answers 500."""
 
 
 def node_from_json(obj: Mapping[str, Any]) -> NodeRecord:
+    """A node's record; :class:`RecordError` (or ``QuantityError``) for one Lockstep cannot
+    read."""
+    try:
+        return _node_from_json(obj)
+    except _MALFORMED as e:
+        raise RecordError("Node", f"malformed ({type(e).__name__})") from None
+
+
+def _node_from_json(obj: Mapping[str, Any]) -> NodeRecord:
     meta = _meta(obj, "Node")
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -208,6 +230,15 @@ def _priority(raw: object, path: str) -> int:
 
 
 def pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
+    """A pod's record; :class:`RecordError` (or ``QuantityError``) for one Lockstep cannot
+    read, whatever its JSON holds."""
+    try:
+        return _pod_from_json(obj)
+    except _MALFORMED as e:
+        raise RecordError("Pod", f"malformed ({type(e).__name__})") from None
+
+
+def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
     meta = _meta(obj, "Pod")
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):

@@ -740,3 +740,87 @@ async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
         await writer.run()
     assert calls == ["volcano", "other"] * 2
     assert writer.failed == 2
+
+
+# ---------------------------------------------------------------------------- any JSON at all
+
+WRONG: list[object] = ["text", 7, 10**5000, 2.5, True, None, [1, [2]], {"k": {"k": 1}}]
+DEEP: object = []
+for _ in range(5000):
+    DEEP = [DEEP]
+WRONG.append(DEEP)
+POD_PATHS = [
+    ("metadata",), ("metadata", "labels"), ("metadata", "annotations"),
+    ("metadata", "annotations", "lockstep.dev/min-member"), ("metadata", "resourceVersion"),
+    ("spec",), ("spec", "containers"), ("spec", "containers", 0),
+    ("spec", "containers", 0, "resources"), ("spec", "containers", 0, "resources", "requests"),
+    ("spec", "containers", 0, "resources", "requests", "cpu"), ("spec", "affinity"),
+    ("spec", "tolerations"), ("spec", "schedulingGates"), ("spec", "priority"),
+    ("spec", "nodeSelector"), ("spec", "schedulingGroup"), ("spec", "workloadRef"),
+    ("spec", "overhead"), ("spec", "initContainers"), ("status",), ("status", "conditions"),
+    ("status", "startTime"), ("spec", "terminationGracePeriodSeconds"),
+]
+
+
+def put(obj: dict[str, Any], path: tuple[Any, ...], value: object) -> None:
+    for step in path[:-1]:
+        obj = obj[step]
+    obj[path[-1]] = value
+
+
+@pytest.mark.parametrize("path", POD_PATHS, ids=lambda p: ".".join(map(str, p)))
+def test_a_pod_with_any_json_in_any_field_is_read_or_refused(path: tuple[Any, ...]) -> None:
+    """A record, or RecordError / QuantityError (which every caller handles): never another
+    exception, and never slow."""
+    core = core_with_node()
+    for value in WRONG:
+        obj = gang_pod({"lockstep.dev/pod-group": "g", "lockstep.dev/min-member": "2"})
+        obj["spec"]["tolerations"] = [{"key": "k", "operator": "Exists"}]
+        put(obj, path, value)
+        try:
+            rec = timed(lambda o=obj: record_of(o))  # type: ignore[misc]
+        except (RecordError, QuantityError):
+            continue
+        timed(lambda r=rec: core.upsert_pod(r))  # type: ignore[misc]
+
+
+GROUP_PATHS = [
+    ("metadata",), ("metadata", "annotations"), ("spec",), ("spec", "minMember"),
+    ("spec", "scheduleTimeoutSeconds"), ("spec", "minResources"), ("spec", "queue"),
+    ("spec", "priorityClassName"), ("status",), ("status", "phase"),
+]
+
+
+@pytest.mark.parametrize("path", GROUP_PATHS, ids=lambda p: ".".join(map(str, p)))
+@pytest.mark.parametrize("parse", [podgroup_from_json, volcano_podgroup_from_json],
+                         ids=["scheduler-plugins", "volcano"])
+def test_a_podgroup_with_any_json_in_any_field_is_read(
+        path: tuple[Any, ...], parse: Callable[[dict[str, Any]], Any]) -> None:
+    """A PodGroup object is always a record (its error naming a bad field), never an
+    exception: a CRD without a schema lets a user write anything anywhere."""
+    for value in WRONG:
+        obj = podgroup("pg", 2)
+        obj["status"] = {"phase": "Pending"}
+        put(obj, path, value)
+        rec = timed(lambda o=obj: parse(o))  # type: ignore[misc]
+        if rec.error is not None:
+            assert len(render(InvalidDeclaration(rec.error))) < 400
+
+
+UPSTREAM_PATHS = [
+    ("spec",), ("spec", "schedulingPolicy"), ("spec", "schedulingPolicy", "gang"),
+    ("spec", "schedulingPolicy", "gang", "minCount"), ("spec", "schedulingConstraints"),
+    ("spec", "priority"), ("spec", "priorityClassName"), ("spec", "preemptionPolicy"),
+    ("spec", "parentCompositePodGroupName"),
+]
+
+
+@pytest.mark.parametrize("path", UPSTREAM_PATHS, ids=lambda p: ".".join(map(str, p)))
+def test_an_upstream_podgroup_with_any_json_in_any_field_is_read(path: tuple[Any, ...]
+                                                                 ) -> None:
+    for value in WRONG:
+        obj = upstream_pg(4)
+        put(obj, path, value)
+        rec = timed(lambda o=obj: upstream_podgroup_from_json(o, "v1beta1"))  # type: ignore[misc]
+        if rec.error is not None:
+            assert len(render(InvalidDeclaration(rec.error))) < 400
