@@ -144,7 +144,17 @@ def serve(argv: list[str]) -> None:
     app = create_app(service, manage_lifecycle=False)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
                             access_log=False)
-    asyncio.run(uvicorn.Server(config).serve())
+    asyncio.run(_serve(service, uvicorn.Server(config)))
+
+
+async def _serve(service: Any, server: Any) -> None:
+    """The HTTP server plus the deadline timer, whose sweeps go on with a victim search
+    that a verb left unfinished (the core searches in slices of bounded work)."""
+    timer = asyncio.create_task(service.binder.expire_loop(), name="deadline-timer")
+    try:
+        await server.serve()
+    finally:
+        timer.cancel()
 
 
 # ------------------------------------------------------------------------------- the client
@@ -336,7 +346,9 @@ def run(nodes: int = 5000, gangs: int = 3, hostile: int = HOSTILE, idle_seconds:
             log(f"  server up: {nodes} nodes; idle for {idle_seconds:g} s")
             rows = _rows("idle", *probes.during(lambda: _sleep(idle_seconds)))
             log(f"  preemption: {gangs} gang(s) of {GANG} x {GANG_GPUS} GPUs search for victims")
+            SEARCHES.clear()
             rows += _rows("preemption", *probes.during(lambda: _preempt(client, names, gangs)))
+            log(f"  searches (wall s, outcome): {SEARCHES}")
             log(f"  hostile: {hostile} pods through the webhook and /filter")
             failures: list[str] = []
             slowest: list[tuple[float, str]] = []
@@ -349,6 +361,7 @@ def run(nodes: int = 5000, gangs: int = 3, hostile: int = HOSTILE, idle_seconds:
         stub.shutdown()
         stub.server_close()
     return {"nodes": nodes, "gangs": gangs, "gang": f"{GANG} x {GANG_GPUS} GPUs",
+            "searches": list(SEARCHES),
             "hostile": hostile, "hostile_5xx": failures,
             "hostile_slowest_s": slowest, "alive_after": alive, "rows": rows}
 
@@ -358,16 +371,43 @@ def _sleep(seconds: float) -> list[float]:
     return []
 
 
-def _preempt(client: httpx.Client, names: list[str], gangs: int) -> list[float]:
+SEARCHING = "searching for victims"
+"""What a gang's reason says while its victim search is paused between slices."""
+
+
+def _preempt(client: httpx.Client, names: list[str], gangs: int, timeout: float = 300.0
+             ) -> list[float]:
+    """Each gang asks (its first member's ``/filter``) until its search has ended: admitted,
+    preempting, or told why not; the calls' times are returned, and each search's wall
+    time is appended to ``_preempt.searches``."""
     calls = []
     for g in range(gangs):
         body = orjson.dumps({"Pod": _member(f"hi{g}", 0), "Nodes": None, "NodeNames": names})
-        t = time.perf_counter()
-        r = client.post("/filter", content=body, headers={"content-type": "application/json"})
-        calls.append(time.perf_counter() - t)
-        if r.status_code != 200:
-            raise RuntimeError(f"/filter for hi{g}: {r.status_code} {r.text[:200]}")
+        start = time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            r = client.post("/filter", content=body,
+                            headers={"content-type": "application/json"})
+            calls.append(time.perf_counter() - t)
+            if r.status_code != 200:
+                raise RuntimeError(f"/filter for hi{g}: {r.status_code} {r.text[:200]}")
+            if SEARCHING not in r.text or time.perf_counter() - start > timeout:
+                break
+            time.sleep(0.05)
+        SEARCHES.append((round(time.perf_counter() - start, 3), _outcome(r.json())))
     return calls
+
+
+SEARCHES: list[tuple[float, str]] = []
+"""(wall seconds, outcome) of each gang's victim search in the last run."""
+
+
+def _outcome(answer: dict[str, Any]) -> str:
+    if answer.get("NodeNames"):
+        return f"admitted onto {answer['NodeNames'][0]}"
+    failed = answer.get("FailedAndUnresolvableNodes") or answer.get("FailedNodes") or {}
+    text = next(iter(failed.values()), "")
+    return str(text)[:300]
 
 
 def _hostile(client: httpx.Client, names: list[str], n: int, failures: list[str],
