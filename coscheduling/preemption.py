@@ -742,7 +742,7 @@ def _search(preemptor: Preemptor, candidates: Sequence[Candidate], view: Capacit
             f = free_cache[n] = view.free_for_gang(n)
         return f
 
-    yield (len(nodes) + len(candidates)) * BOOK_COST
+    yield len(nodes) * BOOK_COST
     # Planning the whole cluster as it is only when the arithmetic allows a fit: on a
     # full cluster (the case preemption is for) that plan is skipped.
     whole = _Bound(members, nodes, free)
@@ -750,6 +750,7 @@ def _search(preemptor: Preemptor, candidates: Sequence[Candidate], view: Capacit
         now = yield from _plan(members, view, levels, required)
         if now is not None:
             return AlreadyFits(preemptor.name, now)
+    yield len(candidates) * BOOK_COST
     units, lowest, count = victim_units(preemptor, candidates)
     units = [u for u in units if any(p.node in nodes for p in u.pods)]
     if not units:
@@ -759,12 +760,8 @@ def _search(preemptor: Preemptor, candidates: Sequence[Candidate], view: Capacit
     stop = levels.index(required) if required is not None else 0
     order = _Ranks()
     for index in range(len(levels) - 1, stop - 1, -1):
-        # At the gang's required level every domain that passed the screening is tried,
-        # best estimates first, before it is declared not to fit: one domain at a time
-        # (each a small plan) instead of one plan over the whole cluster.
-        tried = domains_tried if index != stop or required is None else None
         found = yield from _best_at_level(members, view, levels, index, units, need, free,
-                                          tried, order)
+                                          domains_tried, order)
         if found is not None:
             return found
     if required is None:
@@ -772,15 +769,22 @@ def _search(preemptor: Preemptor, candidates: Sequence[Candidate], view: Capacit
         got = yield from _reprieve(members, view, levels, required, units, None, free)
         if got is not None:
             return _victims(*got, required)
-    # Every domain that could hold it was tried (or the whole cluster was): nothing fits.
-    # The planner's own answer with every unit gone says why.
+    # Not among the best estimates (nor spread): the planner's own answer with every unit
+    # gone says whether it fits at all, and if not, why.
     everything = yield from _nofit(members, FreedView(view, levels, _pods(units)), levels,
                                    required)
     if isinstance(everything, NoFit):
         return WouldNotFit(preemptor.name, preemptor.priority, len(units),
                            len(_pods(units)), everything)
-    # The planner placed it after all: the cluster changed between two slices of the
-    # search (or the planner, a heuristic, disagreed with itself). Start again.
+    if required is not None:
+        # Some domain of the required level holds it, past the best estimates: every one
+        # that passed the screening is tried, one domain (one small plan) at a time.
+        found = yield from _best_at_level(members, view, levels, stop, units, need, free,
+                                          None, order)
+        if found is not None:
+            return found
+    # The planner placed it, the search did not: the cluster changed between two slices
+    # (or the planner, a heuristic, disagreed with itself). Start again.
     return SearchAgain(preemptor.name)
 
 
@@ -822,6 +826,14 @@ def _best_at_level(
             for k in need:
                 have[k] = have.get(k, 0) + max(0, free(n).get(k, 0))
         deficit = {k: v - have.get(k, 0) for k, v in need.items()}
+        short = {k: v for k, v in deficit.items() if v > 0}
+        if short:  # even every unit here would not cover it: no estimate to rank
+            freeable = dict.fromkeys(short, 0)
+            for _, r in per.values():
+                for k in short:
+                    freeable[k] += r.get(k, 0)
+            if any(freeable[k] < v for k, v in short.items()):
+                continue
         est = _estimate(list(per.values()), deficit, order)
         if est is None:
             continue
