@@ -7,6 +7,7 @@ Parsing is pure (dict in, record out) so the core can be tested without an API s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -162,7 +163,25 @@ _ANY = "\0any"
 def _toleration_index(tolerations: tuple[Toleration, ...]) -> frozenset[
         tuple[object, object, object]]:
     """(key, value or :data:`_ANY`, effect or None) per toleration. A key-less toleration
-    tolerates only with ``Exists``; any operator but ``Exists`` compares values."""
+    tolerates only with ``Exists``; any operator but ``Exists`` compares values. Pods share
+    a few short lists (the API server's two default tolerations), so a short list's index
+    is shared; a long one is built for its pod alone (a cache must not keep it alive)."""
+    if len(tolerations) <= _SHARED_TOLERATIONS:
+        return _shared_index(tolerations)
+    return _build_index(tolerations)
+
+
+_SHARED_TOLERATIONS = 8
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared_index(tolerations: tuple[Toleration, ...]) -> frozenset[
+        tuple[object, object, object]]:
+    return _build_index(tolerations)
+
+
+def _build_index(tolerations: tuple[Toleration, ...]) -> frozenset[
+        tuple[object, object, object]]:
     out: set[tuple[object, object, object]] = set()
     for t in tolerations:
         if t.operator == "Exists":
