@@ -220,6 +220,8 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     _max_into(total, init_peak)
     total = add(total, resource_list(spec.get("overhead")))
     total[PODS] = total.get(PODS, 0) + 1
+    if len(total) > MAX_RESOURCES:  # checked on every node: bounded, whatever the containers
+        raise QuantityError(f"{len(total)} resources", f"more than {MAX_RESOURCES} resources")
     return {k: v for k, v in total.items() if v}
 
 

@@ -863,3 +863,13 @@ def test_a_hundred_thousand_tolerations_cost_nothing_per_node() -> None:
         assert not p.tolerates_all(taints)
     assert time.perf_counter() - t0 < 0.5
     assert p.tolerates_all(({"key": "k", "value": "v99999", "effect": "NoSchedule"},))
+
+
+def test_a_pod_asking_for_too_many_kinds_of_resource_is_refused() -> None:
+    """fits() walks a pod's requests on every node: their number is bounded."""
+    obj = pod("p").build()
+    obj["spec"]["containers"] = [
+        {"name": f"c{i}", "image": "i", "resources": {"requests": {
+            f"example.com/r{i}-{j}": "1" for j in range(100)}}} for i in range(10)]
+    with pytest.raises(QuantityError, match="more than 128 resources"):
+        timed(lambda: record_of(obj))
