@@ -147,8 +147,10 @@ def _group_kind(name: str, table: Callable[[CoreState], dict[GangKey, PodGroupRe
     A group larger than ``--max-gang-size`` is stored with that error, so its members and
     the status written back (Volcano's enqueue step included) all say so."""
     def put(st: CoreState, pg: PodGroupRecord) -> None:
-        pg = _within_size(st, pg, size_field)
-        table(st)[pg.key] = pg
+        bounded = _within_size(st, pg, size_field)
+        if bounded is not pg and table(st).get(pg.key) == bounded:
+            return  # a relist of a group already stored as too large: nothing changed
+        table(st)[pg.key] = bounded
         _reresolve(st, pg.key)
 
     def drop(st: CoreState, key: GangKey) -> None:

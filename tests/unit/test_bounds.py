@@ -873,3 +873,18 @@ def test_a_pod_asking_for_too_many_kinds_of_resource_is_refused() -> None:
             f"example.com/r{i}-{j}": "1" for j in range(100)}}} for i in range(10)]
     with pytest.raises(QuantityError, match="more than 128 resources"):
         timed(lambda: record_of(obj))
+
+
+def test_relisting_a_group_stored_as_too_large_resolves_nothing_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stored with its error, it differs from the listed record: without care every relist
+    would re-resolve every pod for every such group."""
+    core = core_with_node(max_gang_size=100)
+    rec = podgroup_from_json(podgroup("pg", 500))
+    core.upsert(ingest.SP_PODGROUPS, rec)
+    calls: list[object] = []
+    monkeypatch.setattr(ingest, "_reresolve", lambda st, key: calls.append(key))
+    core.replace(ingest.SP_PODGROUPS, [rec])
+    assert calls == []
+    core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 50)))
+    assert calls == [rec.key]
