@@ -12,6 +12,11 @@ A bad value is never defaulted: the pod gets an :class:`InvalidGang` naming the 
 the app turns into a rejection and an Event. (Koordinator itself falls back to its defaults
 on a bad ``mode``, ``match-policy`` or ``total-number``; a silent fallback is how a gang
 ends up scheduled under rules its author did not write.)
+
+Every value is checked against a named limit before any work is done with it (the sizes
+against ``--max-gang-size`` and int32, text by its length before it is converted), and a
+reason repeats a bad value only in short (:func:`shown`): no pod or group object, however
+written, raises out of the parsers or costs work that grows with what it says.
 """
 
 from __future__ import annotations
