@@ -260,6 +260,15 @@ class ClusterCache:
                 log.warning("%s: %s; retrying in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+            except ValueError as e:
+                # A list or watch line that does not decode (JSON nested deeper than the
+                # decoder goes, in a CRD field that keeps unknown fields): this kind is
+                # listed again after a pause; the service and every other kind go on.
+                res.failed += 1
+                log.error("%s: undecodable response (%s); listing again in %.1fs", kind,
+                          str(e)[:200], delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     async def _wait_for_crd(self, res: Resource) -> None:
         """Sleep until the resource's CRD is Established (:meth:`watch_crds` sets

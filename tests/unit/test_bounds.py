@@ -888,3 +888,35 @@ def test_relisting_a_group_stored_as_too_large_resolves_nothing_again(
     assert calls == []
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 50)))
     assert calls == [rec.key]
+
+
+async def test_an_undecodable_watch_line_relists_and_the_task_goes_on() -> None:
+    """JSON nested deeper than the decoder goes (a CRD field that keeps unknown fields can
+    hold it) raised out of the watch task, which stopped the service."""
+    import asyncio
+
+    deep = b"[" * 2000 + b"]" * 2000
+    lists = [{"metadata": {"resourceVersion": "1"}, "items": []},
+             {"metadata": {"resourceVersion": "3"}, "items": [pod("after").build()]}]
+
+    def api(request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch"):
+            if len(lists) == 1:  # the first watch: one undecodable line
+                return httpx.Response(200, content=b'{"type": "ADDED", "object": ' + deep
+                                      + b"}\n")
+            return httpx.Response(200, content=b"")
+        return httpx.Response(200, json=lists.pop(0))
+
+    core = core_with_node()
+    cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
+    task = asyncio.create_task(cache.run("pods"))
+    try:
+        for _ in range(300):
+            if pod_key("default", "after") in core.pods:
+                break
+            await asyncio.sleep(0.01)
+        assert pod_key("default", "after") in core.pods
+        assert not task.done()
+        assert cache.resources["pods"].failed == 1
+    finally:
+        task.cancel()
