@@ -334,6 +334,11 @@ class ClusterCache:
                 log.warning("customresourcedefinitions watch broken: %s", e)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+            except ValueError as e:  # an undecodable response: list again, never stop
+                log.error("customresourcedefinitions: undecodable response (%s)", str(e)[:200])
+                rv = ""
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     async def _discover(self, res: Resource) -> None:
         """Point ``res.path`` at the most preferred served version, or raise NotFound."""
