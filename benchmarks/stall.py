@@ -205,7 +205,7 @@ def hostile_pods(n: int = HOSTILE) -> list[dict[str, Any]]:
         ({koord + "name": "k", koord + "min-available": huge}, {}, None),
         ({koord + "name": "k", koord + "min-available": "2", koord + "total-number": huge},
          {}, None),
-        ({koord + "name": "k", koord + "min-available": "2", koord + "gang-group": deep},
+        ({koord + "name": "k", koord + "min-available": "2", koord + "groups": deep},
          {}, None),
         ({"kueue.x-k8s.io/pod-group-total-count": "10000000"},
          {"kueue.x-k8s.io/pod-group-name": "q"}, None),
