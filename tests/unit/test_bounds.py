@@ -920,3 +920,31 @@ async def test_an_undecodable_watch_line_relists_and_the_task_goes_on() -> None:
         assert cache.resources["pods"].failed == 1
     finally:
         task.cancel()
+
+
+async def test_the_crd_watch_survives_an_undecodable_line() -> None:
+    import asyncio
+
+    asked: list[str] = []
+
+    def api(request: httpx.Request) -> httpx.Response:
+        asked.append("watch" if request.url.params.get("watch") else "list")
+        if request.url.params.get("watch"):
+            if asked.count("watch") == 1:
+                return httpx.Response(200, content=b'{"type": "ADDED", "object": '
+                                      + b"[" * 2000 + b"]" * 2000 + b"}\n")
+            return httpx.Response(200, content=b"")
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "5"}, "items": []})
+
+    cache = cache_for(core_with_node())
+    cache.kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
+    task = asyncio.create_task(cache.watch_crds())
+    try:
+        for _ in range(300):
+            if asked.count("list") >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert asked.count("list") >= 2  # listed again after the bad line
+        assert not task.done()
+    finally:
+        task.cancel()
