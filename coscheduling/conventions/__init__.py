@@ -139,29 +139,10 @@ def resolve(
             if not isinstance(step, Found):
                 return step
             found = step
-    min_member, timeout = found.min_member, found.timeout_seconds
-
-    for conv in REGISTRY:
-        if conv.source not in sources:
-            continue
-        for size_key, timeout_key in conv.size:
-            raw_min = lookup(pod, size_key.name)
-            if raw_min is not None:
-                mm = int_field(raw_min, size_key.name, key, limit=defaults.max_gang_size,
-                               limit_name=MAX_GANG_SIZE_FLAG)
-                if isinstance(mm, InvalidGang):
-                    return mm
-                if min_member is not None and mm != min_member:
-                    return InvalidGang(
-                        key, size_key.name, raw_min,
-                        f"conflicts with min-member {min_member} declared elsewhere",
-                    )
-                min_member = mm
-            if timeout_key is not None and (raw_t := lookup(pod, timeout_key.name)) is not None:
-                t = seconds_field(raw_t, timeout_key.name, key)
-                if isinstance(t, InvalidGang):
-                    return t
-                timeout = t
+    on_pod = _sizes_on_pod(pod, key, sources, found, defaults)
+    if isinstance(on_pod, InvalidGang):
+        return on_pod
+    min_member, timeout = on_pod
 
     if min_member is None:
         want = next(c.size_key for c in REGISTRY if c.source is found.source)
@@ -188,3 +169,33 @@ def resolve(
                            f"is above the limit of {defaults.max_gang_size} "
                            f"({MAX_GANG_SIZE_FLAG})")
     return spec
+
+
+def _sizes_on_pod(pod: PodRecord, key: GangKey, sources: frozenset[Source], found: Found,
+                  defaults: GangDefaults) -> tuple[int | None, float | None] | InvalidGang:
+    """(minimum members, timeout) from the size and timeout keys on the pod of every
+    convention it declares, starting from what the objects said: each bounded
+    (``--max-gang-size``, int32 seconds), and all sizes agreeing."""
+    min_member, timeout = found.min_member, found.timeout_seconds
+    for conv in REGISTRY:
+        if conv.source not in sources:
+            continue
+        for size_key, timeout_key in conv.size:
+            raw_min = lookup(pod, size_key.name)
+            if raw_min is not None:
+                mm = int_field(raw_min, size_key.name, key, limit=defaults.max_gang_size,
+                               limit_name=MAX_GANG_SIZE_FLAG)
+                if isinstance(mm, InvalidGang):
+                    return mm
+                if min_member is not None and mm != min_member:
+                    return InvalidGang(
+                        key, size_key.name, raw_min,
+                        f"conflicts with min-member {min_member} declared elsewhere",
+                    )
+                min_member = mm
+            if timeout_key is not None and (raw_t := lookup(pod, timeout_key.name)) is not None:
+                t = seconds_field(raw_t, timeout_key.name, key)
+                if isinstance(t, InvalidGang):
+                    return t
+                timeout = t
+    return min_member, timeout
