@@ -4,6 +4,11 @@ Each test gets its own control plane (etcd, kube-apiserver, kwok; ~4 s to start)
 and capacity never leak between tests. ``cluster(..., k8s="v1.37.2")`` (or
 ``LOCKSTEP_K8S_VERSION`` for all) picks the Kubernetes version; 1.34 by default. Binaries
 are built on first use (``make bins``): a missing binary is built, never a reason to skip.
+
+Lockstep runs as installed by default: its admission webhook on, with the certificate it
+issues itself, registered through ``deploy/webhook/webhook.yaml`` (``TestBed.start_lockstep``).
+``cluster(..., webhook=False)`` is the extender alone, only for a test about that path (its
+docstring says why).
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
+from coscheduling.gating import GANG_GATE
 from testbed.bins import REPO, BinaryMissing, ensure_bins
 from testbed.cluster import create_nodes, load_topology, nodes_from_topology
 from testbed.kube import Kube
@@ -94,6 +101,20 @@ class Cluster:
         return dict(self.kube.wait(f"event {reason} on {name} containing {contains!r}", find,
                                    timeout))
 
+    def wait_held(self, name: str, contains: str, timeout: float = 30.0) -> str:
+        """Until pod ``name`` waits behind Lockstep's gate (the default install's webhook
+        gated it: ``SchedulingGated``, out of kube-scheduler's queue, no node) and Lockstep's
+        explanation (``lockstep explain``) contains ``contains``; returns the explanation."""
+        def held() -> str | None:
+            obj = self.kube.pod(self.ns, name)
+            gated = any(g.get("name") == GANG_GATE
+                        for g in obj["spec"].get("schedulingGates") or ())
+            why = str(self.lockstep(f"/debug/pods/{self.ns}/{name}").get("explanation") or "")
+            return why if gated and not obj["spec"].get("nodeName") and contains in why \
+                else None
+        return str(self.kube.wait(f"{name} held, explained with {contains!r}", held, timeout,
+                                  interval=0.3))
+
     def lockstep(self, path: str) -> Any:
         assert self.lockstep_url
         return httpx.get(self.lockstep_url + path, timeout=10).json()
@@ -130,7 +151,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterF
     def make(topology: str, *, lockstep: bool = True, stock: bool = False,
              lockstep_args: tuple[str, ...] = ("--backoff=3",),
              extra_tokens: dict[str, tuple[str, list[str]]] | None = None,
-             volcano: bool = False, k8s: str | None = None) -> Cluster:
+             volcano: bool = False, k8s: str | None = None, webhook: bool = True) -> Cluster:
         bed = TestBed(run_dir=tmp_path / f"bed{len(made)}", extra_tokens=extra_tokens or {},
                       with_volcano=volcano, k8s=k8s or default_k8s())
         bed.start()
@@ -144,7 +165,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterF
         if stock:
             bed.start_scheduler(None, name="kube-scheduler")
         if lockstep:
-            c.lockstep_url = bed.start_lockstep(extra_args=lockstep_args)
+            c.lockstep_url = bed.start_lockstep(extra_args=lockstep_args, webhook=webhook)
             bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
                                 extender_url=c.lockstep_url)
         return c
@@ -166,6 +187,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for bed in item.stash.get(_BEDS, []):
             report.sections.append((f"test bed logs ({bed.dir})", bed.tail_logs(30)))
     return report
+
+
+def grant_as_deployed(bed: TestBed, user: str) -> None:
+    """The default install's RBAC, bound to ``user`` standing in for Lockstep's service
+    account: ``deploy/rbac.yaml``'s ClusterRole ``lockstep`` and ``deploy/webhook/rbac.yaml``
+    (its own webhook certificate: the Secret and the configuration's caBundle), exactly as
+    shipped. A Lockstep started under ``name="lockstep"`` then needs nothing more."""
+    bed.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "namespace.yaml"),
+                "-f", str(REPO / "deploy" / "rbac.yaml"))
+    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+    grants = []
+    for d in yaml.safe_load_all((REPO / "deploy" / "webhook" / "rbac.yaml").read_text()):
+        if d and d["kind"].endswith("Binding"):
+            d["subjects"] = [subject]
+        if d:
+            grants.append(d)
+    grants.append({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"lockstep-as-{user}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "lockstep"},
+        "subjects": [subject]})
+    bed.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(grants))
 
 
 def settle(seconds: float) -> None:

@@ -1,17 +1,14 @@
-"""deploy/ against a real API server: server-side dry run, and Lockstep running under exactly
-the `lockstep` ClusterRole (sufficient, and no broader than needed)."""
+"""deploy/ against a real API server: server-side dry run, and Lockstep, as installed (its
+webhook on, keeping its own certificate), running under exactly the `lockstep` ClusterRole and
+deploy/webhook/rbac.yaml (sufficient, and no broader than needed)."""
 
 from __future__ import annotations
-
-from typing import Any
-
-import yaml
 
 from testbed.bins import REPO
 from testbed.kube import Kube
 from testbed.workloads import pod, podgroup
 
-from .conftest import SCHEDULER_CONFIG, ClusterFactory, assert_not_forbidden
+from .conftest import SCHEDULER_CONFIG, ClusterFactory, assert_not_forbidden, grant_as_deployed
 
 DEPLOY = REPO / "deploy"
 TOKEN = "lockstep-rbac-test-token"
@@ -24,7 +21,7 @@ USES = [
     ("list", "pods", "", "cache: usage and gang members"),
     ("get", "pods", "", "a pod named in a bind call before the watch shows it"),
     ("watch", "pods", "", "cache"),
-    ("patch", "pods", "", "requeue annotation that wakes parked pods"),
+    ("patch", "pods", "", "the gate's lift (with a pin); the requeue annotation"),
     ("delete", "pods", "", "preemption victims"),
     ("patch", "pods/status", "", "the DisruptionTarget condition on preemption victims"),
     ("list", "poddisruptionbudgets", "policy", "victims whose budgets allow it first"),
@@ -80,16 +77,7 @@ def test_lockstep_runs_under_exactly_its_cluster_role(cluster: ClusterFactory) -
     c = cluster("tiny-3x2", lockstep=False,
                 extra_tokens={TOKEN: (USER, ["system:authenticated"])})
     bed = c.bed
-    bed.kubectl("apply", "--server-side", "-f", str(DEPLOY / "namespace.yaml"),
-                "-f", str(DEPLOY / "rbac.yaml"))
-    binding: dict[str, Any] = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "lockstep-rbac-test"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "lockstep"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-    }
-    bed.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
+    grant_as_deployed(bed, USER)  # the ClusterRole and the webhook's certificate RBAC
     restricted = Kube(bed.api_url, TOKEN)
     try:
         # No broader than needed: exactly the calls Lockstep makes are allowed.
@@ -110,15 +98,14 @@ def test_lockstep_runs_under_exactly_its_cluster_role(cluster: ClusterFactory) -
     c.recorder.min_member_of[f"{c.ns}/pg"] = 3
     members = [pod(f"pg-{i}").sp_group("pg").gpu(1).build() for i in range(3)]
     c.create(*members[:2])
-    c.wait_event("pg-0", "GangWaiting", "2/3 members exist")            # events: create
+    c.wait_held("pg-0", "2/3 members exist")  # the webhook called, its certificate trusted
     c.create(members[2])
     c.wait_bound(c.names("pg", 3), 30)                                 # pods/binding: create
-    c.wait_event(None, "GangBound", "3 of 3 member(s) bound together")
+    c.wait_event(None, "GangBound", "3 of 3 member(s) bound together")  # events: create
     path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{c.ns}/podgroups/pg"
     c.kube.wait("PodGroup status", lambda: c.kube.get(path).get("status", {}).get(
         "phase") == "Running", 30)                                     # podgroups/status: patch
-    annotated = [p for p in c.kube.pods(c.ns)
-                 if "lockstep.dev/requeue" in (p["metadata"].get("annotations") or {})]
-    assert annotated, "no requeue annotation was written"               # pods: patch
+    # pods: patch -- the members gated at creation had the gate lifted, with a pin
+    assert c.metric('lockstep_gate_lifts_total{outcome="pinned"}') >= 2
     assert_not_forbidden(bed.dir / "lockstep.log")
     c.recorder.assert_gang_invariants(c.ns)

@@ -1,5 +1,5 @@
 """Lockstep's admission webhook on the real test bed: gang members pinned at creation when
-their gang fits, gated otherwise.
+their gang's quorum exists and fits, gated otherwise.
 
 Lockstep runs with ``--webhook-port`` (TLS, a CA of the bed's own) and the API server calls it
 through ``deploy/webhook/webhook.yaml``'s MutatingWebhookConfiguration, changed only in where
@@ -7,7 +7,10 @@ to call (``testbed.runner.webhook_configuration``): its rules, CEL match conditi
 selector, ``failurePolicy: Ignore`` and ``timeoutSeconds: 2`` are the deployed ones.
 
 Pods are created as users and controllers write them, without the gate: what the API server
-answers a create with is what it stored, so the webhook's patch is checked there.
+answers a create with is what it stored, so the webhook's patch is checked there. Created one
+at a time (a creator that waits for each create), a gang's members before its quorum are
+gated and the member that completes it is pinned; created together (``burst``, as a Job's
+parallel creates), every member of a gang that fits is pinned.
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ from __future__ import annotations
 import re
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from coscheduling.creation import PROVISIONAL_SECONDS
@@ -42,13 +45,17 @@ before Lockstep set the caBundle (and the API server saw it) fail, as in a real 
 
 
 def with_webhook(cluster: ClusterFactory, certs: str = "own") -> Cluster:
-    """The default install: Lockstep issues its certificate and sets the caBundle itself
-    (``certs="files"``: a certificate given as files, as cert-manager would)."""
-    c = cluster("tiny-3x2", lockstep=False)
-    c.lockstep_url = c.bed.start_lockstep(extra_args=("--backoff=3",), webhook=True,
-                                          webhook_certs=certs)
-    c.bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
-                          extender_url=c.lockstep_url)
+    """The default install, as ``cluster`` starts it: Lockstep issues its certificate and
+    sets the caBundle itself (``certs="files"``: a certificate given as files, as
+    cert-manager would). Notes the API server's fail-open count once the webhook answers."""
+    if certs == "own":
+        c = cluster("tiny-3x2")
+    else:
+        c = cluster("tiny-3x2", lockstep=False)
+        c.lockstep_url = c.bed.start_lockstep(extra_args=("--backoff=3",),
+                                              webhook_certs=certs)
+        c.bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
+                              extender_url=c.lockstep_url)
     STARTED_AT[c.ns] = fail_open(c)
     return c
 
@@ -61,6 +68,35 @@ def create(c: Cluster, obj: dict[str, Any], ns: str | None = None) -> dict[str, 
     """Create ``obj`` and return the pod as the API server stored it (after admission)."""
     obj["metadata"]["namespace"] = ns or c.ns
     return c.kube.create_pod(obj)
+
+
+def burst(c: Cluster, objs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | Exception]:
+    """Create ``objs`` all at once, each on its own connection (as a Job controller's
+    parallel creates): name -> the pod as stored, or the error its create raised."""
+    out: dict[str, dict[str, Any] | Exception] = {}
+
+    def one(obj: dict[str, Any]) -> None:
+        obj["metadata"]["namespace"] = c.ns
+        kube = c.kube.clone()
+        try:
+            out[obj["metadata"]["name"]] = kube.create_pod(obj)
+        except Exception as e:
+            out[obj["metadata"]["name"]] = e
+        finally:
+            kube.close()
+    threads = [threading.Thread(target=one, args=(o,)) for o in objs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def stored(made: dict[str, dict[str, Any] | Exception]) -> dict[str, dict[str, Any]]:
+    """``burst``'s pods, every create having succeeded."""
+    bad = {n: e for n, e in made.items() if isinstance(e, Exception)}
+    assert not bad, bad
+    return {n: m for n, m in made.items() if not isinstance(m, Exception)}
 
 
 def gates(obj: dict[str, Any]) -> list[str]:
@@ -164,19 +200,21 @@ def test_gang_pods_get_the_gate_plain_pods_and_other_schedulers_do_not(
 
 
 def test_seed_case_with_the_webhook(cluster: ClusterFactory) -> None:
-    """Two 4-pod x 1-GPU gangs on 6 GPUs, created interleaved and ungated: the webhook pins
-    the first gang's members at creation (its whole plan reserved with its first member) and
-    gates the other's; one binds in full, the other binds nothing, and it binds in full once
-    the first is deleted. The certificate comes as files here, as cert-manager's would."""
+    """Two 4-pod x 1-GPU gangs on 6 GPUs, created interleaved, one at a time and ungated:
+    no member is pinned before its gang's quorum exists, so the first three of each are
+    gated; a-3 completes gang a, which fits: it is pinned and a's gated members are lifted
+    with pins; b-3 completes gang b, which does not fit: gated. One binds in full, the other
+    binds nothing, and it binds in full once the first is deleted. The certificate comes as
+    files here, as cert-manager's would."""
     c = with_webhook(cluster, certs="files")
     a, b = gang("a", 4), gang("b", 4)
     created = {}
     for x, y in zip(a, b, strict=True):  # interleaved: the classic deadlock
         for obj in (x, y):
             created[obj["metadata"]["name"]] = create(c, obj)
-    for i in range(4):
-        assert gates(created[f"a-{i}"]) == [] and pin(created[f"a-{i}"]), created[f"a-{i}"]
-        assert gates(created[f"b-{i}"]) == [GANG_GATE] and not pin(created[f"b-{i}"])
+    for name in [*c.names("a", 3), *c.names("b", 4)]:
+        assert gates(created[name]) == [GANG_GATE] and not pin(created[name]), name
+    assert gates(created["a-3"]) == [] and pin(created["a-3"]), created["a-3"]["spec"]
     c.kube.wait("one gang bound", lambda: any(
         all(f"{g}-{i}" in c.bound() for i in range(4)) for g in "ab"), 60)
     settle(3)
@@ -208,14 +246,15 @@ def test_seed_case_with_the_webhook(cluster: ClusterFactory) -> None:
 def test_gangs_that_fit_are_pinned_at_creation_and_bind_with_no_gate_to_lift(
     cluster: ClusterFactory,
 ) -> None:
-    """The fast path: on 3 x 2 GPUs, gang a (2 x 1 GPU) and gang b (4 x 1 GPU) fit as they are
-    created, so every member is created pinned to its planned node, with no gate, and binds
-    there without Lockstep writing to it; gang c (2 x 1 GPU) finds nothing left and is gated,
-    then lifted and bound when a finishes."""
+    """The fast path: on 3 x 2 GPUs, gang a (2 x 1 GPU) and gang b (4 x 1 GPU), their members
+    created together, fit as they are created, so every member is created pinned to its
+    planned node, with no gate, and binds there without Lockstep writing to it; gang c (2 x
+    1 GPU), created together next, finds nothing left and is gated, then lifted and bound
+    when a finishes."""
     c = with_webhook(cluster)
     before, lifted = decisions(c), lifts(c)
-    made = {o["metadata"]["name"]: create(c, o)
-            for o in [*gang("a", 2), *gang("b", 4), *gang("c", 2)]}
+    made = stored(burst(c, [*gang("a", 2), *gang("b", 4)]))
+    made |= stored(burst(c, gang("c", 2)))
     fit = [*c.names("a", 2), *c.names("b", 4)]
     for name in fit:
         assert gates(made[name]) == [] and pin(made[name]), made[name]["spec"]
@@ -273,19 +312,19 @@ def test_a_pin_whose_create_is_refused_later_gives_its_gang_back_within_seconds(
     c.kube.wait("the policy in force", refused, 30, interval=0.5)
 
     before = decisions(c)
-    obj = gang("refused", 3)[0]
-    obj["metadata"]["namespace"] = c.ns
-    with pytest.raises(KubeError, match="refused by the test's policy"):
-        c.kube.create_pod(obj)
-    assert decisions(c).get("pinned", 0) == before.get("pinned", 0) + 1  # pinned, then refused
+    refused_all = burst(c, gang("refused", 3))  # created together: pinned, then refused
+    for name, outcome in refused_all.items():
+        assert isinstance(outcome, KubeError), (name, outcome)
+        assert "refused by the test's policy" in outcome.message, outcome.message
+    assert decisions(c).get("pinned", 0) == before.get("pinned", 0) + 3
     assert c.metric("lockstep_reserved_gpus") == 3  # the whole plan, held for a pod not there
     t0 = time.monotonic()
     c.kube.wait("the pin given back", lambda: c.metric("lockstep_reserved_gpus") == 0,
                 PROVISIONAL_SECONDS + 10, interval=0.5)
     assert time.monotonic() - t0 < PROVISIONAL_SECONDS + 10
     # All 6 GPUs are free for the next gang, pinned at creation.
-    made = [create(c, o) for o in gang("whole", 3, gpus=2)]
-    assert all(gates(m) == [] and pin(m) for m in made)
+    made = stored(burst(c, gang("whole", 3, gpus=2)))
+    assert all(gates(m) == [] and pin(m) for m in made.values()), made
     c.wait_bound(c.names("whole", 3), 60)
     c.recorder.assert_gang_invariants(c.ns)
 
@@ -295,8 +334,10 @@ def test_unanswered_webhook_times_out_and_pods_are_created_ungated_and_scheduled
 ) -> None:
     """A webhook that accepts connections and never answers: the API server gives up after
     ``timeoutSeconds`` (2 s) and, ``failurePolicy: Ignore``, creates the pod without the gate;
-    Lockstep, its extender up, schedules the gang as it always has."""
-    c = cluster("tiny-3x2")
+    Lockstep, its extender up, schedules the gang as it always has. Lockstep runs without
+    its own webhook (``webhook=False``): the configuration points at the silent server
+    instead, and Lockstep must not be the one putting its caBundle into it."""
+    c = cluster("tiny-3x2", webhook=False)
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(64)  # connections queue in the backlog; nothing ever accepts them
@@ -414,8 +455,8 @@ def test_own_certificate_under_exactly_its_rbac_survives_a_wiped_ca_bundle_and_a
     assert set(secret["data"]) >= {"ca.crt", "ca.key", "tls.crt", "tls.key"}
     (hook,) = c.kube.get(mwc_path)["webhooks"]
     assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
-    first = create(c, pod("g-0").gang("g", 2).gpu(1).build())
-    assert gates(first) == [] and pin(first), first["spec"]  # its gang fits: pinned
+    first = stored(burst(c, gang("g", 2)))  # created together, its gang fits: pinned
+    assert all(gates(m) == [] and pin(m) for m in first.values()), first
     # A re-apply of the configuration as shipped (no caBundle) wipes it; Lockstep puts it back.
     bed.register_webhook(bed.webhooks["lockstep"], None, wait=False)
     c.kube.wait("the caBundle put back", lambda: c.kube.get(mwc_path)["webhooks"][0][
@@ -426,8 +467,9 @@ def test_own_certificate_under_exactly_its_rbac_survives_a_wiped_ca_bundle_and_a
     bed.wait_webhook_called(bed.webhooks["lockstep"])
     assert c.kube.get(secret_path)["metadata"]["resourceVersion"] == (
         secret["metadata"]["resourceVersion"])
-    second = create(c, pod("g-1").gang("g", 2).gpu(1).build())
-    assert pin(second) or gates(second) == [GANG_GATE], second["spec"]  # the webhook answered
-    c.wait_bound(["g-0", "g-1"], 60)
+    second = create(c, pod("h-0").gang("h", 2).gpu(1).build())
+    assert gates(second) == [GANG_GATE], second["spec"]  # the webhook answered: 1 of 2, gated
+    assert pin(create(c, pod("h-1").gang("h", 2).gpu(1).build()))  # its quorum: pinned
+    c.wait_bound(["g-0", "g-1", "h-0", "h-1"], 60)
     c.recorder.assert_gang_invariants(c.ns)
     assert_not_forbidden(bed.dir / "lockstep.log")
