@@ -55,6 +55,16 @@ knapsack problem; like kube-scheduler's ``SelectVictimsOnNode`` this does not se
   O(DOMAINS_TRIED x units per domain) plans, each over one domain's nodes. Only a spread
   gang plans over the whole cluster, once per unit on the planned nodes. What-if capacity
   is :class:`~coscheduling.freed.FreedView`.
+
+Bounded work per call (issue 32): the search is a generator of pieces of work, each
+announced with its cost (a plan: its nodes times the members; arithmetic:
+:data:`BOOK_COST` per node or pod read). :class:`VictimSearch` runs it in slices of at most
+:data:`SEARCH_BUDGET` units, returning :class:`Unfinished` in between, so the core can run
+one slice per sweep and let the event loop answer verbs between two. Work is counted, not
+timed: no clock is read, and the same inputs slice the same way. :func:`choose_victims` is
+the same search with no budget. A piece is never cut (a slice runs at least one), so the
+longest slice is the budget or the dearest piece: a plan over one domain, or the single
+whole-cluster plan that tells a gang that fits nowhere why.
 """
 
 from __future__ import annotations
@@ -131,6 +141,9 @@ class Candidate:
     node: NodeName
     requests: Mapping[str, int]
     priority: int
+    """The priority it is measured by, the same measure as the preemptor's: its gang's
+    (the group's when the group names one) for a gang member, its own for a plain pod
+    (``CoreState.unit_priority``)."""
     gang: GangKey | None
     """The gang it belongs to: the whole gang is evicted, or none of it. None: a plain pod."""
     started: float
