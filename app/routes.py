@@ -120,6 +120,19 @@ def create_rest_app(
         now = service.clock()
         return _json({"gangs": [gang_json(v, now) for v in service.core.gang_views()]})
 
+    @app.get("/debug/loop")
+    async def debug_loop(request: Request) -> Response:
+        """How long work held the event loop (``app.service.LoopLag``); ``?reset=1`` starts
+        the maximum afresh (a benchmark's phase)."""
+        if (denied := guard(request)) is not None:
+            return denied
+        lag = service.lag
+        out = {"lastLagSeconds": round(lag.last, 4), "maxLagSeconds": round(lag.max, 4),
+               "heldOverWarnSeconds": lag.held_over_warn}
+        if request.query_params.get("reset") == "1":
+            lag.reset()
+        return _json(out)
+
     @app.get("/debug/nodes")
     async def debug_nodes(request: Request) -> Response:
         if (denied := guard(request)) is not None:

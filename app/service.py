@@ -8,7 +8,8 @@ limp on with a stale view:
 * ``cache``: list/watch of every kind the core reads (``app.cache``);
 * ``binder``: bindings, parked calls and the deadline timer (``app.binder``);
 * ``poster``: Events, requeue nudges and gate lifts (``app.poster``);
-* ``status``: each convention's PodGroup status (``app.status_writer``).
+* ``status``: each convention's PodGroup status (``app.status_writer``);
+* ``loop-lag``: how long the loop was held by work that did not yield (:class:`LoopLag`).
 """
 
 from __future__ import annotations
@@ -42,13 +43,50 @@ from .poster import LIFTERS, Poster
 from .render import render
 from .status_writer import StatusWriter
 
-__all__ = ["Lockstep", "UnknownObject"]
+__all__ = ["LOOP_LAG_WARN_SECONDS", "Lockstep", "LoopLag", "UnknownObject"]
 
 log = logging.getLogger("lockstep")
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 """What the API server accepts as a namespace (DNS label) and a pod name (DNS subdomain)."""
+
+
+LOOP_LAG_WARN_SECONDS = 1.0
+"""A loop held this long is logged: every verb, the webhook and ``/healthz`` waited as long."""
+
+
+class LoopLag:
+    """How late the event loop wakes a sleeper: the time some work held it without yielding.
+
+    Every verb, webhook review and probe waits behind such work, so this is the stall a
+    client saw, measured inside the process (``/debug/loop``; the stall benchmark reads it).
+    It costs one wake-up every ``period`` seconds."""
+
+    def __init__(self, period: float = 0.25) -> None:
+        self.period = period
+        self.last = 0.0
+        self.max = 0.0
+        self.held_over_warn = 0
+        """Times the loop was held longer than ``LOOP_LAG_WARN_SECONDS``."""
+
+    async def run(self) -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(self.period)
+            self.observe(time.monotonic() - t - self.period)
+
+    def observe(self, lag: float) -> None:
+        self.last = max(0.0, lag)
+        self.max = max(self.max, self.last)
+        if self.last > LOOP_LAG_WARN_SECONDS:
+            self.held_over_warn += 1
+            log.warning("event loop held for %.2fs: verbs, webhook and probes waited as long",
+                        self.last)
+
+    def reset(self) -> None:
+        self.last = self.max = 0.0
+        self.held_over_warn = 0
 
 
 class UnknownObject(LookupError):
@@ -81,6 +119,7 @@ class Lockstep:
         self.binder = Binder(core, kube, self.metrics, self.parked, self.poster, clock=clock,
                              flush=self.flush, kick=self.kick, bind_retries=bind_retries)
         self.status = StatusWriter(core, kube)
+        self.lag = LoopLag()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.failed: BaseException | None = None
         self.verbs_served = True
@@ -107,6 +146,7 @@ class Lockstep:
             **{f"gate-lifter-{i}": self.poster.lift() for i in range(LIFTERS)},
             "podgroup-status": self.status.run(),
             "api-probe": self._probe_api(),
+            "loop-lag": self.lag.run(),
         }
         for name, coro in runners.items():
             task = asyncio.create_task(coro, name=name)

@@ -56,7 +56,7 @@ HOSTILE = 100
 TABLE_COLUMNS = (("phase", "phase"), ("probe", "probe"), ("n", "requests"),
                  ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("max_ms", "max ms"),
                  ("errors", "errors"), ("load_calls", "worst-case calls"),
-                 ("load_max_s", "longest call s"))
+                 ("load_max_s", "longest call s"), ("loop_held_max_s", "loop held max s"))
 
 
 # ------------------------------------------------------------------------------- the server
@@ -150,11 +150,13 @@ def serve(argv: list[str]) -> None:
 async def _serve(service: Any, server: Any) -> None:
     """The HTTP server plus the deadline timer, whose sweeps go on with a victim search
     that a verb left unfinished (the core searches in slices of bounded work)."""
-    timer = asyncio.create_task(service.binder.expire_loop(), name="deadline-timer")
+    tasks = [asyncio.create_task(service.binder.expire_loop(), name="deadline-timer"),
+             asyncio.create_task(service.lag.run(), name="loop-lag")]
     try:
         await server.serve()
     finally:
-        timer.cancel()
+        for t in tasks:
+            t.cancel()
 
 
 # ------------------------------------------------------------------------------- the client
@@ -285,6 +287,8 @@ class _Probes:
 
     def during(self, load: Callable[[], list[float]]) -> tuple[list[float], dict[str, Any]]:
         """Run the probes while ``load`` runs; returns the load's call times and results."""
+        loop = httpx.get(self.base + "/debug/loop", params={"reset": "1"}, timeout=120)
+        loop.raise_for_status()
         self.stop.clear()
         self.times = {p: [] for p in PROBES}
         self.errors = dict.fromkeys(PROBES, 0)
@@ -298,10 +302,13 @@ class _Probes:
             self.stop.set()
             for t in threads:
                 t.join(70)
-        return calls, {"times": self.times, "errors": self.errors}
+        held = httpx.get(self.base + "/debug/loop", timeout=120).json()
+        return calls, {"times": self.times, "errors": self.errors, "loop": held}
 
 
 def _rows(phase: str, calls: list[float], got: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per probe; ``loop_held_max_s`` is the server's own measure of the longest
+    time work held its loop in the phase (``/debug/loop``)."""
     rows = []
     for probe in PROBES:
         v = got["times"][probe] or [0.0]
@@ -309,7 +316,8 @@ def _rows(phase: str, calls: list[float], got: dict[str, Any]) -> list[dict[str,
                      "p50_ms": round(_pct(v, 0.5), 2), "p99_ms": round(_pct(v, 0.99), 2),
                      "max_ms": round(max(v), 2), "errors": got["errors"][probe],
                      "load_calls": len(calls),
-                     "load_max_s": round(max(calls), 3) if calls else 0.0})
+                     "load_max_s": round(max(calls), 3) if calls else 0.0,
+                     "loop_held_max_s": got["loop"].get("maxLagSeconds")})
     return rows
 
 

@@ -1,0 +1,52 @@
+"""The loop-lag watch sees work that holds the event loop, and ``/debug/loop`` reports it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from app.kube import KubeClient, KubeConfig
+from app.routes import create_app
+from app.service import LOOP_LAG_WARN_SECONDS, Lockstep, LoopLag
+from coscheduling import Coscheduler, Settings
+
+
+async def _held_for(seconds: float) -> LoopLag:
+    lag = LoopLag(period=0.02)
+    task = asyncio.create_task(lag.run())
+    await asyncio.sleep(0.05)
+    time.sleep(seconds)  # work that never yields, as a long verb would
+    await asyncio.sleep(0.05)
+    task.cancel()
+    return lag
+
+
+def test_work_that_holds_the_loop_is_measured_and_a_long_hold_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lag = asyncio.run(_held_for(0.3))
+    assert 0.25 <= lag.max < 1.0 and lag.held_over_warn == 0
+    lag.observe(LOOP_LAG_WARN_SECONDS + 0.5)
+    assert lag.held_over_warn == 1 and "event loop held for 1.50s" in caplog.text
+    lag.reset()
+    assert lag.max == 0.0 and lag.held_over_warn == 0
+
+
+def test_debug_loop_reports_the_longest_hold_and_resets_on_request() -> None:
+    async def go() -> tuple[dict[str, float], dict[str, float]]:
+        service = Lockstep(Coscheduler(Settings()), KubeClient(KubeConfig("http://127.0.0.1:9")))
+        service.lag.observe(0.42)
+        app = create_app(service, manage_lifecycle=False)
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            first = (await c.get("/debug/loop", params={"reset": "1"})).json()
+            second = (await c.get("/debug/loop")).json()
+        await service.kube.aclose()
+        return first, second
+
+    first, second = asyncio.run(go())
+    assert first["maxLagSeconds"] == 0.42 and first["lastLagSeconds"] == 0.42
+    assert second["maxLagSeconds"] == 0.0
