@@ -163,15 +163,19 @@ def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
     key = (tuple(m.key for m in preemptor.members), preemptor.priority, preemptor.policy,
            preemptor.required, preemptor.quota)
     run = book.searches.get(me)
+    left = book.budget_left(now)
+    # The first preemptor of a sweep always moves on; the others only within what is
+    # left, and a new search is begun (its candidates listed) only in a fresh sweep.
+    fresh = left >= book.budget
+    if left <= 0 or (not fresh and (run is None or run.key != key)):
+        return Unfinished(preemptor.name, run.search.work if run else 0,
+                          run.search.slices if run else 0)
     if run is None or run.key != key:
         run = book.searches[me] = Searching(
             VictimSearch(preemptor, _candidates(st, preemptor.priority), st.capacity,
                          st.settings.levels), key, now)
-    left = book.budget_left(now)
-    if left <= 0:  # earlier preemptors of this sweep spent it: next sweep
-        return Unfinished(preemptor.name, run.search.work, run.search.slices)
     before = run.search.work
-    got = run.search.advance(left)
+    got = run.search.advance(left, must_move=fresh)
     book.spend(now, run.search.work - before)
     run.last = now
     if isinstance(got, Unfinished):

@@ -719,14 +719,20 @@ class VictimSearch:
         self.work = 0
         self.slices = 0
 
-    def advance(self, budget: int | None) -> Victims | NoPreemption | Unfinished:
-        """Run the search for at most ``budget`` units of work (None: to the end)."""
+    def advance(self, budget: int | None, *, must_move: bool = True
+                ) -> Victims | NoPreemption | Unfinished:
+        """Run the search for at most ``budget`` units of work (None: to the end).
+
+        ``must_move``: run the next piece even if it alone is over the budget (the first
+        preemptor of a sweep, so every search progresses); without it, a slice that cannot
+        afford its next piece does nothing."""
         self.slices += 1
         spent = steps = 0
         cost = self._next
         try:
             while True:
-                if budget is not None and steps > 0 and spent + cost > budget:
+                if budget is not None and (steps > 0 or not must_move) \
+                        and spent + cost > budget:
                     self._next = cost
                     return Unfinished(self.preemptor.name, self.work, self.slices, spent,
                                       steps)

@@ -572,3 +572,25 @@ def test_a_set_decided_over_slices_is_checked_against_the_cluster_of_now() -> No
     assert _recheck(st, found, pre) is not None
     core.delete_pod(pod_key("default", "low-0"), "uid-low-0")  # a victim went
     assert _recheck(st, found, pre) is None
+
+
+def test_preemptors_of_one_sweep_share_its_budget() -> None:
+    """The budget bounds the sweep, not each preemptor: once one spent it, the others wait
+    for the next sweep without even listing their candidates."""
+    core = cluster(4, 4)
+    for i in range(4):
+        plain_on(core, f"low-{i}", 2, f"n{i // 2}", 10)
+    core.state.preemptions.budget = 30
+    for name in ("a", "b"):
+        core.upsert_pod(pod_from_json(unschedulable(name, 4, 100)))
+    core.admit_held(0.0)
+    assert set(core.state.preemptions.searches) == {PreemptorId.of_pod(pod_key("default", "a"))}
+    now = 0.0
+    for _ in range(200):
+        now += 0.05
+        core.expire(now)
+        core.admit_held(now)
+        if len(core.state.nominations) == 2:
+            break
+    assert len(core.state.nominations) == 2  # both preempted, one node each
+    assert len({e.node for e in core.drain_evictions()}) == 2
