@@ -173,6 +173,10 @@ class ClusterCache:
     def synced(self) -> bool:
         return all(r.synced for r in self.resources.values())
 
+    def failures(self) -> dict[str, int]:
+        """Objects each resource's loop could not take in (``Resource.failed``)."""
+        return {n: r.failed for n, r in self.resources.items()}
+
     def sync_age(self, now: float) -> dict[str, float]:
         return {n: (now - r.last_sync) if r.synced else -1.0 for n, r in self.resources.items()}
 

@@ -25,9 +25,11 @@ _LATENCY_BUCKETS = (
 
 
 class _StateCollector(Collector):
-    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]]) -> None:
+    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]],
+                 failed: Callable[[], dict[str, int]]) -> None:
         self._core = core
         self._sync_age = sync_age
+        self._failed = failed
 
     def collect(self) -> Iterable[Metric]:
         now = time.monotonic()
@@ -63,6 +65,14 @@ class _StateCollector(Collector):
         for name, a in sorted(self._sync_age(now).items()):
             age.add_metric([name], a)
         yield age
+        failed = CounterMetricFamily(
+            "lockstep_cache_objects_failed",
+            "Objects (or responses) the cache could not take in and skipped, logged, while "
+            "its watch went on: a bug one object set off, or JSON it could not decode.",
+            labels=["resource"])
+        for name, n in sorted(self._failed().items()):
+            failed.add_metric([name], n)
+        yield failed
         yield GaugeMetricFamily("lockstep_cache_nodes", "Nodes in the cache.",
                                 value=self._core.node_count())
         yield GaugeMetricFamily("lockstep_cache_pods", "Pods in the cache.",
@@ -79,7 +89,8 @@ class _StateCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]]) -> None:
+    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]],
+                 failed: Callable[[], dict[str, int]] = dict) -> None:
         self.registry = CollectorRegistry()
         self.verb_seconds = Histogram(
             "lockstep_verb_duration_seconds",
@@ -142,4 +153,4 @@ class Metrics:
             "back on reinvocation; malformed: answered 400).",
             ["decision"], registry=self.registry,
         )
-        self.registry.register(_StateCollector(core, sync_age))
+        self.registry.register(_StateCollector(core, sync_age, failed))

@@ -111,7 +111,7 @@ class Lockstep:
         self.kube = kube
         self.clock = clock
         self.cache = ClusterCache(core, kube, on_change=self.flush)
-        self.metrics = Metrics(core, self.cache.sync_age)
+        self.metrics = Metrics(core, self.cache.sync_age, self.cache.failures)
         self.parked = ParkedCalls()
         self.kick = asyncio.Event()
         """Set when the deadline timer should look again (a call was parked, state moved)."""

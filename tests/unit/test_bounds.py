@@ -948,3 +948,13 @@ async def test_the_crd_watch_survives_an_undecodable_line() -> None:
         assert not task.done()
     finally:
         task.cancel()
+
+
+def test_objects_the_cache_skipped_are_a_metric() -> None:
+    from prometheus_client import generate_latest
+
+    service = Lockstep(core_with_node(), KubeClient(
+        KubeConfig("http://api.test"), connect=Wire(lambda _: httpx.Response(404))))
+    service.cache.resources["pods"].failed = 3
+    text = generate_latest(service.metrics.registry).decode()
+    assert 'lockstep_cache_objects_failed_total{resource="pods"} 3.0' in text
