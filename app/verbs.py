@@ -30,7 +30,7 @@ from coscheduling.resources import QuantityError
 
 from .render import render
 from .service import Lockstep, UnknownObject
-from .wire import BindingArgs, ExtenderArgs, PodShape
+from .wire import BindingArgs, ExtenderArgs, validate_shape
 
 __all__ = ["DEFAULT_MAX_BODY", "BadRequest", "VerbsApp", "error_body"]
 
@@ -86,7 +86,7 @@ def _invalid(e: ValidationError, prefix: str = "") -> BadRequest:
 
 def _pod(args: ExtenderArgs) -> Any:
     try:
-        PodShape.model_validate(args.Pod)
+        validate_shape(args.Pod)
     except ValidationError as e:
         raise _invalid(e, "Pod") from None
     try:

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coscheduling.eligibility import affinity_problem
+
 __all__ = [
     "BindingArgs",
     "BindingResult",
@@ -17,6 +19,7 @@ __all__ = [
     "FilterResult",
     "HostPriority",
     "PodShape",
+    "validate_shape",
 ]
 
 
@@ -136,3 +139,22 @@ class PodShape(_Loose):
     metadata: _PodMeta
     spec: _PodSpec
     status: _PodStatus | None = None
+
+
+def validate_shape(pod: Any) -> None:
+    """``PodShape.model_validate(pod)``, leaving out a required node affinity over the
+    planner's limits (``coscheduling.eligibility``): no gang member with it is ever placed
+    (the reason names the field and the limit), and a plain pod's is kube-scheduler's to
+    evaluate, so checking its thousands of terms one model each (0.5 s for 4,000) would be
+    work that grows with the pod for nothing. Raises ``ValidationError`` as the model does."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    affinity = spec.get("affinity") if isinstance(spec, dict) else None
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if isinstance(terms, list) and affinity_problem(terms) is not None:
+        assert isinstance(spec, dict) and isinstance(affinity, dict)
+        pod = {**pod, "spec": {**spec, "affinity": {
+            k: v for k, v in affinity.items() if k != "nodeAffinity"}}}
+    PodShape.model_validate(pod)
