@@ -14,12 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import yaml
 
-from testbed.bins import REPO
 from testbed.workloads import pod
 
-from .conftest import SCHEDULER_CONFIG, Cluster, ClusterFactory, assert_not_forbidden, settle
+from .conftest import (
+    SCHEDULER_CONFIG,
+    Cluster,
+    ClusterFactory,
+    assert_not_forbidden,
+    grant_as_deployed,
+    settle,
+)
 
 K8S = "v1.37.2"
 API = "/apis/scheduling.k8s.io/v1beta1"
@@ -69,18 +74,12 @@ def condition(c: Cluster, group: str) -> dict[str, Any]:
 
 
 def upstream_bed(cluster: ClusterFactory, topology: str = "tiny-3x2") -> Cluster:
-    """A 1.37 bed with Lockstep running under exactly the `lockstep` ClusterRole."""
+    """A 1.37 bed with Lockstep as installed (its webhook on) running under exactly the
+    `lockstep` ClusterRole and its webhook's certificate RBAC."""
     c = cluster(topology, k8s=K8S, lockstep=False,
                 extra_tokens={TOKEN: (USER, ["system:authenticated"])})
     bed = c.bed
-    bed.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "namespace.yaml"),
-                "-f", str(REPO / "deploy" / "rbac.yaml"))
-    bed.kubectl("apply", "-f", "-", input=yaml.safe_dump({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "lockstep-upstream"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "lockstep"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]}))
+    grant_as_deployed(bed, USER)
     c.lockstep_url = bed.start_lockstep(kubeconfig=bed.kubeconfig_for(TOKEN, "lockstep"),
                                         extra_args=("--backoff=3",))
     bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
@@ -130,7 +129,7 @@ def test_two_upstream_gangs_on_six_gpus_one_binds_the_other_holds_nothing(
 def test_a_pod_whose_podgroup_arrives_later_binds(cluster: ClusterFactory) -> None:
     c = upstream_bed(cluster)
     c.create(*(member(f"late-{i}", "late") for i in range(2)))
-    c.wait_event("late-0", "FailedScheduling", "(scheduling.k8s.io) not found")
+    c.wait_held("late-0", "(scheduling.k8s.io) not found")
     assert c.bound() == {}
     # Created through v1alpha3: the same objects, read at the preferred version (v1beta1).
     c.kube.create(f"/apis/scheduling.k8s.io/v1alpha3/namespaces/{c.ns}/podgroups",
