@@ -36,7 +36,7 @@ from coscheduling.gating import pinned_node, pinned_terms
 from coscheduling.resources import QuantityError
 
 from .service import Lockstep
-from .wire import PodShape
+from .wire import validate_shape
 
 __all__ = ["CreationPlacer"]
 
@@ -59,7 +59,7 @@ class CreationPlacer:
         if isinstance(meta, dict) and not meta.get("namespace") and namespace:
             obj = {**obj, "metadata": {**meta, "namespace": namespace}}
         try:
-            PodShape.model_validate(obj)  # what the extender verbs check first, too
+            validate_shape(obj)  # what the extender verbs check first, too
             return pod_from_json(obj)
         except (ValidationError, RecordError, QuantityError):
             return None  # gated: the watch's copy is decoded (and reported) as usual
