@@ -7,14 +7,19 @@ are created on capacity where either the plain pods or the gang fit, not both, o
 
 * plain pods first, or interleaved with the gang's members (all in one burst, as
   kube-scheduler's queue then serves the higher priority first): the three plain pods bind,
-  the gang waits with zero bound;
+  the gang waits with zero bound and is never bound at any moment (so nothing is evicted):
+  on the default install, a gang the webhook admitted at its first member's creation gives
+  its reservation back to the higher-priority plain pods instead of binding and being
+  evicted for them;
 * the gang first, bound before the plain pods exist: kube-scheduler finds no node for the
   plain pods, so they preempt: the gang is evicted whole and the three plain pods bind
   (until #22 the plain pods waited; the stock scheduler's DefaultPreemption would evict
   the gang pod by pod).
 
 Every repetition of a variant must end the same way, with no plain pod's bind refused for a
-reservation and no pod answered unknown.
+reservation and no pod answered unknown. The case runs on the default install (the webhook
+on) and once more with the extender alone (``..._extender_only``), the path the case was
+first written for: both must give the same outcome.
 """
 
 from __future__ import annotations
@@ -84,6 +89,9 @@ def one_run(c: Cluster, ns: str, order: str, shape: dict[str, str]) -> dict[str,
     gangs = {g["gang"]: g for g in c.lockstep("/debug/gangs")["gangs"]}
     out = {"plain_bound": sum(n in bound for n in names),
            "gang_bound": sum(f"train-{i}" in bound for i in range(3)),
+           # bound at any moment of the run, evicted since or not
+           "gang_ever_bound": sum(r.bound_at is not None for r in c.recorder.records(ns)
+                                  if r.name.startswith("train-")),
            "gang_reason": (gangs.get(f"{ns}/train") or {}).get("reason") or ""}
     for obj in gang + plain:
         c.kube.delete_pod(ns, obj["metadata"]["name"])
@@ -98,7 +106,22 @@ def one_run(c: Cluster, ns: str, order: str, shape: dict[str, str]) -> dict[str,
 def test_higher_priority_plain_pods_win_every_time_in_every_order(
     cluster: ClusterFactory, topology: str, shape: dict[str, str], keep_nodes: int,
 ) -> None:
-    c = cluster(topology)
+    """The default install: the webhook sees every member as it is created."""
+    every_order(cluster(topology), topology, shape, keep_nodes)
+
+
+def test_higher_priority_plain_pods_win_every_time_in_every_order_extender_only(
+    cluster: ClusterFactory,
+) -> None:
+    """The extender-only path (``webhook=False``): gang members reach kube-scheduler
+    ungated, so its priority queue alone orders them against the plain pods. Kept as the
+    install without the webhook is still supported and gives the same outcome."""
+    every_order(cluster("tiny-3x2", webhook=False), "tiny-3x2", {"gpu": "2"}, 3)
+
+
+def every_order(c: Cluster, topology: str, shape: dict[str, str], keep_nodes: int) -> None:
+    """REPEATS runs of every order on ``keep_nodes`` nodes; each must end with the three
+    plain pods bound, the gang with none, and (but gang-first) the gang never bound."""
     for n in sorted(x["metadata"]["name"] for x in c.kube.list("/api/v1/nodes"))[keep_nodes:]:
         c.kube.delete(f"/api/v1/nodes/{n}")
     priority_classes(c)
@@ -108,7 +131,8 @@ def test_higher_priority_plain_pods_win_every_time_in_every_order(
         for order in ORDERS:
             outcomes[order].append(one_run(c, f"r{i}-{order}", order, shape))
     summary = {o: {"runs": len(r), "plain_all_bound": sum(x["plain_bound"] == 3 for x in r),
-                   "gang_none_bound": sum(x["gang_bound"] == 0 for x in r)}
+                   "gang_none_bound": sum(x["gang_bound"] == 0 for x in r),
+                   "gang_bound_then_evicted": sum(x["gang_ever_bound"] > 0 for x in r)}
                for o, r in outcomes.items()}
     print(f"\n{topology} x{keep_nodes} {shape}: {summary}")
     for order, runs in outcomes.items():
@@ -116,6 +140,8 @@ def test_higher_priority_plain_pods_win_every_time_in_every_order(
             # gang-first: the gang was evicted whole for them (the recorder below asserts
             # it was never partial).
             assert run["plain_bound"] == 3 and run["gang_bound"] == 0, (order, run, summary)
+            if order != "gang-first":  # the gang waited: it never bound, nothing was evicted
+                assert run["gang_ever_bound"] == 0, (order, run, summary)
     after = counters(c)
     assert after == before, f"refused for a reservation or answered unknown: {after}"
     c.recorder.assert_gang_invariants(None)
@@ -211,3 +237,77 @@ def test_mixed_soak_gangs_and_a_stream_of_plain_pods(cluster: ClusterFactory) ->
     assert after == before, f"refused for a reservation or answered unknown: {after}"
     assert timeouts == 0
     assert stats["gangs_done"] >= 2 and stats["plain_done"] >= 10, stats
+
+
+def scheduler_plugins_case(c: Cluster, ns: str) -> dict[str, Any]:
+    """scheduler-plugins' integration case "different priority, not sequentially pg1 meet min
+    and 3 regular pods" (``test/integration/coscheduling_test.go``): a 3-member PodGroup of
+    lower priority, its members created one by one between three higher-priority plain pods,
+    on one node where either side fits and not both (members 5 CPUs, plain pods 10, the node
+    32). The peer's outcome: the plain pods bind, the gang never binds, nothing is evicted."""
+    c.kube.ensure_namespace(ns)
+    c.kube.create(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups",
+                  podgroup("pg6-1", 3, ns))
+    c.recorder.min_member_of[f"{ns}/pg6-1"] = 3
+    order = [("t6-p1-1", True), ("t6-p2", False), ("t6-p1-2", True), ("t6-p3", False),
+             ("t6-p1-3", True), ("t6-p4", False)]
+    for name, gang in order:
+        b = pod(name, ns).sp_group("pg6-1") if gang else pod(name, ns)
+        cls, value = LOW if gang else HIGH
+        c.kube.create_pod(b.cpu("5" if gang else "10").priority(value, cls).build())
+    plain = [n for n, gang in order if not gang]
+    c.recorder.wait_bound(ns, plain, 30)
+    settle(2.0)  # time for a wrong binding of the gang, or an eviction, to show
+    records = list(c.recorder.records(ns))
+    out = {"plain_bound": sum(r.name in plain and r.bound_at is not None
+                              and r.deleted_at is None for r in records),
+           "gang_ever_bound": sum(r.name.startswith("t6-p1-") and r.bound_at is not None
+                                  for r in records),
+           "deleted": sum(r.deleted_at is not None for r in records)}
+    for name, _ in order:
+        c.kube.delete_pod(ns, name)
+    c.kube.wait(f"{ns} emptied", lambda: not c.kube.pods(ns), 30)
+    return out
+
+
+def evictions(c: Cluster) -> float:
+    """``lockstep_evictions_total``, every outcome."""
+    assert c.lockstep_url
+    text = httpx.get(c.lockstep_url + "/metrics", timeout=10).text
+    return sum(float(m[1]) for m in re.finditer(
+        r'^lockstep_evictions_total\{[^}]*\} (\S+)$', text, re.M))
+
+
+def default_install(cluster: ClusterFactory) -> Cluster:
+    """The default install, explicitly: Lockstep with its webhook and its own certificate,
+    on one node of ``tiny-3x2`` (32 CPUs)."""
+    from .conftest import SCHEDULER_CONFIG
+
+    c = cluster("tiny-3x2", lockstep=False)
+    for n in sorted(x["metadata"]["name"] for x in c.kube.list("/api/v1/nodes"))[1:]:
+        c.kube.delete(f"/api/v1/nodes/{n}")
+    c.lockstep_url = c.bed.start_lockstep(extra_args=("--backoff=3",), webhook=True,
+                                          webhook_certs="own")
+    c.bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
+                          extender_url=c.lockstep_url)
+    priority_classes(c)
+    return c
+
+
+def test_scheduler_plugins_case_on_the_default_install_gives_the_peers_outcome(
+    cluster: ClusterFactory,
+) -> None:
+    """Issue 32: on the default install the gang was admitted at its first member's
+    creation, bound whole and was then evicted whole for the plain pods (20 runs of 20).
+    Now no member is pinned before the gang's quorum exists, and a gang none of whose
+    members is bound gives its reservation back to higher-priority pods that need it: the
+    plain pods bind, the gang is never bound, nothing is evicted."""
+    c = default_install(cluster)
+    out = scheduler_plugins_case(c, "sp6")
+    print(f"\nscheduler-plugins case, default install: {out}")
+    assert out == {"plain_bound": 3, "gang_ever_bound": 0, "deleted": 0}, out
+    assert evictions(c) == 0
+    hook = sum(float(m[1]) for m in re.finditer(
+        r'^lockstep_webhook_admissions_total\{decision="(?:gated|pinned)"\} (\S+)$',
+        httpx.get(str(c.lockstep_url) + "/metrics", timeout=10).text, re.M))
+    assert hook >= 3, "the webhook never saw the gang's members"
