@@ -3,9 +3,10 @@
 A real control plane with 3 simulated nodes x 2 GPUs (6 GPUs). Two training jobs of 4 x 1-GPU
 workers are submitted with their pods interleaved, first to the stock kube-scheduler alone,
 then to the stock kube-scheduler calling Lockstep, installed as deployed: its admission webhook
-on, with the certificate it issues itself. The webhook pins the members of the job that fits
-to their planned nodes as they are created and holds the other job's members behind its
-scheduling gate, so they never take a GPU. A live timeline shows every binding.
+on, with the certificate it issues itself. The webhook holds a job's members behind its
+scheduling gate until the job's quorum exists, pins the job that fits to its planned nodes
+and keeps the other behind the gate, so its pods never take a GPU. A live timeline shows
+every binding.
 """
 
 from __future__ import annotations
