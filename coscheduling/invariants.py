@@ -20,8 +20,23 @@
    gangs would break this by the user's hand: the model only raises it);
 9. an expected member (a slot held at creation for a member not created yet) belongs to an
    ADMITTED gang and holds a slot there, and fewer than ``minMember`` of a gang's members are
-   expected; a member pinned at creation that the watch has not shown is not created yet in
-   the core's view either (no UID).
+   expected, and no more than the members it still lacks (members that disagree on
+   ``minMember`` never make it hold room for more); a member pinned at creation that the
+   watch has not shown is not created yet in the core's view either (no UID);
+10. no empty gang survives a step: every gang the core keeps has a member that exists (a pod
+    the API server holds, or one pinned at creation whose creation is still in flight: its
+    provisional deadline, when ``now`` is given, not passed yet);
+11. nothing is reserved for a gang none of whose members exists: ledger reservations
+    (a preemption's held room among them), expected placeholders and provisional pins all
+    count;
+12. victims are compared with their preemptor by one measure: a victim gang whose group
+    names a priority (an upstream PodGroup's ``priority``, a Volcano or upstream PodGroup's
+    ``priorityClassName``) is below the preemptor by that priority, not by its pods'; a
+    member whose binding is in flight counts as bound (a victim gang is evicted whole with
+    it, or not at all); a gang told it is preempting waits on a preemption of its own (not
+    on a plain pod's of the same namespace/name);
+13. a slot sits on a node the member may run on (its nodeSelector and required affinity
+    admit the node: a pin another webhook's nodeSelector excludes holds nothing).
 
 :func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
 """
@@ -31,10 +46,14 @@ from __future__ import annotations
 from typing import Any
 
 from .core import Coscheduler, GangPhase
+from .eligibility import eligible
 from .enqueue import holds, queue_of
+from .gang import Gang
 from .gating import pinned_node
+from .keys import GangKey
 from .ledger import LedgerDrift, check_ledger
-from .records import NodeName
+from .reasons import Preempting
+from .records import NodeName, PodKey
 from .resources import Resources, add, sub
 from .topology import domain_of
 
@@ -45,7 +64,9 @@ class InvariantBroken(AssertionError):
     pass
 
 
-def check_invariants(core: Coscheduler) -> None:
+def check_invariants(core: Coscheduler, now: float | None = None) -> None:
+    """Raise :class:`InvariantBroken` for the first broken rule; ``now`` (the model's clock)
+    lets rule 10 tell a creation still in flight from one that never landed."""
     try:
         check_ledger(core.ledger, core.plans())
     except LedgerDrift as e:
@@ -55,6 +76,7 @@ def check_invariants(core: Coscheduler) -> None:
     _check_preemptions(core)
     _check_queues(core)
     _check_expected(core)
+    _check_gangs_exist(core, now)
     nominations = core.state.nominations
     for n in sorted({*core.ledger.nodes(), *nominations.total}):
         if n not in store.nodes:
@@ -91,6 +113,9 @@ def check_invariants(core: Coscheduler) -> None:
             pin = pinned_node(p.required_affinity)
             if pin is not None and pin != node:
                 raise InvariantBroken(f"gang {key} plans {pod} on {node}, pinned to {pin}")
+            if not eligible(p, store.nodes[node]):
+                raise InvariantBroken(f"gang {key} holds a slot for {pod} on {node}, where its "
+                                      f"nodeSelector or required affinity does not admit it")
         if g.phase is GangPhase.ADMITTED:
             if g.spec is None:
                 raise InvariantBroken(f"gang {key} admitted without a declaration")
@@ -143,7 +168,7 @@ def check_invariants(core: Coscheduler) -> None:
 def _check_expected(core: Coscheduler) -> None:
     """9. expected members only inside admitted plans, never a whole gang of them."""
     st = core.state
-    per_gang: dict[str, int] = {}
+    per_gang: dict[GangKey, int] = {}
     for key, gang in st.expected.items():
         g = st.gangs.get(gang)
         if g is None or g.phase is not GangPhase.ADMITTED:
@@ -154,10 +179,68 @@ def _check_expected(core: Coscheduler) -> None:
         per_gang[gang] = per_gang.get(gang, 0) + 1
         if g.spec is not None and per_gang[gang] >= g.spec.min_member:
             raise InvariantBroken(f"gang {gang} admitted on expected members alone")
+    for gang, count in sorted(per_gang.items()):
+        owner = st.gangs[gang]
+        real = sum(1 for k in owner.members if k not in st.expected and k in st.store.pods)
+        if owner.spec is not None and count > max(0, owner.spec.min_member - real):
+            raise InvariantBroken(
+                f"gang {gang} holds {count} expected slots, but minMember "
+                f"{owner.spec.min_member} less its {real} members is "
+                f"{owner.spec.min_member - real}")
     for key in st.provisional:
         p = st.store.pods.get(key)
         if p is not None and p.uid:
             raise InvariantBroken(f"{key} is created (uid {p.uid}) but still provisional")
+
+
+def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
+    """10. no empty gang; 11. nothing reserved for a gang with no member that exists."""
+    st = core.state
+
+    def exists(k: PodKey) -> bool:
+        p = st.store.pods.get(k)
+        if p is None or k in st.expected:
+            return False
+        if p.uid:
+            return True
+        landing_by = st.provisional.get(k)  # pinned at creation, creation in flight
+        return landing_by is not None and (now is None or now < landing_by)
+
+    alive: dict[GangKey, bool] = {}
+    for key, g in st.gangs.items():
+        alive[key] = any(exists(k) for k in g.members)
+        if not alive[key]:
+            raise InvariantBroken(f"gang {key} survives with no member that exists "
+                                  f"(members {sorted(g.members)}, phase {g.phase.value})")
+    reserving: dict[GangKey, str] = {}
+    for r in core.ledger.by_pod.values():
+        reserving.setdefault(r.gang, f"a reservation for {r.pod} on {r.node}")
+    for k, gang in st.expected.items():
+        reserving.setdefault(gang, f"an expected slot {k}")
+    for k in st.provisional:
+        m = st.membership.get(k)
+        owner = getattr(m, "key", None)
+        if owner is not None:
+            reserving.setdefault(GangKey(owner), f"a provisional pin of {k}")
+    for gang, what in sorted(reserving.items()):
+        if not alive.get(gang, False):
+            raise InvariantBroken(f"{what} is held for gang {gang}, none of whose members "
+                                  f"exists")
+
+
+def group_priority(core: Coscheduler, g: Gang) -> int:
+    """12. the one measure both sides of a preemption are compared by: the group's own
+    priority when its group object names one (a value, else a PriorityClass), otherwise its
+    highest member's."""
+    spec = g.spec
+    if spec is not None and spec.priority is not None:
+        return spec.priority
+    if spec is not None and spec.priority_class is not None:
+        pc = core.state.priority_classes.get(spec.priority_class)
+        if pc is not None:
+            return pc.value
+    return max((p.priority for k in g.members if (p := core.store.pods.get(k)) is not None),
+               default=0)
 
 
 def cluster_facts(core: Coscheduler) -> dict[str, Any]:
@@ -185,20 +268,42 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
 
 def _check_preemptions(core: Coscheduler) -> None:
     """7. every victim of a preemption in flight has a priority strictly below its
-    preemptor's, and a victim gang is evicted whole: none of its members is bound and
-    running outside the victim set."""
+    preemptor's (12: a victim gang by its group's priority when the group names one), and a
+    victim gang is evicted whole: none of its members is bound and running, or has its
+    binding in flight, outside the victim set; a gang told it is preempting has a preemption
+    of its own in flight."""
     store = core.store
-    for rec in core.state.preemptions.by_preemptor.values():
+    st = core.state
+    for rec in st.preemptions.by_preemptor.values():
         for k in rec.waiting_for:
             p = store.pods.get(k)
             if p is not None and (prio := core.state.unit_priority(p)) >= rec.priority:
                 raise InvariantBroken(f"{k} (priority {prio}) evicted for "
                                       f"{rec.preemptor} (priority {rec.priority})")
         for victim in rec.victim_gangs:
+            g = st.gangs.get(victim)
+            named = g is not None and g.spec is not None and (
+                g.spec.priority is not None or g.spec.priority_class in st.priority_classes)
+            if g is not None and named and group_priority(core, g) >= rec.priority:
+                raise InvariantBroken(
+                    f"gang {victim} (group priority {group_priority(core, g)}) evicted for "
+                    f"{rec.preemptor} (priority {rec.priority})")
+            binding = g.binding if g is not None else set()
             for p in core.members_of(victim):
-                if p.holds_capacity and not p.deleting and p.key not in rec.victims:
+                if p.key in rec.victims or p.deleting:
+                    continue
+                if p.holds_capacity:
                     raise InvariantBroken(f"gang {victim} evicted for {rec.preemptor} in part: "
                                           f"{p.key} on {p.node_name} is not a victim")
+                if p.key in binding:
+                    raise InvariantBroken(f"gang {victim} evicted for {rec.preemptor} in part: "
+                                          f"{p.key}'s binding is in flight")
+    own = {rec.gang for rec in st.preemptions.by_preemptor.values() if rec.gang is not None}
+    for key, g in st.gangs.items():
+        if g.phase is GangPhase.WAITING and isinstance(g.reason, Preempting) \
+                and key not in own:
+            raise InvariantBroken(f"gang {key} is told it is preempting, with no preemption "
+                                  f"of its own in flight (another preemptor's record?)")
     for n in core.state.nominations.by_pod.values():
         p = store.pods.get(n.pod)
         if p is None or p.node_name is not None or not p.active \
