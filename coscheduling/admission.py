@@ -366,6 +366,13 @@ def _own_room(st: CoreState, g: Gang) -> dict[NodeName, Resources]:
 def _stuck(st: CoreState, pods: list[PodRecord], free: dict[NodeName, Resources]
            ) -> set[PodKey]:
     """The pods of ``pods`` (in order, each on the first node it fits) left without room."""
+    return _place(st, pods, free)[0]
+
+
+def _place(st: CoreState, pods: list[PodRecord], free: dict[NodeName, Resources]
+           ) -> tuple[set[PodKey], dict[NodeName, Resources]]:
+    """Place ``pods`` in order, each on the first node it fits: those left without room, and
+    the room left on each node."""
     free = dict(free)
     stuck: set[PodKey] = set()
     for pod in pods:
@@ -375,7 +382,7 @@ def _stuck(st: CoreState, pods: list[PodRecord], free: dict[NodeName, Resources]
             stuck.add(pod.key)
         else:
             free[at] = sub(free[at], pod.requests)
-    return stuck
+    return stuck, free
 
 
 def yield_to_higher_priority(st: CoreState) -> list[GangKey]:
@@ -385,26 +392,52 @@ def yield_to_higher_priority(st: CoreState) -> list[GangKey]:
     or on their pins) and is planned again once those pods are placed.
 
     A gang admitted at its members' creation, or while those pods were not in the watch
-    yet, would otherwise bind and then be evicted whole for them. Says which gangs yielded;
-    the pods they yielded to are woken (no API event would tell kube-scheduler)."""
+    yet, would otherwise bind and then be evicted whole for them. The pods are placed once
+    on the room no reservation holds (at most ``MAX_OUTRANKING_CHECKED`` of them); only when
+    some find none is each yielding candidate's own room tried for them, lowest priority
+    first, so a sweep costs one pass over the nodes and a look at each candidate's few
+    nodes. Says which gangs yielded; the pods they yielded to are woken (no API event would
+    tell kube-scheduler)."""
     if not st.pending_plain and not st.unschedulable_plain:
         return []
-    top = max([*st.pending_plain.values(), *st.unschedulable_plain.values()])
+    gangs = sorted(((st.gang_priority(g), g) for g in st.gangs.values()
+                    if g.phase is GangPhase.ADMITTED and g.plan and not g.binding
+                    and preempting_reason(st, g) is None
+                    and not any(p.node_name is not None for p in st.live(g))),
+                   key=lambda t: (t[0], t[1].key))
+    if not gangs:
+        return []
+    low = gangs[0][0]
+    keys = [k for k, p in st.pending_plain.items() if p > low]
+    keys += [k for k, p in st.unschedulable_plain.items() if p > low
+             and (v := st.plain_verdicts.get(k)) is not None and v.refused]
+    pods = sorted((pod for k in keys if (pod := st.store.pods.get(k))),
+                  key=lambda p: (-p.priority, -p.requests.get(GPU, 0), p.key)
+                  )[:MAX_OUTRANKING_CHECKED]
+    if not pods:
+        return []
+    stuck_keys, left = _place(st, pods, {n: st.capacity.free_for_gang(n)
+                                         for n in st.store.nodes})
+    stuck = [p for p in pods if p.key in stuck_keys]
     out = []
-    for g in [g for g in st.gangs.values() if g.phase is GangPhase.ADMITTED and g.plan]:
-        if g.binding or preempting_reason(st, g) is not None \
-                or st.gang_priority(g) >= top \
-                or any(p.node_name is not None for p in st.live(g)):
+    for priority, g in gangs:
+        own = _own_room(st, g)
+        helped = next((p for p in stuck if p.priority > priority and any(
+            fits(p.requests, add(left.get(n, {}), room)) and eligible(p, st.store.nodes[n])
+            for n, room in own.items() if n in st.store.nodes)), None)
+        if helped is None:
             continue
-        requests = {k: slot.requests for k in g.plan if (slot := st.ledger.get(k))}
-        waits = _outranked(st, g, g.plan, requests)
-        if waits is None:
-            continue
-        fall_back(st, g, waits)
-        g.reason = waits
-        priority = st.gang_priority(g)
+        waiting = [p.key for p in stuck if p.priority > priority]
+        reason = HigherPriorityPodsWaiting(g.key, priority, tuple(waiting[:5]), len(waiting))
+        fall_back(st, g, reason)
+        g.reason = reason
+        for n, room in own.items():
+            left[n] = add(left.get(n, {}), room)
+        stuck.remove(helped)
         st.outbox.requeue.update(k for k, p in st.unschedulable_plain.items() if p > priority)
         out.append(g.key)
+        if not stuck:
+            break
     return out
 
 

@@ -41,7 +41,7 @@ from dataclasses import replace
 
 from .admission import try_admit
 from .gang import Gang, GangPhase
-from .gating import pinned_terms
+from .gating import pinned_node, pinned_terms
 from .ingest import delete_pod, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .placement import Answer, AwaitQuorum, GateAtCreation, Held, PinAtCreation, Placement
@@ -59,10 +59,11 @@ __all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECOND
 PROVISIONAL_SECONDS = 10.0
 """How long a member pinned at creation may take to appear in the watch before its slot is
 given back (the API server answers a create in milliseconds; the watch follows)."""
-HOLD_SECONDS = 0.25
+HOLD_SECONDS = 0.4
 """How long a held review waits for the next review of its gang: members created together
-arrive within milliseconds of each other; a creator that waits for each create to return
-(one at a time) never sends the next while this one is held."""
+arrive within milliseconds of each other (tens of them on an API server under load); a
+creator that waits for each create to return (one at a time) never sends the next while
+this one is held, and pays this once per gang (its gang is then remembered as slow)."""
 HOLD_MAX_SECONDS = 1.0
 """The longest any review is held, well under the webhook's ``timeoutSeconds`` (2 s in
 ``deploy/webhook/``): past that the API server would create the pod as it was."""
@@ -134,6 +135,7 @@ def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
                   now: float) -> Placement:
     """The quorum exists (members, reviews held and ``rec``): plan the gang whole now."""
     hold = st.holds.pop(spec.key, None)
+    st.slow_gangs.pop(spec.key, None)  # a job recreated under its name may come in a burst
     reviews = [*(hold.pods.values() if hold is not None else ()), rec]
     created = g is None
     if g is None:
@@ -269,7 +271,13 @@ def pinned_at_creation(st: CoreState, key: PodKey) -> NodeName | None:
     if key not in st.provisional:
         return None
     slot = st.ledger.get(key)
-    return slot.node if slot is not None else None
+    if slot is not None:
+        return slot.node
+    # Its gang gave its room back meanwhile (a sibling's pin was taken back, say): the pod
+    # still carries the pin, and the webhook must still recognise it to take it off.
+    pod = st.store.pods.get(key)
+    node = pinned_node(pod.required_affinity) if pod is not None else None
+    return NodeName(node) if node is not None else None
 
 
 def next_provisional_deadline(st: CoreState) -> float | None:

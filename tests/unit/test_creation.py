@@ -26,7 +26,7 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
-from coscheduling.creation import HOLD_MAX_SECONDS, PROVISIONAL_SECONDS
+from coscheduling.creation import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
 from coscheduling.gating import pinned_node, pinned_terms
 from coscheduling.invariants import check_invariants
 from coscheduling.placement import Answer
@@ -93,7 +93,7 @@ def test_a_gang_created_in_one_burst_is_pinned_whole_once_its_quorum_exists() ->
     for o in objs[:3]:
         # Not a quorum yet: the review is held; nothing is reserved, no gang, no placeholder.
         held = core.place_at_creation(pod_from_json(o), 0.0)
-        assert held == AwaitQuorum(gang_key("default", "g"), 0.25)
+        assert held == AwaitQuorum(gang_key("default", "g"), HOLD_SECONDS)
         assert reserved(core) == 0 and core.gangs() == {} and core.pods == {}
         check_invariants(core)
     last = core.place_at_creation(pod_from_json(objs[3]), 0.01)
@@ -371,6 +371,55 @@ def test_an_admitted_gang_with_no_member_bound_gives_its_room_to_higher_priority
     # Not re-admitted over them while they wait to be placed.
     core.admit_held(2.0)
     assert reserved(core) == 0
+
+
+def admitted_then_outranked(core: Coscheduler, gpus: int) -> list[dict[str, Any]]:
+    """A 3 x 1-GPU gang pinned at creation and seen, then three plain pods of ``gpus`` GPUs
+    and higher priority that Lockstep's filter turned away and kube-scheduler marked
+    unschedulable."""
+    objs = [creating(f"w{i}", "g", 3) for i in range(3)]
+    placed = burst(core, objs)
+    land_all(core, objs, placed)
+    out = []
+    for i in range(3):
+        o = pod(f"inf-{i}").gpu(gpus).priority(100).build()
+        core.upsert_pod(pod_from_json(o))
+        core.filter(core.pods[pod_key("default", f"inf-{i}")],
+                    [NodeName(n) for n in core.node_names()], 0.5)
+        o["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                      "reason": "Unschedulable"}]
+        core.upsert_pod(pod_from_json(o))
+        out.append(o)
+    return out
+
+
+def test_a_gang_keeps_its_room_when_giving_it_back_would_place_no_one() -> None:
+    """Pods of higher priority that fit nowhere, with or without the gang's room, do not
+    take it from the gang."""
+    core = cluster(1, 1, 1)
+    admitted_then_outranked(core, gpus=2)
+    core.admit_held(1.0)
+    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.ADMITTED
+    assert reserved(core) == 3
+
+
+def test_a_gang_with_a_member_bound_keeps_its_room_for_preemption_to_decide() -> None:
+    """Yielding is for gangs none of whose members is bound: a gang partly or wholly bound
+    is a victim whole, or not at all (preemption's rules)."""
+    core = cluster(1, 1, 1)
+    objs = [creating(f"w{i}", "g", 3) for i in range(3)]
+    placed = burst(core, objs)
+    land_all(core, objs, placed)
+    first = core.pods[pod_key("default", "w0")]
+    node = pinned_node(first.required_affinity)
+    bound = {**created(objs[0], placed["w0"], "u0")}  # type: ignore[arg-type]
+    bound["spec"] = {**bound["spec"], "nodeName": node}
+    core.upsert_pod(pod_from_json(bound))
+    for i in range(3):
+        o = pod(f"inf-{i}").gpu(1).priority(100).build()
+        core.upsert_pod(pod_from_json(o))
+    core.admit_held(1.0)
+    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.ADMITTED
 
 
 def test_a_gang_admitted_with_the_members_that_exist_gates_the_extra_being_created() -> None:

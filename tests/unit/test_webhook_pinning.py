@@ -24,7 +24,7 @@ import pytest
 from app.admission import create_webhook_app
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, gang_key, node_from_json, pod_key
+from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
 from coscheduling.gating import GANG_GATE, pinned_node
 from coscheduling.invariants import check_invariants
 from tests.builders import node
@@ -241,7 +241,7 @@ async def test_a_pin_reviewed_again_after_a_later_webhook_narrowed_the_pod_is_ta
     service.core.upsert_node(node_from_json(
         node("t0").gpus(4).rack("r0").taint("dedicated").build()))
     for n in ("n0", "n1"):
-        service.core.delete_node(n)  # the pod can only go to t0, which it tolerates
+        service.core.delete_node(NodeName(n))  # the pod can only go to t0, which it tolerates
     obj = member("w-0", size=1, tolerations=[{"key": "dedicated", "operator": "Exists",
                                              "effect": "NoSchedule"}])
     pinned = apply(obj, await mutate(client, obj))
@@ -257,6 +257,23 @@ async def test_a_pin_reviewed_again_after_a_later_webhook_narrowed_the_pod_is_ta
     assert GANG_GATE in gates(out) and pinned_node(tuple(terms(out))) is None
     assert reserved(service) == 0 and pod_key("ml", "w-0") not in service.core.pods
     assert counted(service, "unpinned") == 1
+    check_invariants(service.core)
+
+
+async def test_every_narrowed_pin_of_a_gang_is_taken_back_not_only_the_first(
+        client: httpx.AsyncClient, service: Lockstep) -> None:
+    """Found by the model: the first pin taken back gave the gang's room back, and a sibling
+    reinvoked after it was no longer recognised as pinned here, so its pin stayed on a pod
+    a later webhook had narrowed elsewhere: stuck for good."""
+    objs = [member(f"w-{i}", size=2) for i in range(2)]
+    pinned = [apply(o, ops) for o, ops in zip(
+        objs, await asyncio.gather(*(mutate(client, o) for o in objs)), strict=True)]
+    assert all(pinned_node(tuple(terms(p))) for p in pinned) and reserved(service) == 2
+    for p in pinned:
+        p["spec"]["nodeSelector"] = {"pool": "elsewhere"}
+        out = apply(p, await mutate(client, p))
+        assert GANG_GATE in gates(out) and pinned_node(tuple(terms(out))) is None
+    assert reserved(service) == 0 and counted(service, "unpinned") == 2
     check_invariants(service.core)
 
 
