@@ -216,10 +216,17 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         return waits_for
     if (queue_says := queue_gate(st, g, spec, live)) is not None:
         return queue_says  # a Volcano gang whose queue is closed, missing or full
+    short: NotEnoughMinResources | None = None
     if spec.min_resources:
         total = free_outside_reservations(st)
         if not fits(spec.min_resources, total):
-            return NotEnoughMinResources(g.key, spec.min_resources, total)
+            short = NotEnoughMinResources(g.key, spec.min_resources, total)
+            # Evictions may free the room (the filter path reaches preemption through
+            # admit_by_preemption; a held gang only through here), but only for a gang
+            # whose minResources would fit once every lower-priority pod were gone.
+            if not may_preempt or not st.settings.preemption \
+                    or not fits(spec.min_resources, add(total, _preemptible(st, g))):
+                return short
     # Bindings still in flight from before a fall-back keep their slots: fixed.
     fixed = {k: n for k, n in g.plan.items() if k in g.binding}
     have = list(fixed)
@@ -239,9 +246,11 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
             result = plan_gang([m for m in members if m.key in keep], st.capacity, levels,
                                required=required, fixed=fixed)
     timeout = spec.timeout_seconds
+    if short is not None and not isinstance(result, NoFit):
+        return short  # the members fit, but the group asks for more than is free
     if isinstance(result, NoFit):
         if fixed or not may_preempt:  # in-flight bindings' leftovers are planned first
-            return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
+            return short or DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
         chosen = pick(st, spec, have, [m.key for m in members]) or [m.key for m in members]
         found = try_preempt(st, g, [st.store.pods[k] for k in chosen], required, now)
         if isinstance(found, Plan):
@@ -249,7 +258,8 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
             if (rec := st.preemptions.get(PreemptorId.of_gang(g.key))) is not None:
                 timeout += max(0.0, rec.deadline - now)  # the victims' grace comes first
         elif found is None or isinstance(found, str):
-            return DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key), found or "")
+            return short or DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key),
+                                       found or "")
         else:
             return found
     requests = {k: st.store.pods[k].requests for k in result.assignments}
@@ -304,6 +314,21 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
     g.admit(found.assignments, requests, found.level, now, timeout)
     st.notice(NoticeKind.ADMITTED, g.key, (members[0].key,), detail=_plan_text(found))
     return True
+
+
+def _preemptible(st: CoreState, g: Gang) -> Resources:
+    """What every pod strictly below ``g`` holds, each measured as preemption measures it
+    (:meth:`~coscheduling.state.CoreState.unit_priority`): the most evictions could free
+    for ``g``. An upper bound, cheap (one pass over the pods), used only to refuse a
+    preemption that could never make a group's ``minResources`` fit."""
+    below = st.gang_priority(g)
+    prio: dict[GangKey, int] = {}
+    total: Resources = {}
+    for p in st.store.pods.values():
+        if p.holds_capacity and p.node_name is not None \
+                and st.unit_priority(p, prio) < below:
+            total = add(total, p.requests)
+    return total
 
 
 MAX_OUTRANKING_CHECKED = 64

@@ -70,7 +70,10 @@ def admit_held(st: CoreState, now: float) -> None:
             continue
         spec = g.spec
         if not meets_quorum(st, spec, countable(spec, live)):
-            g.reason = WaitingForMembers(g.key, len(live), spec.min_member)
+            # No scheduling cycle runs for a held member (so no FailedScheduling Event):
+            # this Event is the only place ``kubectl describe pod`` says why it waits. One
+            # per change of reason, on the first held member (turn_away keeps the count).
+            turn_away(st, held[0], g, WaitingForMembers(g.key, len(live), spec.min_member))
             continue
         outcome = try_admit(st, g, spec, live, now)
         if not isinstance(outcome, dict):

@@ -16,6 +16,7 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
+from coscheduling.decisions import NoticeKind
 from coscheduling.gating import GANG_GATE, lift_patch, pinned_node
 from coscheduling.reasons import DoesNotFit, WaitingForMembers
 from tests.builders import node, pod
@@ -161,3 +162,32 @@ def test_a_filter_call_newer_than_the_watch_takes_the_lifted_member_and_older_ev
     core.upsert_pod(pod_from_json(up))  # the watch catches up: the same version again
     rec = core.pod(w0)
     assert rec is not None and not rec.held
+
+
+def waiting_notices(core: Coscheduler) -> list[tuple[str, str]]:
+    return [(str(n.pods[0]), f"{n.reason.have}/{n.reason.need}")
+            for n in core.drain_notices()
+            if n.kind is NoticeKind.WAITING and isinstance(n.reason, WaitingForMembers)]
+
+
+def test_a_held_gang_waiting_for_members_says_so_by_one_event_per_change() -> None:
+    """Issue 32: with the webhook on, members wait behind the gate and kube-scheduler never
+    cycles them (no FailedScheduling Event), so the GangWaiting Event is the only place
+    ``kubectl describe pod`` shows why. It was never emitted. One Event per change of the
+    reason, on the first member: the same count seen again by a later sweep adds none."""
+    core = cluster(4, 4)
+    objs = [held(f"w{i}", "g", 4) for i in range(4)]
+    for o in objs[:2]:
+        core.upsert_pod(pod_from_json(o))
+    core.admit_held(0.0)
+    assert waiting_notices(core) == [("default/w0", "2/4")]
+    core.upsert_pod(pod_from_json(objs[1]))  # the same pod seen again: a sweep, no change
+    core.admit_held(0.5)
+    assert waiting_notices(core) == []
+    core.upsert_pod(pod_from_json(objs[2]))
+    core.admit_held(1.0)
+    assert waiting_notices(core) == [("default/w0", "3/4")]
+    core.upsert_pod(pod_from_json(objs[3]))
+    core.admit_held(1.5)
+    assert waiting_notices(core) == []
+    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.ADMITTED

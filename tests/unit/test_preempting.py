@@ -17,18 +17,31 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
+from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.decisions import BindGroup, Reject
 from coscheduling.disruption import budget_from_json
-from coscheduling.ingest import PDBS, PRIORITY_CLASSES, UPSTREAM_PODGROUPS, VOLCANO_PODGROUPS
+from coscheduling.ingest import (
+    PDBS,
+    PRIORITY_CLASSES,
+    SP_PODGROUPS,
+    UPSTREAM_PODGROUPS,
+    VOLCANO_PODGROUPS,
+)
 from coscheduling.planner import Member
 from coscheduling.preempting import _candidates, _recheck
 from coscheduling.preemption import Preemptor, Victims, choose_victims
 from coscheduling.preemption_state import PreemptorId
-from coscheduling.reasons import BeingPreempted, DoesNotFit, Preempting, PreemptionStalled
+from coscheduling.reasons import (
+    BeingPreempted,
+    DoesNotFit,
+    NotEnoughMinResources,
+    Preempting,
+    PreemptionStalled,
+)
 from coscheduling.records import priority_class_from_json
-from tests.builders import node, pod
+from tests.builders import node, pod, podgroup
 
 HIGH = PreemptorId.of_gang(gang_key("default", "high"))
 URGENT = PreemptorId.of_pod(pod_key("default", "urgent"))
@@ -594,3 +607,60 @@ def test_preemptors_of_one_sweep_share_its_budget() -> None:
             break
     assert len(core.state.nominations) == 2  # both preempted, one node each
     assert len({e.node for e in core.drain_evictions()}) == 2
+
+
+# ------------------------------------------------------------------ held gangs with minResources
+
+
+def test_a_held_volcano_gang_whose_min_resources_need_evictions_preempts() -> None:
+    """Issue 32, default install: the Volcano gang's members are held behind the gate, so
+    only the sweep admits it. Its minResources (4 GPUs) exceed the free room (0) and it was
+    told so and never tried to preempt, while the same gang through filter calls did."""
+    core = cluster(4)
+    classes(core, urgent=1000)
+    running(core, "low", 4, "n0", 10)
+    core.upsert(VOLCANO_PODGROUPS, volcano_podgroup_from_json({
+        "metadata": {"name": "urgent", "namespace": "default"},
+        "spec": {"minMember": 4, "priorityClassName": "urgent",
+                 "minResources": {"nvidia.com/gpu": "4"}}}))
+    for i in range(4):
+        core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).held().annotate(
+            "scheduling.k8s.io/group-name", "urgent").build()))
+    core.admit_held(0.0)
+    evictions = core.drain_evictions()
+    assert sorted(e.pod for e in evictions) == [pod_key("default", f"low-{i}") for i in range(4)]
+    assert core.state.preemptions.get(PreemptorId.of_gang(gang_key("default", "urgent")))
+
+
+def test_a_held_gang_whose_min_resources_evictions_could_not_free_evicts_nothing() -> None:
+    """The rule stays: no eviction for a gang that would not fit after it. minResources of
+    8 GPUs on a 4-GPU cluster: even with every lower-priority pod gone it is short."""
+    core = cluster(4)
+    classes(core, urgent=1000)
+    running(core, "low", 4, "n0", 10)
+    core.upsert(VOLCANO_PODGROUPS, volcano_podgroup_from_json({
+        "metadata": {"name": "urgent", "namespace": "default"},
+        "spec": {"minMember": 4, "priorityClassName": "urgent",
+                 "minResources": {"nvidia.com/gpu": "8"}}}))
+    for i in range(4):
+        core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).held().annotate(
+            "scheduling.k8s.io/group-name", "urgent").build()))
+    core.admit_held(0.0)
+    assert core.drain_evictions() == []
+    g = core.gangs()[gang_key("default", "urgent")]
+    assert isinstance(g.reason, NotEnoughMinResources)
+
+
+def test_a_held_scheduler_plugins_gang_with_min_resources_preempts() -> None:
+    """The PyTorchJob shape: Kubeflow's training-operator creates a scheduler-plugins
+    PodGroup with minResources; its pods carry the job's priority and are held."""
+    core = cluster(4)
+    running(core, "low", 4, "n0", 10)
+    core.upsert(SP_PODGROUPS, podgroup_from_json(
+        podgroup("high", 4, min_resources={"nvidia.com/gpu": "4"})))
+    for i in range(4):
+        core.upsert_pod(pod_from_json(pod(f"high-{i}").gpu(1).priority(100).held().label(
+            "scheduling.x-k8s.io/pod-group", "high").build()))
+    core.admit_held(0.0)
+    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "low")}
+    assert core.state.preemptions.get(HIGH) is not None
