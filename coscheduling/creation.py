@@ -23,7 +23,9 @@ Nothing is reserved for a review that is held: no slot, no gang, no placeholder,
 review of a member of a gang of ten million costs what one of a gang of two does (and one
 whose quorum is beyond ``HOLD_LIMIT`` is gated at once). A member that disagrees with its
 gang on ``minMember`` is gated and counts for nothing: the gang is what its first members
-(or its PodGroup) say, as the filter verb answers such a member too.
+(or its PodGroup) say, as the filter verb answers such a member too. That holds for reviews
+already held when the gang came into being saying otherwise: they are gated then, never
+pinned into its quorum (a gang's ``minMember`` never comes from a pod that may never land).
 
 Promises kept: a member pinned at creation that the watch has not shown within
 ``PROVISIONAL_SECONDS`` (its creation failed, or was refused by a later webhook) is taken out
@@ -93,9 +95,10 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
         return GateAtCreation("a member of a gang group: planned when its gangs exist")
     rec = replace(pod, uid="", held=False, resource_version=0)
     g = st.gangs.get(m.key)
-    hold = st.holds.get(m.key)
-    spec = g.spec if g is not None and g.spec is not None else (
-        hold.spec if hold is not None else m)
+    spec = g.spec if g is not None else None
+    hold = _agreeing_hold(st, m.key, spec)
+    if spec is None:
+        spec = hold.spec if hold is not None else m
     if spec.min_member != m.min_member:
         return GateAtCreation(
             f"members of the gang disagree on minMember: this one says {m.min_member}, "
@@ -108,6 +111,26 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
     if meets_quorum(st, spec, countable(spec, [*live, *under_review, rec])):
         return _admit_quorum(st, g, spec, rec, now)
     return _hold(st, spec, rec, len(live) + len(under_review) + 1, now)
+
+
+def _agreeing_hold(st: CoreState, key: GangKey, spec: GangSpec | None) -> Held | None:
+    """The reviews held for gang ``key``, when they agree with its gang's ``spec``.
+
+    Reviews held before the gang existed agree with the first held one; the gang may since
+    have come from a member the watch showed that declares another ``minMember``. Those held
+    reviews then disagree with their gang: they are gated now, counting for nothing, and are
+    never pinned into its quorum, since a pinned member's ``minMember`` could become the
+    gang's while its pod may never land (a core rebuilt from the API server would differ).
+    """
+    hold = st.holds.get(key)
+    if hold is None or spec is None or hold.spec.min_member == spec.min_member:
+        return hold
+    del st.holds[key]
+    _answer(st, list(hold.pods), GateAtCreation(
+        f"members of the gang disagree on minMember: this one says {hold.spec.min_member}, "
+        f"the gang {spec.min_member} (the gang's stands; this member counts for nothing "
+        "until it agrees)"))
+    return None
 
 
 def _hold(st: CoreState, spec: GangSpec, rec: PodRecord, have: int, now: float

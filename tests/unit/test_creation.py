@@ -232,6 +232,32 @@ def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -
     check_invariants(core)
 
 
+def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pinned() -> None:
+    """Found by the model (issue 32): a review held before its gang existed said minMember 2;
+    the gang then came from a member the watch showed that says 3. The held review was
+    counted into that gang's quorum of 3 and pinned, and the gang took its minMember of 2,
+    from a pod that may never land. Now it is gated and counts for nothing: the next member
+    saying 3 makes 2 of 3, held, and nothing is reserved."""
+    core = cluster(8, 8)
+    w0 = creating("w0", "g", 2)
+    assert isinstance(core.place_at_creation(pod_from_json(w0), 0.0), AwaitQuorum)
+    w1 = creating("w1", "g", 3)
+    placed = burst(core, [w1], 0.05)
+    assert isinstance(placed["w1"], GateAtCreation) and "disagree" in placed["w1"].why
+    land_all(core, [w1], placed)  # the gang now exists, with the minMember of 3 its pod says
+    answers = burst(core, [creating("w2", "g", 3)], 0.1)
+    assert set(answers) == {"w0"}, answers  # w2 is held for the third member
+    assert isinstance(answers["w0"], GateAtCreation) and "disagree" in answers["w0"].why
+    assert reserved(core) == 0 and set(core.pods) == {pod_key("default", "w1")}
+    spec = core.state.gangs[gang_key("default", "g")].spec
+    assert spec is not None and spec.min_member == 3
+    assert [list(h.pods) for h in core.state.holds.values()] == [[pod_key("default", "w2")]]
+    placed = burst(core, [creating("w3", "g", 3)], 0.2)
+    assert set(placed) == {"w2", "w3"} and all(
+        isinstance(p, PinAtCreation) for p in placed.values())
+    check_invariants(core)
+
+
 def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
     """Found in issue 32: min-member 10,000,000 froze the loop, one placeholder built per
     expected member before any check that the gang could fit. ``--max-gang-size`` bounds

@@ -60,7 +60,6 @@ import os
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -150,11 +149,10 @@ CLASSES = {"high": 1000, "low": 0}
 so a gang's group priority differs from its pods' (UP's pods carry 0 or 100): preemption must
 compare every gang by one measure, the group's priority when it names one, else its highest
 member's, or two gangs evict each other in a loop."""
-WEBHOOK_MIN_MEMBERS = (3,)
-"""What a member of w may declare as minMember. Members disagreeing (``(3,) * 7 + (2, 5)``)
-found the open defect replayed by
-``test_replay_a_held_review_disagreeing_on_min_member_is_not_counted_into_a_quorum``: held
-to its gang's own value until that is fixed (the held gang h's members still disagree)."""
+WEBHOOK_MIN_MEMBERS = (3,) * 7 + (2, 5)
+"""What a member of w may declare as minMember: mostly its gang's own value, now and then
+another (members disagreeing found the defect replayed by
+``test_replay_a_held_review_disagreeing_on_min_member_is_not_counted_into_a_quorum``)."""
 NAMESAKES = ("c", "d")
 """Plain pods named like the preempting gangs (``default/c`` is both a gang and a pod)."""
 NODES = [f"n{i}" for i in range(5)]
@@ -542,14 +540,15 @@ class GangModel(RuleBasedStateMachine):
         obj = self.pods.get(key)
         if obj is None or node_name not in self.nodes:
             return BindFailed(key, node_name, "gone", permanent=True)
+        uid = obj["metadata"]["uid"]  # the app reports each outcome with its binding's UID
         if fate == 8:
-            return BindFailed(key, node_name, "503", permanent=False)
+            return BindFailed(key, node_name, "503", permanent=False, uid=uid)
         if fate == 9:
-            return BindFailed(key, node_name, "403", permanent=True)
+            return BindFailed(key, node_name, "403", permanent=True, uid=uid)
         obj = {**obj, "spec": {**obj["spec"], "nodeName": node_name},
                "status": {"phase": "Running"}}
         self._put_pod(obj, lag=lag)
-        return Bound(key, node_name)
+        return Bound(key, node_name, uid)
 
     # ------------------------------------------------------------------ nodes
 
@@ -1197,7 +1196,7 @@ class GangModel(RuleBasedStateMachine):
         if key in self.pods and self.pods[key]["metadata"]["uid"] == uid:
             outcome = self._api_bind(key, node_name, fate, lag)
         else:  # the binding's UID precondition: a pod recreated under the name is not it
-            outcome = BindFailed(key, node_name, "gone", permanent=True)
+            outcome = BindFailed(key, node_name, "gone", permanent=True, uid=uid)
         outcomes.append(outcome)
         if isinstance(outcome, BindFailed):
             self.disrupted.add(name)
@@ -1458,14 +1457,11 @@ def test_replay_a_reinvocation_after_another_webhook_narrowed_the_pod_drops_the_
                    if p["spec"].get("nodeSelector"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open defect (issue 32): a review held for its gang's quorum whose member declares "
-    "another minMember (2, held before the gang existed) is counted into the quorum of the "
-    "gang its later members declare (3) and pinned; the gang then takes the held member's "
-    "minMember of 2, which a core rebuilt from the API server (where that pod never landed) "
-    "does not. GangModel's webhook members agree on minMember until this is fixed."))
 def test_replay_a_held_review_disagreeing_on_min_member_is_not_counted_into_a_quorum() -> None:
-    """The sequence the model found on ac225d3 (rebuilt_core_agrees failed)."""
+    """The sequence the model found on ac225d3 (rebuilt_core_agrees failed): a review held
+    before its gang existed, declaring minMember 2, was counted into the quorum of the gang
+    of 3 its later members declare and pinned, and the gang took its minMember of 2 from a
+    pod that never landed. Now that held review is gated once the gang says otherwise."""
     _replay(GangModel, ("create_through_webhook", 0, "never", False, 2),
             ("create_through_webhook", 1, "now", False, 3),
             ("create_through_webhook", 2, "now", False, 3))
@@ -1485,3 +1481,22 @@ def teardown_module() -> None:
     print("  reached: " + ", ".join(f"{k} {v}" for k, v in sorted(seen.items())))
     if SEED is not None:
         print(f"fuzz seed: {SEED} (replay: LOCKSTEP_FUZZ_SEED={SEED} make fuzz)")
+
+
+def test_replay_a_binding_of_a_deleted_pod_is_not_counted_for_its_namesake() -> None:
+    """The sequence the model found with seed 2279538499 (rebuilt_core_agrees failed): gang
+    a's BindGroup binds a-0 and is still in flight when the job is cancelled and created
+    again under the same names; the old group's outcomes (a-0 bound, the old a-1 gone) come
+    back once its last binding does. They are about the deleted pods, not the new ones
+    (before: the new a-0 was counted bound on n0, where it never was, and the old a-1's
+    failure settled the new a-1's binding in flight)."""
+    m = _replay(GangModel,
+                ("low_then_high", "a", "d", "", _Script("n0", False, False, "n0", False, True,
+                                                         *("n1", False, False) * 4)),
+                ("group_binding_lands", _Script(0), 0), ("cancel_gang", "a"),
+                ("low_then_high", "a", "c", "", _Script("n0", False, False, "n0", False, True,
+                                                         *("n2", False, False) * 2)),
+                ("group_binding_lands", _Script(0), 0))
+    a0 = pod_key("default", "a-0")
+    assert m.pods[a0]["spec"].get("nodeName") is None
+    assert m.core.pod(a0) is not None and m.core.pod(a0).node_name is None  # type: ignore[union-attr]
