@@ -14,6 +14,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from coscheduling import (
@@ -145,6 +146,7 @@ class Binder:
         outcome = await self.kube.bind_retrying(
             key, pod.namespace, pod.name, pod.uid, node, retries=self.bind_retries,
             already_bound=already_bound)
+        outcome = replace(outcome, uid=pod.uid)  # the outcomes come back together, later
         if isinstance(outcome, Bound):
             self.metrics.binds.inc()
         else:

@@ -208,8 +208,17 @@ def _check_quorum(st: CoreState, g: Gang) -> dict[PodKey, GangReason]:
     return gone
 
 
+def _stale(st: CoreState, o: BindOutcome) -> bool:
+    """``o`` is for a pod that is no longer the one under its name (deleted, recreated)."""
+    pod = st.store.pods.get(o.pod)
+    return bool(o.uid) and pod is not None and bool(pod.uid) and pod.uid != o.uid
+
+
 def bind_outcomes(st: CoreState, outcomes: Sequence[BindOutcome]) -> PartiallyBound | None:
-    """What the API said to bindings the core asked for; a partial gang is reported."""
+    """What the API said to bindings the core asked for; a partial gang is reported.
+    An outcome for another UID than the pod now under its name is about a pod deleted
+    since (its namesake's own binding, if any, reports for itself): it is dropped."""
+    outcomes = [o for o in outcomes if not _stale(st, o)]
     for o in outcomes:
         if isinstance(o, Bound):
             assume_bound(st, o.pod, o.node)

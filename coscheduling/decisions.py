@@ -129,6 +129,10 @@ class Unparked:
 class Bound:
     pod: PodKey
     node: NodeName
+    uid: str = ""
+    """The UID the binding was for (empty: not known). The outcomes of a BindGroup come back
+    together once its last binding does; a member deleted and created again under its name
+    meanwhile is another pod, and the outcome is not about it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +142,8 @@ class BindFailed:
     message: str
     permanent: bool
     """True when retrying cannot help (pod or node gone, forbidden, conflict)."""
+    uid: str = ""
+    """The UID the binding was for (empty: not known), as :attr:`Bound.uid`."""
 
 
 BindOutcome = Bound | BindFailed

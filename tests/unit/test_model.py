@@ -1499,4 +1499,5 @@ def test_replay_a_binding_of_a_deleted_pod_is_not_counted_for_its_namesake() -> 
                 ("group_binding_lands", _Script(0), 0))
     a0 = pod_key("default", "a-0")
     assert m.pods[a0]["spec"].get("nodeName") is None
-    assert m.core.pod(a0) is not None and m.core.pod(a0).node_name is None  # type: ignore[union-attr]
+    rec = m.core.pod(a0)
+    assert rec is not None and rec.node_name is None, rec
