@@ -1260,7 +1260,11 @@ class GangModel(RuleBasedStateMachine):
         for g in sorted({self._gang(p) for p in self.pods.values()} - {""}):
             why = self._partial(g, self._binding_now(g))
             if why is None:
-                self.disrupted.discard(g)  # whole again, or none bound: the episode is over
+                # Whole again, or none bound: the episode is over, once the core has heard
+                # of it. A failure the watch has not delivered is one no scheduler knows of:
+                # a member bound beside a failed one it still sees running is that episode.
+                if not any(self._gang(obj) == g for obj, _ in self.lagging):
+                    self.disrupted.discard(g)
             elif g not in self.disrupted:
                 raise AssertionError(f"gang {g} rests partially bound: {why}")
 
@@ -1501,3 +1505,22 @@ def test_replay_a_binding_of_a_deleted_pod_is_not_counted_for_its_namesake() -> 
     assert m.pods[a0]["spec"].get("nodeName") is None
     rec = m.core.pod(a0)
     assert rec is not None and rec.node_name is None, rec
+
+
+def test_replay_a_failure_the_watch_has_not_shown_keeps_its_disruption_episode() -> None:
+    """The sequence the model found with seed 2279538499 (a model bug): c-0 and c-1 bound,
+    c-0 fails, the watch falls behind, c-1 fails. The core still sees c-1 running, so the
+    extra member c-3 binds beside it (as kube-scheduler would on the same view), one of 2
+    at the API server. The model had ended c's disruption episode when the API server showed
+    none bound, before the core could have heard of it."""
+    s = _Script
+    m = _replay(GangModel,
+                ("low_then_high", UP, "c", "", s(True, "n0", False, True, "n0", False, False,
+                                                 "n1", False, False, "n1", True, False)),
+                ("member_fails", s("default/c-0")), ("create_member", "c", 3),
+                ("watch_falls_behind",), ("member_fails", s("default/c-1")),
+                ("advance_time", 25.0),
+                ("low_then_high", "b", "c", "1000", s("n2", True, False, "n1", True, True)))
+    assert m.pods[pod_key("default", "c-3")]["spec"].get("nodeName"), "c-3 unbound: stale"
+    m.watch_catches_up()
+    m.promises_hold()
