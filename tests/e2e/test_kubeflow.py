@@ -123,14 +123,16 @@ def test_two_pytorchjobs_on_six_gpus_one_runs_the_other_holds_nothing(
           f"{other} 0/4 bound; {other} bound in full {t_second:.1f}s after {first} was deleted")
 
 
-def test_pytorchjobs_through_the_default_install_are_pinned_at_creation(
+def test_pytorchjobs_through_the_default_install(
     cluster: ClusterFactory,
 ) -> None:
     """The setup to recommend, with Lockstep's webhook as deployed: the operator's pods reach
-    the webhook as they are created. The job that fits has its members pinned at creation
-    once Lockstep has its PodGroup (those that came first are gated and lifted), binds in
-    full where they were pinned, and the other job is gated with nothing bound until the
-    first is deleted."""
+    the webhook as they are created, one create at a time. Each member is pinned at
+    creation once its gang's quorum exists, or gated (and lifted onto its plan) before it:
+    a member pinned binds where it was pinned, the job that fits binds in full, and the
+    other job is gated with nothing bound until the first is deleted. (Since pins wait for
+    the quorum, an operator that creates a job's pods one by one is mostly, here wholly,
+    gated and lifted: the fast path is a burst's, docs/design.md.)"""
     from .test_webhook import decisions, failed_open_since_start, gates, pin, with_webhook
 
     c = with_webhook(cluster)
@@ -149,7 +151,6 @@ def test_pytorchjobs_through_the_default_install_are_pinned_at_creation(
     after = decisions(c)
     delta = {k: d for k in after if (d := after[k] - before.get(k, 0.0))}
     assert delta.get("pinned", 0) + delta.get("gated", 0) == 8, delta
-    assert delta.get("pinned", 0) >= 1, delta  # the fast path was taken
     for p in job_pods(c, "train-a"):  # a pinned member bound where it was pinned
         if p["metadata"]["name"] in bound and not gates(p):
             assert pin(p) == bound[p["metadata"]["name"]], p["spec"]
