@@ -15,6 +15,13 @@ from testbed import workloads
 _uid = itertools.count(1)
 
 
+def reset_uids() -> None:
+    """Start pod UIDs again at 1, so a model run's UIDs (which order ties in the core) do
+    not depend on which tests ran before it in the process."""
+    global _uid
+    _uid = itertools.count(1)
+
+
 class PodBuilder(workloads.PodBuilder):
     """The test bed's pod builder plus what unit tests need: a uid, a status, a binding."""
 
