@@ -149,7 +149,9 @@ async def test_a_member_created_alone_is_held_a_moment_then_gated(
     obj = member("w-0")
     start = time.monotonic()
     out = apply(obj, await mutate(client, obj))
-    assert 0.2 <= time.monotonic() - start < 1.5
+    # Held at least the window, and answered (not held for good): the upper bound is loose,
+    # since a busy machine delays the answer but a hold never outlives its 1 s limit by much.
+    assert 0.2 <= time.monotonic() - start < 10.0
     assert gates(out) == [GANG_GATE] and terms(out) == []
     assert reserved(service) == 0 and service.core.pods == {}
     assert service.core.state.holds == {}
