@@ -34,7 +34,7 @@ Two rules make "no loop, no partial gang" hold by construction:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
 
 from .decisions import Eviction, NoticeKind
@@ -46,8 +46,10 @@ from .membership import gang_key
 from .nominations import BIND_WITHIN, Nomination
 from .planner import Member, Plan, plan_gang
 from .preemption import (
+    BOOK_COST,
     AlreadyFits,
     Candidate,
+    Listing,
     NoPreemption,
     PreemptionPolicy,
     Preemptor,
@@ -172,7 +174,7 @@ def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
                           run.search.slices if run else 0)
     if run is None or run.key != key:
         run = book.searches[me] = Searching(
-            VictimSearch(preemptor, _candidates(st, preemptor.priority), st.capacity,
+            VictimSearch(preemptor, _listing(st, preemptor.priority), st.capacity,
                          st.settings.levels), key, now)
     before = run.search.work
     got = run.search.advance(left, must_move=fresh)
@@ -185,7 +187,7 @@ def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
         checked = _recheck(st, got, preemptor)
         if checked is None:  # the cluster moved under it: search again, from the start
             book.searches[me] = Searching(
-                VictimSearch(preemptor, _candidates(st, preemptor.priority), st.capacity,
+                VictimSearch(preemptor, _listing(st, preemptor.priority), st.capacity,
                              st.settings.levels), key, now)
             return Unfinished(preemptor.name, 0, 0)
         got = checked
@@ -368,8 +370,38 @@ def quota_line(pod: PodRecord) -> str | None:
     return f"{pod.namespace}/{queue}" if queue else None
 
 
+LIST_GRAIN = 1_000
+"""Pods read by one piece of a candidate listing (:func:`candidate_steps`): a few
+milliseconds, so a slice of a victim search stops within its budget while it lists."""
+LIST_COST = BOOK_COST
+"""Units charged per pod read by one pass of the listing, as the search charges its own
+arithmetic (:data:`~coscheduling.preemption.BOOK_COST`)."""
+RECORD_COST = 2 * BOOK_COST
+"""Units charged per candidate built (its gang, priority, budgets and quota are read)."""
+
+
 def _candidates(st: CoreState, below: int) -> list[Candidate]:
-    """Every bound pod that could be a victim, each gang's bound members all together.
+    """:func:`candidate_steps` in one go, however long it takes."""
+    steps = candidate_steps(st, below)
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        out: list[Candidate] = done.value
+        return out
+
+
+def _listing(st: CoreState, below: int) -> Callable[[], Listing]:
+    """The candidates of a victim search, listed as its first budgeted pieces."""
+    return lambda: candidate_steps(st, below)
+
+
+def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Candidate]]:
+    """Every bound pod that could be a victim, each gang's bound members all together,
+    listed in pieces of at most :data:`LIST_GRAIN` pods, each announced with its cost as
+    a victim search's pieces are (:class:`~coscheduling.preemption.VictimSearch`): a
+    5,000-node cluster holds tens of thousands of pods, and reading them all in one piece
+    held the event loop for a quarter of a second before the search's budget began.
 
     Every pod is measured as :meth:`~coscheduling.state.CoreState.unit_priority` measures
     it: a gang member by its gang's priority (the group's when it names one), a plain pod by
@@ -380,33 +412,70 @@ def _candidates(st: CoreState, below: int) -> list[Candidate]:
     every gang with a binding in flight (:func:`binding_in_flight`): such a gang is a victim
     whole or not at all, and "whole" is not known until its bindings land.
 
-    Two cheap passes: the first finds the plain pods and gangs below ``below`` (nothing
-    else is ever a victim, and on most clusters that is nothing at all), only the second
-    builds records."""
+    Three passes: the first finds the plain pods and gangs below ``below`` (nothing else is
+    ever a victim, and on most clusters that is nothing at all), the second every bound
+    member of those gangs, only the third builds records. Between two pieces the cluster
+    may change: a pod gone is skipped, and a set decided over several slices is checked
+    against the cluster of its moment before anything is evicted (``_recheck``)."""
     terminating = st.preemptions.terminating()
     prio: dict[GangKey, int] = {}
-    bound = [p for p in st.store.pods.values()
-             if p.holds_capacity and p.key not in terminating
-             and st.unit_priority(p, prio) < below]
-    if not bound:
-        return []
-    gangs_low = {g for p in bound if (g := gang_key(st.membership.get(p.key))) is not None}
-    pods = [p for p in bound if gang_key(st.membership.get(p.key)) is None]
-    for g in sorted(gangs_low):  # every bound member
-        gang = st.gangs.get(g)
-        if gang is None or binding_in_flight(gang):
-            continue
-        for k in sorted(gang.members):
+    keys = list(st.store.pods)
+    plain: list[PodRecord] = []
+    gangs_low: set[GangKey] = set()
+    for i in range(0, len(keys), LIST_GRAIN):
+        chunk = keys[i:i + LIST_GRAIN]
+        yield len(chunk) * LIST_COST
+        for k in chunk:
             p = st.store.pods.get(k)
-            if p is not None and p.holds_capacity and k not in terminating:
-                pods.append(p)
+            if p is None or not p.holds_capacity or k in terminating \
+                    or st.unit_priority(p, prio) >= below:
+                continue
+            if (g := gang_key(st.membership.get(k))) is None:
+                plain.append(p)
+            else:
+                gangs_low.add(g)
+    if not plain and not gangs_low:
+        return []
+    pods = plain + (yield from _gang_members(st, sorted(gangs_low), terminating))
     budgets: dict[str, list[Budget]] = {}
     for b in st.budgets.values():
         budgets.setdefault(b.namespace, []).append(b)
-    return [Candidate(p.key, p.node_name, p.requests, st.unit_priority(p, prio),
-                      gang_key(st.membership.get(p.key)), p.started,
-                      selecting(p, budgets.get(p.namespace, ())), p.grace_seconds, quota_line(p))
-            for p in pods if p.node_name is not None]
+    out: list[Candidate] = []
+    for i in range(0, len(pods), LIST_GRAIN):
+        some = pods[i:i + LIST_GRAIN]
+        yield len(some) * RECORD_COST
+        out += [Candidate(p.key, p.node_name, p.requests, st.unit_priority(p, prio),
+                          gang_key(st.membership.get(p.key)), p.started,
+                          selecting(p, budgets.get(p.namespace, ())), p.grace_seconds,
+                          quota_line(p))
+                for p in some if p.node_name is not None]
+    return out
+
+
+def _gang_members(st: CoreState, gangs: Sequence[GangKey], terminating: frozenset[PodKey]
+                  ) -> Generator[int, None, list[PodRecord]]:
+    """Every bound member of ``gangs`` not terminating, gang by gang, members by key;
+    gangs with a binding in flight left out. Pieces of about :data:`LIST_GRAIN` members."""
+    out: list[PodRecord] = []
+    batch: list[GangKey] = []
+    size = 0
+    for at, key in enumerate(gangs):
+        gang = st.gangs.get(key)
+        if gang is not None:
+            batch.append(key)
+            size += len(gang.members)
+        if batch and (size >= LIST_GRAIN or at == len(gangs) - 1):
+            yield size * LIST_COST
+            for g in batch:
+                gang = st.gangs.get(g)
+                if gang is None or binding_in_flight(gang):
+                    continue
+                for k in sorted(gang.members):
+                    p = st.store.pods.get(k)
+                    if p is not None and p.holds_capacity and k not in terminating:
+                        out.append(p)
+            batch, size = [], 0
+    return out
 
 
 def binding_in_flight(g: Gang) -> bool:
