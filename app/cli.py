@@ -11,14 +11,12 @@ Deployment can configure it either way; flags win.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
 import ssl
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["main"]
@@ -154,10 +152,9 @@ def _webhook_hosts(args: argparse.Namespace) -> list[str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from coscheduling import Coscheduler, GangDefaults, Settings
+    from coscheduling import GangDefaults, Settings
 
-    from .kube import KubeClient, load_config
-    from .service import Lockstep
+    from .process import ProcessOptions, WebhookOptions, run
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -189,234 +186,18 @@ def _serve(args: argparse.Namespace) -> int:
         except LevelsError as e:
             print(f"lockstep: --topology-levels: {e}", file=sys.stderr)
             return 2
-
-    async def run() -> int:
-        service = Lockstep(Coscheduler(settings), KubeClient(load_config(args.kubeconfig,
-                                                                         args.token)))
-        # List and watch first: the API server encodes the lists while uvicorn and the verbs
-        # load below. Held gangs wait for the verbs to be served: a lifted
-        # member's filter call must find them.
-        service.verbs_served = False
-        await service.start()
-        await asyncio.to_thread(_import_verbs_side)  # the loop keeps listing meanwhile
-        try:
-            return await serve(service)
-        finally:
-            await service.stop()  # when the server never started (its own shutdown stops it)
-
-    async def serve(service: Lockstep) -> int:
-        import uvicorn
-
-        from .verbs import VerbsApp
-
-        async def load_rest() -> Any:
-            await asyncio.to_thread(_import_rest_side)
-            from .routes import create_rest_app
-
-            return create_rest_app(service, debug_token=args.debug_token,
-                                   manage_lifecycle=False, ui=args.ui)
-
-        # The verbs and probes answer from the start. FastAPI (metrics, debug, the webhook)
-        # is imported on the first request for another path, or at once for --webhook-port:
-        # importing it while kube-scheduler sends the first gangs cost 100-185 ms per cycle.
-        app = VerbsApp(service, load_rest=load_rest)
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-            ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key, access_log=False,
-            timeout_keep_alive=75,
-        )
-        server = _make_server_class()(config, service)
-        serving_failed = False  # the webhook server, or loading the routes it needs
-        webhook: Any = None
-
-        async def watchdog() -> None:
-            await service.stopped.wait()
-            server.should_exit = True
-
-        async def serve_webhook(port: int) -> None:
-            nonlocal serving_failed, webhook
-            try:
-                await app.load_rest()
-            except Exception:
-                logging.getLogger("lockstep").exception("loading the webhook's routes failed")
-                serving_failed = True
-                server.should_exit = True
-                return
-            from .admission import create_webhook_app
-
-            cert_file, key_file = args.webhook_cert, args.webhook_key
-            certs = None
-            if args.webhook_cert_secret is not None:
-                certs = await _own_certificate(service.kube, args)
-                if certs is None:
-                    serving_failed = True
-                    server.should_exit = True
-                    return
-                cert_file, key_file = str(certs.cert_file), str(certs.key_file)
-            webhook = _make_webhook_server_class()(service, uvicorn.Config(
-                create_webhook_app(service), host=args.webhook_host, port=port,
-                log_level=args.log_level.lower(), ssl_certfile=cert_file,
-                ssl_keyfile=key_file, access_log=False, lifespan="off",
-            ))
-            rotation = None
-            if certs is not None:
-                def reload() -> None:  # new handshakes use the new certificate
-                    if webhook.config.ssl is None:  # not loaded yet: it reads the new files
-                        return
-                    webhook.config.ssl.load_cert_chain(certs.cert_file, certs.key_file)
-                    logging.getLogger("lockstep").info("webhook certificate reloaded")
-
-                rotation = asyncio.create_task(
-                    certs.run(reload, period=args.webhook_cert_check), name="webhook-certs")
-            try:
-                await webhook.serve()
-            except SystemExit:  # uvicorn could not start it (the port is taken)
-                pass
-            finally:
-                if rotation is not None:
-                    rotation.cancel()
-                if not server.should_exit:  # it stopped on its own: stop everything
-                    logging.getLogger("lockstep").error("the webhook server stopped")
-                    serving_failed = True
-                    server.should_exit = True
-
-        guard = asyncio.create_task(watchdog(), name="watchdog")
-        webhook_task = None
-        if args.webhook_port is not None:
-            service.webhook_listening = False
-            webhook_task = asyncio.create_task(serve_webhook(args.webhook_port), name="webhook")
-        try:
-            await server.serve()
-        finally:
-            guard.cancel()
-            if webhook_task is not None:
-                if webhook is not None:
-                    webhook.should_exit = True
-                else:
-                    webhook_task.cancel()  # still importing: nothing to stop
-                with contextlib.suppress(asyncio.CancelledError):
-                    await webhook_task
-        return 1 if service.failed is not None or serving_failed else 0
-
-    # uvloop when installed (uvicorn[standard] brings it): the event loop runs every verb,
-    # binding and watch, and kube-scheduler's scheduling thread waits on it.
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.run(run())
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run())
-
-
-async def _own_certificate(kube: Any, args: argparse.Namespace) -> Any:
-    """The webhook's certificate from its Secret, issued there first when missing; retried
-    while the API server cannot be reached (the webhook's ``failurePolicy: Ignore`` admits
-    pods meanwhile). None when the Secret cannot be written: Lockstep then stops, saying why,
-    rather than serve a webhook the API server cannot trust."""
-    from .certs import WebhookCerts
-    from .errors import APIError, APIUnreachable
-
-    ns, _, name = args.webhook_cert_secret.partition("/")
-    certs = WebhookCerts(kube, namespace=ns, secret=name,
-                         webhook_config=args.webhook_configuration, hosts=_webhook_hosts(args))
-    log = logging.getLogger("lockstep")
-    for attempt in range(60):
-        try:
-            await certs.ensure()
-            return certs
-        except APIUnreachable as e:
-            log.warning("webhook certificate: API server unreachable, retrying: %s", e)
-        except APIError as e:
-            if e.status in (401, 403):
-                log.error("webhook certificate: not allowed to keep Secret %s/%s or the "
-                          "caBundle of %s (RBAC: deploy/webhook/rbac.yaml): %s", ns, name,
-                          args.webhook_configuration, e)
-                return None
-            log.warning("webhook certificate: %s, retrying", e)
-        await asyncio.sleep(min(2.0 * (attempt + 1), 10.0))
-    log.error("webhook certificate: gave up after 60 attempts")
-    return None
-
-
-def _import_verbs_side() -> None:
-    """uvicorn and the verbs: imported in a thread while the loop lists."""
-    import uvicorn
-    import uvicorn.lifespan.on
-    import uvicorn.protocols.http.httptools_impl  # noqa: F401
-
-    from . import verbs  # noqa: F401
-
-
-def _import_rest_side() -> None:
-    """FastAPI and the routes beside the verbs: imported in a thread, the verbs answering."""
-    from . import admission, routes  # noqa: F401
-
-
-def _make_server_class() -> Any:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn's server, answering parked bind calls the moment SIGTERM arrives.
-
-        uvicorn waits for in-flight requests before it runs the lifespan shutdown, and a
-        parked bind is an in-flight request that may last until its gang's deadline: without
-        this a rolling update would stall for minutes. kube-scheduler retries the
-        answered calls against the next Lockstep.
-        """
-
-        def __init__(self, config: uvicorn.Config, service: Any) -> None:
-            super().__init__(config)
-            self._service = service
-            self._loop: asyncio.AbstractEventLoop | None = None
-
-        async def serve(self, sockets: Any = None) -> None:
-            self._loop = asyncio.get_running_loop()
-            await super().serve(sockets)
-
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets)
-            if not self.should_exit:  # listening: held gangs may be lifted now
-                self._service.serve_verbs()
-
-        async def shutdown(self, sockets: Any = None) -> None:
-            # The service stops here, not after serve() returns: uvicorn then re-raises
-            # the signal it caught, and asyncio's SIGINT handler would cancel the stop
-            # half way (a watch still closing while the client is closed under it).
-            await super().shutdown(sockets)
-            await self._service.stop()
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            if self._loop is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(
-                    self._service.answer_parked,
-                    "Lockstep is shutting down; kube-scheduler will retry this bind")
-            super().handle_exit(sig, frame)
-
-    return Server
-
-
-def _make_webhook_server_class() -> Any:
-    import uvicorn
-
-    class WebhookServer(uvicorn.Server):
-        """A second server in the same loop: signals are the extender server's to handle
-        (it answers parked binds first); this one stops when that one has. Lockstep is
-        ready only once it listens."""
-
-        def __init__(self, service: Any, config: uvicorn.Config) -> None:
-            super().__init__(config)
-            self._service = service
-
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets)
-            if not self.should_exit:
-                self._service.webhook_listening = True
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    return WebhookServer
+    webhook = None
+    if args.webhook_port is not None:
+        webhook = WebhookOptions(
+            port=args.webhook_port, host=args.webhook_host, cert_file=args.webhook_cert,
+            key_file=args.webhook_key, cert_secret=args.webhook_cert_secret,
+            configuration=args.webhook_configuration,
+            hosts=tuple(_webhook_hosts(args)) if args.webhook_cert_secret else (),
+            cert_check=args.webhook_cert_check)
+    return run(ProcessOptions(
+        settings=settings, host=args.host, port=args.port, log_level=args.log_level,
+        kubeconfig=args.kubeconfig, token=args.token, tls_cert=args.tls_cert,
+        tls_key=args.tls_key, debug_token=args.debug_token, ui=args.ui, webhook=webhook))
 
 
 def _get(url: str, path: str, token: str | None) -> Any:
