@@ -74,11 +74,11 @@ class StatusWriter:
                     "lastTransitionTime": _now(),
                 }]
             out[key] = status
-        for key, rec in self.core.store.podgroups.items():
-            if rec.error is not None and key not in out:
+        for key, error in self.core.invalid_podgroups().items():
+            if key not in out:
                 out[key] = {"phase": "Pending", "conditions": [{
                     "type": "GangInvalid", "status": "True", "reason": "InvalidDeclaration",
-                    "message": render(InvalidDeclaration(rec.error))[:1024],
+                    "message": render(InvalidDeclaration(error))[:1024],
                     "lastTransitionTime": _now()}]}
         return out
 
@@ -119,7 +119,7 @@ class StatusWriter:
         """The scheduling condition on upstream PodGroups whose pods are Lockstep's (rules in
         ``coscheduling.conventions.upstream``). A strategic merge patch touches only that
         condition; the watch brings it back."""
-        groups = self.core.store.upstream
+        groups = self.core.upstream_podgroups()
         if not groups:
             return
         gangs: dict[GangKey, GangProgress] = {}

@@ -33,8 +33,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from coscheduling import Coscheduler, GangKey, GangPhase, GangView, NodeName
-from coscheduling.gang import Gang
+from coscheduling import GANG_STATES, Coscheduler, GangKey, GangPhase, GangView, NodeName
 from coscheduling.topology import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
 
 from .render import render
@@ -43,57 +42,15 @@ from .verbs import BadRequest
 if TYPE_CHECKING:
     from .service import Lockstep
 
-__all__ = ["STATES", "gang_detail", "gang_state", "gangs_page", "rack_nodes", "racks",
+__all__ = ["STATES", "gang_detail", "gangs_page", "rack_nodes", "racks",
            "ui_router"]
 
-STATES = ("partial", "timed out", "waiting", "binding", "admitted", "running", "invalid")
+STATES = GANG_STATES
 """The page's gang states, worst first (the order rows are listed in)."""
 _RANK = {s: i for i, s in enumerate(STATES)}
 NO_RACK = "(no rack)"
 MAX_ROWS = 1000
 CACHE_SECONDS = 1.0
-
-
-def gang_state(v: GangView) -> str:
-    """What a person calls the gang's state (the core's phases are finer, or coarser)."""
-    need = v.spec.min_member if v.spec else 0
-    if v.partial is not None:
-        return "partial"
-    if v.phase is GangPhase.BACKING_OFF:
-        return "timed out"
-    if v.phase is GangPhase.INVALID:
-        return "invalid"
-    if v.phase is GangPhase.WAITING:
-        return "waiting"
-    if v.phase is GangPhase.ADMITTED:
-        return "binding" if v.parked or v.bound else "admitted"
-    return "running" if v.bound >= need else "binding"
-
-
-def _quick_state(core: Coscheduler, g: Gang) -> str:
-    """``gang_state`` without building a view: the page counts every gang on each poll, and
-    a view sorts and copies each gang's members (48 ms for 6,250 gangs of 8). Members are
-    only counted for the phases whose state depends on them."""
-    if g.spec is None:
-        return "invalid"
-    if g.partial is not None:
-        return "partial"
-    if g.phase is GangPhase.BACKING_OFF:
-        return "timed out"
-    if g.phase is GangPhase.WAITING:
-        return "waiting"
-    pods = core.store.pods  # the dict itself: a read-only proxy's get costs a third more
-    need = g.spec.min_member if g.phase is GangPhase.RELEASED else 1
-    bound = 0
-    for k in g.members:
-        p = pods.get(k)
-        if p is not None and p.node_name is not None and p.active:
-            bound += 1
-            if bound >= need:
-                break
-    if g.phase is GangPhase.ADMITTED:
-        return "binding" if bound or core.waiting.count(g.key) else "admitted"
-    return "running" if bound >= need else "binding"
 
 
 def _created(stamp: str) -> float | None:
@@ -115,7 +72,7 @@ def gang_row(core: Coscheduler, v: GangView, now: float, wall: float) -> dict[st
     created = [c for m in members if (c := _created(m.created)) is not None]
     pending = max(0, v.members - v.bound - v.parked)
     return {
-        "gang": v.key, "namespace": ns, "name": name, "state": gang_state(v),
+        "gang": v.key, "namespace": ns, "name": name, "state": core.gang_state(v.key) or "invalid",
         "phase": v.phase.value, "minMember": v.spec.min_member if v.spec else None,
         "members": v.members, "bound": v.bound, "parked": v.parked, "pending": pending,
         "convention": v.spec.source.value if v.spec else None,
@@ -143,7 +100,7 @@ def gangs_page(core: Coscheduler, now: float, wall: float, *, namespace: str = "
     gangs = core.gangs()
     namespaces = sorted({_split(k)[0] for k in gangs})
     keys = [k for k in gangs if _split(k)[0] == namespace] if namespace else list(gangs)
-    states = [(_quick_state(core, gangs[k]), k) for k in keys]
+    states = [(core.gang_state(k) or "invalid", k) for k in keys]
     counts = dict.fromkeys(STATES, 0)
     for s, _ in states:
         counts[s] += 1
@@ -160,7 +117,7 @@ def gangs_page(core: Coscheduler, now: float, wall: float, *, namespace: str = "
 def preemptions(core: Coscheduler, now: float) -> list[dict[str, Any]]:
     """Who is preempting whom: each preemption whose victims are still terminating."""
     out = []
-    for rec in sorted(core.state.preemptions.by_preemptor.values(), key=lambda r: r.started):
+    for rec in core.preemptions_in_flight():
         out.append({"preemptor": rec.preemptor.name, "priority": rec.priority,
                     "victimGangs": sorted(rec.victim_gangs), "plainPods": rec.plain,
                     "victimPods": len(rec.victims), "waitingFor": len(rec.waiting_for),
@@ -184,7 +141,7 @@ def _rack_of(core: Coscheduler) -> tuple[str, dict[str, list[NodeName]]]:
     index = _rack_level(core)
     if index is None:
         return "cluster", {NO_RACK: sorted(core.nodes)}
-    out = {"/".join(d): list(ns) for d, ns in core.store.domains(index).items()}
+    out = {"/".join(d): list(ns) for d, ns in core.domains(index).items()}
     placed = {n for ns in out.values() for n in ns}
     if len(placed) < len(core.nodes):
         out[NO_RACK] = sorted(n for n in core.nodes if n not in placed)
@@ -196,7 +153,7 @@ def _gpus(core: Coscheduler, n: NodeName, reserved: Mapping[NodeName, Mapping[Ga
     """(allocatable, used, reserved) GPUs of node ``n``."""
     node = core.nodes[n]
     alloc = node.allocatable.get(GPU, 0)
-    used = core.store.used.get(n, {}).get(GPU, 0)
+    used = core.used(n).get(GPU, 0)
     held = sum(r.get(GPU, 0) for r in reserved.get(n, {}).values())
     return alloc, used, held
 
@@ -267,7 +224,7 @@ def rack_nodes(core: Coscheduler, rack_id: str) -> dict[str, Any]:
         for g, res in sorted(reserved.get(n, {}).items()):
             slots += [["reserved", g]] * res.get(GPU, 0)
         slots = slots[:alloc] + [["free", ""]] * max(0, alloc - len(slots))
-        layout = core.store.layout(n)
+        layout = core.layout(n)
         path = {lv.name: v for lv in levels[:-1] if (v := lv.value(node.labels))}
         nodes.append({
             "node": n, "gpus": alloc, "slots": slots, "islands": list(layout.islands),

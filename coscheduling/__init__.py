@@ -39,9 +39,11 @@ from .records import (
 )
 from .resources import QuantityError, Resources, format_resources
 from .topology import DEFAULT_LEVELS, Level
+from .views import STATES as GANG_STATES
 
 __all__ = [
     "DEFAULT_LEVELS",
+    "GANG_STATES",
     "AwaitQuorum",
     "BindFailed",
     "BindGroup",

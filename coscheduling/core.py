@@ -51,12 +51,13 @@ from .gang import Gang, GangPhase
 from .ingest import Kind
 from .membership import gang_key, meets_quorum
 from .numa import NumaZones
-from .podgroup import GangKey, GangSpec, Membership
+from .podgroup import GangKey, GangSpec, InvalidGang, Membership
+from .preemption_state import InFlight
 from .reasons import PartiallyBound
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources
 from .state import CoreState, PlainVerdict, Settings
-from .topology import GPU, Score
+from .topology import GPU, GpuLayout, Score
 from .views import GangView
 
 __all__ = [
@@ -118,6 +119,27 @@ class Coscheduler:
 
     def free(self, node: NodeName) -> Resources:
         return self.store.free(node)
+
+    def used(self, node: NodeName) -> Resources:
+        """What the pods bound to ``node`` request (empty when none is)."""
+        return self.store.used.get(node, {})
+
+    def gpu_totals(self) -> tuple[int, int]:
+        """(allocatable, used) GPUs over the cached nodes: one pass, ~1 ms at 5,000 nodes."""
+        used_by_node = self.store.used
+        allocatable = used = 0
+        for name, node in self.store.nodes.items():
+            allocatable += node.allocatable.get(GPU, 0)
+            used += used_by_node.get(name, {}).get(GPU, 0)
+        return allocatable, used
+
+    def domains(self, level: int) -> Mapping[tuple[str, ...], list[NodeName]]:
+        """The nodes of each domain of topology level ``level`` (its index in the levels)."""
+        return self.store.domains(level)
+
+    def layout(self, node: NodeName) -> GpuLayout:
+        """``node``'s GPUs: their NVLink islands and NUMA zones."""
+        return self.store.layout(node)
 
     def free_unreserved(self, node: NodeName) -> Resources:
         """Free capacity on ``node`` that no gang holds."""
@@ -327,6 +349,23 @@ class Coscheduler:
 
     def gang_view(self, key: GangKey) -> GangView | None:
         return views.gang_view(self.state, key)
+
+    def gang_state(self, key: GangKey) -> str | None:
+        """What a person calls the gang's state (one of ``views.STATES``), or None."""
+        g = self.state.gangs.get(key)
+        return views.gang_state(self.state, g) if g is not None else None
+
+    def preemptions_in_flight(self) -> list[InFlight]:
+        """Each preemption whose victims are still going, oldest first."""
+        return sorted(self.state.preemptions.by_preemptor.values(), key=lambda r: r.started)
+
+    def invalid_podgroups(self) -> dict[GangKey, InvalidGang]:
+        """scheduler-plugins PodGroups whose own fields are out of range, and why."""
+        return {k: r.error for k, r in self.store.podgroups.items() if r.error is not None}
+
+    def upstream_podgroups(self) -> Mapping[GangKey, UpstreamPodGroup]:
+        """The upstream ``scheduling.k8s.io`` PodGroups in the cache."""
+        return MappingProxyType(self.store.upstream)
 
     def gang_views(self) -> list[GangView]:
         found = (views.gang_view(self.state, k) for k in sorted(self.state.gangs))

@@ -17,8 +17,13 @@ from .reasons import GangReason, InvalidDeclaration, PartiallyBound
 from .records import NodeName, PodKey, PodRecord
 from .state import CoreState
 
-__all__ = ["GangView", "gang_view", "members_of", "podgroup_status_of",
+__all__ = ["STATES", "GangView", "gang_state", "gang_view", "members_of", "podgroup_status_of",
            "podgroup_statuses", "volcano_status_map"]
+
+STATES = ("partial", "timed out", "waiting", "binding", "admitted", "running", "invalid")
+"""What a person calls a gang's state (the page, its counts), worst first; the core's
+phases are finer (waiting vs backing off) or coarser (admitted, whether or not members
+are binding)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,33 @@ def members_of(st: CoreState, gang: GangKey) -> list[PodRecord]:
     if g is None:
         return []
     return [st.store.pods[k] for k in sorted(g.members) if k in st.store.pods]
+
+
+def gang_state(st: CoreState, g: Gang) -> str:
+    """One of :data:`STATES` for ``g``. Members are counted only for the phases whose state
+    depends on them, and only until the state is settled: the page counts every gang on
+    each poll (a whole view sorts and copies each gang's members: 48 ms for 6,250 gangs of
+    8)."""
+    if g.partial is not None:
+        return "partial"
+    if g.spec is None:
+        return "invalid"
+    if g.phase is GangPhase.BACKING_OFF:
+        return "timed out"
+    if g.phase is GangPhase.WAITING:
+        return "waiting"
+    pods = st.store.pods
+    need = g.spec.min_member if g.phase is GangPhase.RELEASED else 1
+    bound = 0
+    for k in g.members:
+        p = pods.get(k)
+        if p is not None and p.node_name is not None and p.active:
+            bound += 1
+            if bound >= need:
+                break
+    if g.phase is GangPhase.ADMITTED:
+        return "binding" if bound or st.waiting.count(g.key) else "admitted"
+    return "running" if bound >= need else "binding"
 
 
 def gang_view(st: CoreState, key: GangKey) -> GangView | None:
