@@ -1,4 +1,4 @@
-"""Gang conventions other projects write, on the real test bed (issue 10).
+"""Gang conventions other projects write, on the real test bed.
 
 These pods carry exactly what Kueue's plain-pod integration writes on the pods it manages (the
 ``kueue.x-k8s.io/pod-group-name`` label, the ``kueue.x-k8s.io/pod-group-total-count``

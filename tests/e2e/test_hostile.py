@@ -266,7 +266,7 @@ def volcano_batch(c: Cluster, h: Hostile) -> None:
                          "minResources": {"nvidia.com/gpu": q}}}):
             create_pod(c, h, hostile_pod(f"{name}-0", {"scheduling.k8s.io/group-name": name}),
                        None)
-    # Queue demand with no pods at all: minMember 2^31-1 in a queue (issue 32).
+    # Queue demand with no pods at all: minMember 2^31-1 in a queue.
     create_raw(c, h, path, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
                             "metadata": {"name": "vc-empty"},
                             "spec": {"minMember": "@v@", "queue": "default"}},

@@ -1,4 +1,4 @@
-"""Real PyTorchJobs through Kubeflow's real training-operator v1 on the test bed (issue 10).
+"""Real PyTorchJobs through Kubeflow's real training-operator v1 on the test bed.
 
 The operator is built from its Go module (testbed/kubeflow.py says what it needs out of a
 cluster) and run in each of its gang modes; the PyTorchJobs are what users write. Seed case:

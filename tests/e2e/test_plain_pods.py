@@ -13,8 +13,7 @@ are created on capacity where either the plain pods or the gang fit, not both, o
   evicted for them;
 * the gang first, bound before the plain pods exist: kube-scheduler finds no node for the
   plain pods, so they preempt: the gang is evicted whole and the three plain pods bind
-  (until #22 the plain pods waited; the stock scheduler's DefaultPreemption would evict
-  the gang pod by pod).
+  (the stock scheduler's DefaultPreemption would evict the gang pod by pod).
 
 Every repetition of a variant must end the same way, with no plain pod's bind refused for a
 reservation and no pod answered unknown. The case runs on the default install (the webhook
@@ -297,7 +296,7 @@ def default_install(cluster: ClusterFactory) -> Cluster:
 def test_scheduler_plugins_case_on_the_default_install_gives_the_peers_outcome(
     cluster: ClusterFactory,
 ) -> None:
-    """Issue 32: on the default install the gang was admitted at its first member's
+    """Before: on the default install the gang was admitted at its first member's
     creation, bound whole and was then evicted whole for the plain pods (20 runs of 20).
     Now no member is pinned before the gang's quorum exists, and a gang none of whose
     members is bound gives its reservation back to higher-priority pods that need it: the

@@ -1,5 +1,5 @@
 """Every number, list and string a user writes is parsed against an explicit limit before
-any work (issue 32): out of range, the gang is invalid with a reason naming the field and the
+any work: out of range, the gang is invalid with a reason naming the field and the
 limit; never an exception, never work or memory that grows with the value.
 
 Each convention gets the same hostile values: huge, negative, zero, non-numeric, 4,301+

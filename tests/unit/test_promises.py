@@ -1,4 +1,4 @@
-"""Issue 9's six reproductions, one plain regression test each (all failed on the old core).
+"""The six broken promises first reproduced, one regression test each (all failed on the old core).
 
 Each drives ``Coscheduler`` the way the app does (watch events, filter, bind, outcomes) and
 asserts on the promise that broke, not on incidental output.
@@ -182,7 +182,7 @@ def test_a_gang_partly_bound_by_a_crash_completes_without_parking() -> None:
 
 
 def test_kueue_groups_of_three_on_four_gpus_never_split_two_and_two() -> None:
-    """Issue 10's reproduction: two Kueue plain-pod groups of 3 on 4 GPUs used to be
+    """Reproduced: two Kueue plain-pod groups of 3 on 4 GPUs used to be
     scheduled as unrelated pods and end 2 + 2. One group runs; the other holds nothing."""
     core = cluster(node("n0").gpus(2).build(), node("n1").gpus(2).build())
 
@@ -216,7 +216,7 @@ def test_gated_members_do_not_count_until_kueue_lifts_the_gate() -> None:
 
 
 def test_volcano_pods_with_only_the_group_name_are_gated_on_their_podgroup() -> None:
-    """Issue 10: Volcano's controllers put only scheduling.k8s.io/group-name on pods. They
+    """Volcano's controllers put only scheduling.k8s.io/group-name on pods. They
     wait (PodGroup not found) until Volcano's PodGroup exists, then form a gang of its
     minMember; deleting the PodGroup sends them back to waiting."""
     from coscheduling.conventions.volcano import volcano_podgroup_from_json

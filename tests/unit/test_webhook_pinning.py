@@ -237,7 +237,7 @@ async def test_a_pin_reviewed_again_with_another_gate_or_shape_is_taken_back(
 @pytest.mark.parametrize("narrowed", ["node-selector", "affinity", "toleration-removed"])
 async def test_a_pin_reviewed_again_after_a_later_webhook_narrowed_the_pod_is_taken_back(
         client: httpx.AsyncClient, service: Lockstep, narrowed: str) -> None:
-    """Found in issue 32: a later webhook added a nodeSelector the pinned node does not
+    """Found: a later webhook added a nodeSelector the pinned node does not
     meet, and the reinvocation kept the pin: the pod was stuck for good, its slot held until
     the gang's deadline. Now the pin comes off, the gate goes on, the slot goes back."""
     service.core.upsert_node(node_from_json(
