@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from coscheduling import Coscheduler, Settings
 
@@ -28,10 +28,14 @@ from .kube import KubeClient, load_config
 from .service import Lockstep
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from .certs import WebhookCerts
     from .servers import ExtenderServer, WebhookServer
+    from .verbs import VerbsApp
 
-__all__ = ["LockstepProcess", "ProcessOptions", "WebhookOptions", "run"]
+__all__ = ["LockstepProcess", "ProcessOptions", "WebhookOptions", "extender_app", "run",
+           "webhook_app"]
 
 log = logging.getLogger("lockstep")
 
@@ -74,6 +78,39 @@ class ProcessOptions:
     debug_token: str | None = None
     ui: bool = True
     webhook: WebhookOptions | None = None
+
+
+def extender_app(service: Lockstep, *, debug_token: str | None = None, ui: bool = True,
+                 max_body: int | None = None, lazy: bool = False) -> VerbsApp:
+    """Everything Lockstep answers on the extender's port, as one ASGI app: the verbs and
+    probes (``app.verbs``), then metrics, debug, the page and the webhook's route
+    (``app.routes``). The process, the tests and the benchmarks all build it here.
+
+    ``lazy``: the routes beside the verbs (FastAPI) are imported, in a thread, on the first
+    request for one of them, as the process serves them: importing FastAPI while
+    kube-scheduler sends the first gangs cost 100-185 ms per cycle."""
+    from .verbs import DEFAULT_MAX_BODY, VerbsApp
+
+    def rest() -> ASGIApp:
+        from .routes import create_rest_app
+
+        return create_rest_app(service, debug_token=debug_token, ui=ui)
+
+    async def load_rest() -> ASGIApp:
+        await asyncio.to_thread(_import_rest_side)
+        return rest()
+
+    body = DEFAULT_MAX_BODY if max_body is None else max_body
+    if lazy:
+        return VerbsApp(service, max_body=body, load_rest=load_rest)
+    return VerbsApp(service, max_body=body, rest=rest())
+
+
+def webhook_app(service: Lockstep) -> ASGIApp:
+    """The admission webhook's own app (``/mutate/pods`` and a probe), served over TLS."""
+    from .admission import create_webhook_app
+
+    return create_webhook_app(service)
 
 
 class LockstepProcess:
@@ -121,10 +158,9 @@ class LockstepProcess:
         import uvicorn
 
         from .servers import ExtenderServer
-        from .verbs import VerbsApp
 
         o = self.options
-        app = VerbsApp(service, load_rest=lambda: self._load_rest(service))
+        app = extender_app(service, debug_token=o.debug_token, ui=o.ui, lazy=True)
         self._extender = ExtenderServer(uvicorn.Config(
             app, host=o.host, port=o.port, log_level=o.log_level.lower(),
             ssl_certfile=o.tls_cert, ssl_keyfile=o.tls_key, access_log=False,
@@ -149,21 +185,14 @@ class LockstepProcess:
                     await webhook
         return 1 if service.failed is not None or self._serving_failed else 0
 
-    async def _load_rest(self, service: Lockstep) -> Any:
-        await asyncio.to_thread(_import_rest_side)
-        from .routes import create_rest_app
-
-        o = self.options
-        return create_rest_app(service, debug_token=o.debug_token, manage_lifecycle=False,
-                               ui=o.ui)
-
     async def _stop_when_stopped(self, service: Lockstep) -> None:
         """A background task of the service failed: the servers stop too."""
         await service.stopped.wait()
         if self._extender is not None:
             self._extender.should_exit = True
 
-    async def _serve_webhook(self, service: Lockstep, app: Any, w: WebhookOptions) -> None:
+    async def _serve_webhook(self, service: Lockstep, app: VerbsApp, w: WebhookOptions
+                             ) -> None:
         import uvicorn
 
         from .servers import WebhookServer
@@ -174,8 +203,6 @@ class LockstepProcess:
             log.exception("loading the webhook's routes failed")
             self._fail("the webhook cannot be served")
             return
-        from .admission import create_webhook_app
-
         cert_file, key_file, certs = w.cert_file, w.key_file, None
         if w.cert_secret is not None:
             certs = await own_certificate(service.kube, w)
@@ -184,7 +211,7 @@ class LockstepProcess:
                 return
             cert_file, key_file = str(certs.cert_file), str(certs.key_file)
         server = self._webhook = WebhookServer(uvicorn.Config(
-            create_webhook_app(service), host=w.host, port=w.port,
+            webhook_app(service), host=w.host, port=w.port,
             log_level=self.options.log_level.lower(), ssl_certfile=cert_file,
             ssl_keyfile=key_file, access_log=False, lifespan="off"), service)
         rotation = None

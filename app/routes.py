@@ -1,8 +1,8 @@
 """HTTP routes beside the verbs: metrics, debug, the admission webhook and routing errors.
 
 The verbs and probes are answered by ``app.verbs.VerbsApp`` before a request reaches
-FastAPI; ``create_app`` puts the two together, and the CLI serves the verbs
-before this module is even imported. Bad input is answered with a 4xx that names the
+FastAPI; ``app.process.extender_app`` puts the two together, and the process serves the
+verbs before this module is even imported. Bad input is answered with a 4xx that names the
 offending field.
 """
 
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -27,9 +25,9 @@ from .explain import explain_pod, gang_json, node_json
 from .pinning import CreationPlacer
 from .service import Lockstep, UnknownObject
 from .ui import ui_router
-from .verbs import DEFAULT_MAX_BODY, BadRequest, VerbsApp
+from .verbs import BadRequest
 
-__all__ = ["DEFAULT_MAX_BODY", "create_app", "create_rest_app"]
+__all__ = ["create_rest_app"]
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -44,39 +42,16 @@ def _loopback(request: Request) -> bool:
         return host in ("localhost", "testclient")
 
 
-def create_app(
-    service: Lockstep,
-    *,
-    debug_token: str | None = None,
-    max_body: int = DEFAULT_MAX_BODY,
-    manage_lifecycle: bool = True,
-) -> VerbsApp:
-    """Everything Lockstep answers on the extender's port, as one ASGI app."""
-    return VerbsApp(service, max_body=max_body, rest=create_rest_app(
-        service, debug_token=debug_token, manage_lifecycle=manage_lifecycle))
-
-
 def create_rest_app(
     service: Lockstep,
     *,
     debug_token: str | None = None,
-    manage_lifecycle: bool = True,
     ui: bool = True,
 ) -> FastAPI:
-    """The routes that are not verbs or probes (``VerbsApp`` answers those first)."""
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if manage_lifecycle:
-            await service.start()
-        try:
-            yield
-        finally:
-            if manage_lifecycle:
-                await service.stop()
-
+    """The routes that are not verbs or probes (``VerbsApp`` answers those first). The
+    service's life is the process's (``app.process``), not this app's."""
     # No 307 to the slash-less path: every answer is a 2xx or a 4xx naming what was wrong.
-    app = FastAPI(title="Lockstep", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
+    app = FastAPI(title="Lockstep", version="0.1.0", redirect_slashes=False)
     m = service.metrics
 
     # The admission webhook (app/admission.py) also answers here, for clients that reach

@@ -138,10 +138,10 @@ def serve(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     import uvicorn
 
-    from app.routes import create_app
+    from app.process import extender_app
 
     service = build(args.nodes, args.gangs, args.probes, args.api)
-    app = create_app(service, manage_lifecycle=False)
+    app = extender_app(service)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
                             access_log=False)
     asyncio.run(_serve(service, uvicorn.Server(config)))

@@ -26,9 +26,8 @@ from typing import Any
 import httpx
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_rest_app
+from app.process import extender_app
 from app.service import Lockstep
-from app.verbs import VerbsApp
 from coscheduling import Coscheduler, GangKey, Settings, node_from_json, pod_from_json
 
 from .synthetic import cluster_nodes, running_pods
@@ -78,7 +77,7 @@ def build_core(n_nodes: int, n_pods: int, size: int = 8) -> Coscheduler:
 def measure(core: Coscheduler, rounds: int = 5, browser: str | None = None) -> dict[str, Any]:
     """Each endpoint's median time over ``rounds`` and its size, over real HTTP."""
     service = Lockstep(core, KubeClient(KubeConfig("http://127.0.0.1:1")))
-    app = VerbsApp(service, rest=create_rest_app(service, manage_lifecycle=False))
+    app = extender_app(service)
     import uvicorn
 
     config = uvicorn.Config(app, log_level="warning", lifespan="off")

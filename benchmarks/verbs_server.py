@@ -12,7 +12,7 @@ import asyncio
 import uvicorn
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_app
+from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import pod_from_json
 
@@ -36,7 +36,7 @@ def main() -> None:
     names = sorted(service.core.nodes)
     for i in range(8):
         service.core.filter(service.core.pods[f"bench/admitted-{i}"], names, 0.0)  # type: ignore[index]
-    app = create_app(service, manage_lifecycle=False)
+    app = extender_app(service)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
                             access_log=False)
     asyncio.run(uvicorn.Server(config).serve())

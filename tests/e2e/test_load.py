@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_app
+from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import (
     Coscheduler,
@@ -113,7 +113,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
                 pod(f"g{g}-{m}").gang(f"g{g}", min_member=SIZE, timeout=200).gpu(1).build()))
     kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     service = Lockstep(core, kube)
-    app = create_app(service, manage_lifecycle=False)
+    app = extender_app(service)
 
     # Admission: every gang fits (2,020 of 2,048 GPUs), each member gets its planned node.
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """The gang-gate webhook: the "does this pod declare a gang" predicate and POST /mutate/pods.
 
-The route runs in-process on ``create_app`` (the extender's port) and ``create_webhook_app``
+The route runs in-process on ``extender_app`` (the extender's port) and ``webhook_app``
 (the webhook's own port) with the Kubernetes API faked: the webhook never calls it.
 """
 
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.admission import MAX_BODY, create_webhook_app
+from app.admission import MAX_BODY
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_app
+from app.process import extender_app, webhook_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, pod_from_json
 from coscheduling.conventions import declarations as _declarations
@@ -119,8 +119,8 @@ def service() -> Lockstep:
 @pytest.fixture(params=["extender-port", "webhook-port"])
 async def client(request: pytest.FixtureRequest, service: Lockstep
                  ) -> AsyncIterator[httpx.AsyncClient]:
-    app = (create_app(service, manage_lifecycle=False) if request.param == "extender-port"
-           else create_webhook_app(service))
+    app = (extender_app(service) if request.param == "extender-port"
+           else webhook_app(service))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as c:
         yield c
@@ -325,7 +325,7 @@ async def test_oversized_body_is_a_413(client: httpx.AsyncClient) -> None:
 
 
 async def test_webhook_port_serves_only_the_webhook(service: Lockstep) -> None:
-    app = create_webhook_app(service)
+    app = webhook_app(service)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="https://lockstep.test") as c:
         assert (await c.get("/healthz")).text == "ok"
@@ -382,7 +382,7 @@ BODIES = mutated_reviews() | st.binary(max_size=64) | JSON.map(lambda d: json.du
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=BODIES)
 async def test_no_body_makes_a_5xx(service: Lockstep, raw: bytes) -> None:
-    app = create_webhook_app(service)
+    app = webhook_app(service)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="https://lockstep.test") as c:
         r = await c.post("/mutate/pods", content=raw,

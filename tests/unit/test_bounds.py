@@ -22,11 +22,10 @@ from hypothesis import strategies as st
 from app.cache import ClusterCache
 from app.explain import explain_pod
 from app.kube import KubeClient, KubeConfig
+from app.process import extender_app
 from app.render import render, render_notice
-from app.routes import create_rest_app
 from app.service import Lockstep
 from app.status_writer import StatusWriter
-from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
 from coscheduling.conventions import resolve
 from coscheduling.conventions.koordinator import GROUPS, MAX_GROUP_GANGS
@@ -501,7 +500,7 @@ async def test_debug_gangs_shows_the_limit() -> None:
                                             "lockstep.dev/min-member": "10000000"})))
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
                                         connect=Wire(lambda _: httpx.Response(201, json={}))))
-    app = VerbsApp(service, rest=create_rest_app(service, manage_lifecycle=False, ui=False))
+    app = extender_app(service, ui=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 1)),
                                  base_url="http://lockstep.test") as c:
         gangs = (await c.get("/debug/gangs")).json()["gangs"]

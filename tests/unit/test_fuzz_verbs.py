@@ -48,7 +48,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_app
+from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
 from tests.builders import node, pod
@@ -116,7 +116,7 @@ class Harness:
         self.api = FakeAPI()
         kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(self.api))
         self.service = Lockstep(core, kube, clock=lambda: NOW)
-        app = create_app(self.service, manage_lifecycle=False, max_body=MAX_BODY)
+        app = extender_app(self.service, max_body=MAX_BODY)
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                         base_url="http://lockstep.test")
 

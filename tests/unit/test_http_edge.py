@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_app
+from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from tests.builders import node, pod
@@ -70,7 +70,7 @@ def service(api: FakeAPI) -> Lockstep:
 
 @pytest.fixture
 async def client(service: Lockstep) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(service, manage_lifecycle=False, max_body=200_000)
+    app = extender_app(service, max_body=200_000)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as c:
         yield c
@@ -245,7 +245,7 @@ async def test_a_failing_bind_is_reported_and_the_member_retries_into_its_slot(
 
 
 async def test_debug_endpoints_need_loopback_or_the_bearer_token(service: Lockstep) -> None:
-    app = create_app(service, manage_lifecycle=False, debug_token="s3cret")
+    app = extender_app(service, debug_token="s3cret")
     remote = httpx.ASGITransport(app=app, client=("10.1.2.3", 4321))
     async with httpx.AsyncClient(transport=remote, base_url="http://lockstep.test") as c:
         denied = await c.get("/debug/gangs")

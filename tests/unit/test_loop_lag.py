@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_app
+from app.process import extender_app
 from app.service import LOOP_LAG_WARN_SECONDS, Lockstep, LoopLag
 from coscheduling import Coscheduler, Settings
 
@@ -39,7 +39,7 @@ def test_debug_loop_reports_the_longest_hold_and_resets_on_request() -> None:
     async def go() -> tuple[dict[str, float], dict[str, float]]:
         service = Lockstep(Coscheduler(Settings()), KubeClient(KubeConfig("http://127.0.0.1:9")))
         service.lag.observe(0.42)
-        app = create_app(service, manage_lifecycle=False)
+        app = extender_app(service)
         transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             first = (await c.get("/debug/loop", params={"reset": "1"})).json()

@@ -10,9 +10,8 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_rest_app
+from app.process import extender_app
 from app.service import Lockstep
-from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
@@ -36,7 +35,7 @@ def service() -> Lockstep:
 
 async def client_for(service: Lockstep, *, ui: bool = True,
                      peer: tuple[str, int] = ("127.0.0.1", 1)) -> httpx.AsyncClient:
-    app = VerbsApp(service, rest=create_rest_app(service, manage_lifecycle=False, ui=ui))
+    app = extender_app(service, ui=ui)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=peer),
                              base_url="http://lockstep.test")
 

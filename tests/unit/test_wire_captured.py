@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
-from app.routes import create_app
+from app.process import extender_app
 from app.service import Lockstep
 from app.wire import BindingArgs, ExtenderArgs
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
@@ -50,7 +50,7 @@ async def client() -> AsyncIterator[tuple[httpx.AsyncClient, Lockstep]]:
 
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
                                         connect=Wire(api)))
-    app = create_app(service, manage_lifecycle=False)
+    app = extender_app(service)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://lockstep.test") as c:
         yield c, service
