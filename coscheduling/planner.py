@@ -247,6 +247,10 @@ def plan_gang(
     if not todo:
         return Plan(dict(fixed), None)
     ctx = _Context(todo, view, levels)
+    if any(problem is not None for problem in ctx.problems):
+        # A member over an affinity limit is eligible nowhere, so no domain holds the gang:
+        # the answer is the explanation, without one placement tried per domain.
+        return _explain(ctx, required)
     stop = levels.index(required) if required is not None else 0
     fixed_nodes = {fixed[k] for k in fixed if fixed[k] in view.nodes}
     total_gpu = sum(m.pod.requests.get(GPU, 0) for m in todo)

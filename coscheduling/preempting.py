@@ -39,6 +39,7 @@ from dataclasses import replace
 
 from .decisions import Eviction, NoticeKind
 from .disruption import Budget, selecting
+from .eligibility import affinity_problem
 from .freed import freed_view
 from .gang import Gang
 from .keys import GangKey
@@ -114,6 +115,10 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
     cannot help (why, for ``explain``); None when preemption is off or has nothing to say."""
     if not st.settings.preemption or not members:
         return None
+    for p in members:
+        if (problem := affinity_problem(p.required_affinity)) is not None:
+            # Eligible nowhere whatever is evicted: no search (a pass over every pod).
+            return f"no eviction can place {p.key}: {problem}"
     me = PreemptorId.of_gang(g.key)
     rec = st.preemptions.get(me)
     if rec is not None:

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
+from coscheduling import (
+    Coscheduler,
+    Settings,
+    gang_key,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
 from coscheduling.eligibility import (
     AFFINITY_FIELD,
     MAX_AFFINITY_ITEMS,
@@ -109,3 +116,36 @@ def test_a_gang_with_thousands_of_affinity_terms_is_unplaceable_with_the_field_n
     assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
     notes = " ".join(d.unresolvable.nofit.notes)
     assert AFFINITY_FIELD in notes and f"at most {MAX_AFFINITY_TERMS}" in notes
+
+
+def test_a_gang_over_an_affinity_limit_tries_no_placement_and_searches_no_victims(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: its plan tried every domain of every level and then the whole cluster
+    (nothing can place a member that is eligible nowhere), and its filter call began a
+    victim search, a pass over every pod of the cluster, for evictions that cannot help
+    it. Now the plan is the explanation at once, and preemption is not tried."""
+    from coscheduling import planner
+    from coscheduling.preemption_state import PreemptorId
+
+    core = Coscheduler(Settings(backoff_seconds=10))
+    for i in range(8):
+        core.upsert_node(node_from_json(node(f"n{i}").gpus(8).rack(f"r{i // 4}")
+                                        .label("zone", "a").build()))
+        low = pod(f"low-{i}").gpu(8).priority(1).on(f"n{i}").build()  # full of victims
+        low["metadata"]["uid"] = f"uid-low-{i}"
+        core.upsert_pod(pod_from_json(low))
+    terms = [{"matchExpressions": ZONE_A}] * (MAX_AFFINITY_TERMS + 1)
+    for i in range(2):
+        core.upsert_pod(pod_from_json(_with_terms(
+            pod(f"g-{i}").gang("g", 2).gpu(8).priority(100).build(), terms)))
+    placed = []
+    real = planner._place
+    monkeypatch.setattr(planner, "_place", lambda ctx, ns: placed.append(1) or real(ctx, ns))
+    d = core.filter(core.pods[pod_key("default", "g-0")], sorted(core.nodes), 0.0)
+    assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
+    assert placed == []
+    assert AFFINITY_FIELD in " ".join(d.unresolvable.nofit.notes)
+    assert "no eviction can place default/g-0" in d.unresolvable.preemption
+    assert f"at most {MAX_AFFINITY_TERMS}" in d.unresolvable.preemption
+    assert core.state.preemptions.searches == {} and core.drain_evictions() == []
+    assert core.state.preemptions.get(PreemptorId.of_gang(gang_key("default", "g"))) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import httpx
@@ -11,7 +12,8 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import LOOP_LAG_WARN_SECONDS, Lockstep, LoopLag
-from coscheduling import Coscheduler, Settings
+from coscheduling import Coscheduler, Settings, node_from_json
+from tests.builders import node
 
 
 async def _held_for(seconds: float) -> LoopLag:
@@ -50,3 +52,25 @@ def test_debug_loop_reports_the_longest_hold_and_resets_on_request() -> None:
     first, second = asyncio.run(go())
     assert first["maxLagSeconds"] == 0.42 and first["lastLagSeconds"] == 0.42
     assert second["maxLagSeconds"] == 0.0
+
+
+def test_the_heap_synced_at_start_is_out_of_the_collectors_walks() -> None:
+    """Once the cache has synced and the verbs are served, what is alive (the cluster's
+    records) is frozen: a full collection, which any big request may trigger, no longer
+    walks it with the loop held. Before the sync nothing is frozen (half a cache)."""
+    gc.unfreeze()
+    service = Lockstep(Coscheduler(Settings()), KubeClient(KubeConfig("http://127.0.0.1:9")))
+    record = node_from_json(node("n0").gpus(8).build())
+    service.core.upsert_node(record)
+    try:
+        service.flush()
+        assert gc.get_freeze_count() == 0  # not synced yet
+        assert gc.is_tracked(record) and any(o is record for o in gc.get_objects())
+        for res in service.cache.resources.values():
+            res.synced = True
+        service.serve_verbs()
+        assert gc.get_freeze_count() > 0
+        assert not any(o is record for o in gc.get_objects())  # frozen, never walked
+    finally:
+        gc.unfreeze()
+        asyncio.run(service.kube.aclose())
