@@ -38,7 +38,6 @@ import math
 import os
 import random
 import re
-import ssl
 import statistics
 import subprocess
 import threading
@@ -51,6 +50,7 @@ from typing import Any
 
 from testbed.bins import REPO
 from testbed.cluster import create_nodes, load_topology, nodes_from_topology
+from testbed.http import get
 from testbed.kube import Kube
 from testbed.recorder import BindingRecorder
 from testbed.runner import TestBed, free_port
@@ -454,15 +454,10 @@ def format_ratios(r: Mapping[str, Any]) -> str:
 
 
 def _get_bytes(url: str, token: str | None = None, timeout: float = 10.0) -> bytes:
-    """GET from the test bed's components, whose certificates are their own."""
-    req = urllib.request.Request(url)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
-        return bytes(r.read())
+    status, body = get(url, token, timeout)
+    if not 200 <= status < 300:
+        raise RuntimeError(f"GET {url}: {status or 'not reachable'}")
+    return body
 
 
 def _get_text(url: str, token: str | None = None, timeout: float = 10.0) -> str:

@@ -32,7 +32,6 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from coscheduling.gating import GANG_GATE
 
 from .bins import K8S_NAMES, K8S_VERSIONS, REPO, bin_path
 from .certs import make_certs
+from .http import get
 from .kube import Kube
 
 __all__ = ["ADMIN_TOKEN", "UPSTREAM_GANG_API", "WEBHOOK_CONFIG", "Proc", "StartupError",
@@ -190,22 +190,6 @@ def webhook_configuration(doc: Mapping[str, Any], url: str, ca_bundle: bytes | N
     return out
 
 
-def _get(url: str, token: str | None = None, timeout: float = 2.0) -> int:
-    req = urllib.request.Request(url)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except (urllib.error.URLError, OSError):
-        return 0
-
-
 @functools.cache
 def compile_lockstep() -> None:
     """Byte-compile Lockstep's sources, as ``pip install`` (and so the image) does.
@@ -327,7 +311,7 @@ class TestBed:
         while time.monotonic() < deadline:
             if not proc.alive():
                 raise StartupError(f"{proc.name} exited early:\n{self.tail(proc.name)}")
-            if _get(proc.ready_url, proc.ready_token) == 200:
+            if get(proc.ready_url, proc.ready_token, timeout=2.0)[0] == 200:
                 return
             time.sleep(0.1)
         raise StartupError(f"{proc.name} not ready after {timeout:.0f}s:\n{self.tail(proc.name)}")
