@@ -5,7 +5,7 @@ dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kuberne
 """
 
 from .conventions.scheduler_plugins import podgroup_from_json
-from .core import Coscheduler, GangView, Settings
+from .core import Coscheduler
 from .creation import AwaitQuorum, GateAtCreation, PinAtCreation
 from .decisions import (
     BindFailed,
@@ -38,8 +38,10 @@ from .records import (
     priority_class_from_json,
 )
 from .resources import QuantityError, Resources, format_resources
+from .state import Settings
 from .topology import DEFAULT_LEVELS, Level
 from .views import STATES as GANG_STATES
+from .views import GangView
 
 __all__ = [
     "DEFAULT_LEVELS",

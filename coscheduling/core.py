@@ -34,20 +34,15 @@ from .conventions.upstream import UpstreamPodGroup
 from .conventions.volcano import VolcanoStatus
 from .decisions import (
     BindDecision,
-    BindGroup,
-    BindNow,
     BindOutcome,
     Eviction,
     Expired,
     FilterDecision,
     Lift,
     Notice,
-    NoticeKind,
-    Park,
-    Reject,
     Unparked,
 )
-from .gang import Gang, GangPhase
+from .gang import Gang
 from .ingest import Kind
 from .membership import gang_key, meets_quorum
 from .numa import NumaZones
@@ -60,20 +55,7 @@ from .state import CoreState, PlainVerdict, Settings
 from .topology import GPU, GpuLayout, Score
 from .views import GangView
 
-__all__ = [
-    "BindGroup",
-    "BindNow",
-    "Coscheduler",
-    "Expired",
-    "FilterDecision",
-    "GangPhase",
-    "GangView",
-    "Notice",
-    "NoticeKind",
-    "Park",
-    "Reject",
-    "Settings",
-]
+__all__ = ["Coscheduler"]
 
 
 class Coscheduler:

@@ -45,10 +45,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import Coscheduler, GangPhase
+from .core import Coscheduler
 from .eligibility import eligible
 from .enqueue import holds, queue_of
-from .gang import Gang
+from .gang import Gang, GangPhase
 from .gating import pinned_node
 from .keys import GangKey
 from .ledger import LedgerDrift, check_ledger
