@@ -225,6 +225,7 @@ def bind_outcomes(st: CoreState, outcomes: Sequence[BindOutcome]) -> PartiallyBo
         elif o.pod in st.assumed:
             forget_assumed(st, o.pod)
     by_gang: dict[GangKey, list[BindOutcome]] = {}
+    stranded: set[GangKey] = set()
     for o in outcomes:
         gang = gang_key(st.membership.get(o.pod))
         g = st.gangs.get(gang) if gang is not None else None
@@ -234,6 +235,13 @@ def bind_outcomes(st: CoreState, outcomes: Sequence[BindOutcome]) -> PartiallyBo
         if isinstance(o, BindFailed):
             g.bind_settled(o.pod)
             st.waiting.remove(o.pod)
+            if (node := g.plan.get(o.pod)) is not None and node not in st.store.nodes:
+                # Its node was deleted while the binding was in flight (the slot was
+                # kept for it): nothing will land there now.
+                g.drop_slot(o.pod)
+                stranded.add(g.key)
+    for gang in sorted(stranded):
+        reconcile(st, st.gangs[gang])
     report = None
     for gang, items in by_gang.items():
         g = st.gangs[gang]

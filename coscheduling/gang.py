@@ -17,7 +17,8 @@ and a reservation could outlive or undercut its plan.
 
 ``fall_back`` is taken by an ADMITTED or RELEASED gang whose live members drop below
 ``minMember`` (a member deleted, failed or recreated): it gives back every slot except those
-of bindings already in flight, which are about to become real usage.
+of bindings already in flight, which are about to become real usage (``expire`` keeps those
+too).
 
 Invariants (checked after every step of ``tests/unit/test_model.py``):
 
@@ -154,7 +155,9 @@ class Gang:
 
     def expire(self, now: float, backoff: float, cause: TimedOut) -> None:
         self._expect(GangPhase.ADMITTED)
-        self._drop_all()
+        # A gang admitted again after falling back may still have bindings in flight: they
+        # are about to become real usage, so their slots stay (as in ``fall_back``).
+        self._drop_all(self.binding)
         self.phase = GangPhase.BACKING_OFF
         self.deadline = None
         self.backoff_until = now + backoff

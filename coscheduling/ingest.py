@@ -108,6 +108,13 @@ def _replace_nodes(st: CoreState, nodes: Iterable[NodeRecord]) -> None:
 
 
 def _node_lost(st: CoreState, name: NodeName) -> None:
+    """Give back what was held on node ``name``: nominations, parked calls and slots.
+
+    A member whose binding is in flight keeps its slot: the bind POST does not check the
+    node, so it lands whether or not a node of that name exists (one created again under
+    the name, or none: the pod GC then deletes the orphan). Its room stays counted until
+    the watch shows it bound or the binding fails; dropping it let another gang be planned
+    into the room of a node created again before the binding landed (double-booked)."""
     for n in st.nominations.on(name):  # a plain pod's held room went with the node
         st.nominations.remove(n.pod)
         st.preemptions.cancel(PreemptorId.of_pod(n.pod))
@@ -116,6 +123,8 @@ def _node_lost(st: CoreState, name: NodeName) -> None:
     touched: dict[GangKey, Gang] = {}
     for r in st.ledger.on_node(name):
         g = st.gangs[r.gang]
+        if r.pod in g.binding:
+            continue
         if st.waiting.node(r.pod) == name:
             st.waiting.remove(r.pod)
             st.outbox.unparked.append(Unparked(g.key, {r.pod: name}, BindTargetGone(
@@ -180,8 +189,9 @@ def _upsert_upstream(st: CoreState, pg: UpstreamPodGroup) -> None:
             f"is above the limit of {limit} ({MAX_GANG_SIZE_FLAG})"))
     old = st.store.upstream.get(pg.key)
     st.store.upstream[pg.key] = pg
-    if old is None or (old.policy, old.error) != (pg.policy, pg.error):
-        _reresolve(st, pg.key)
+    if old is None or (old.policy, old.error, old.priority) != (pg.policy, pg.error,
+                                                                 pg.priority):
+        _reresolve(st, pg.key)  # the priority fields too: the gang's spec carries them
 
 
 def _delete_upstream(st: CoreState, key: GangKey) -> None:

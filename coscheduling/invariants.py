@@ -36,13 +36,18 @@
     it, or not at all); a gang told it is preempting waits on a preemption of its own (not
     on a plain pod's of the same namespace/name);
 13. a slot sits on a node the member may run on (its nodeSelector and required affinity
-    admit the node: a pin another webhook's nodeSelector excludes holds nothing).
+    admit the node: a pin another webhook's nodeSelector excludes holds nothing);
+14. a member whose binding is in flight holds its slot until the watch shows it bound (or
+    Lockstep assumes it bound) or the binding fails, even when its node was deleted: a bind
+    POST to a node created again under that name succeeds, so the room is never planned
+    for another gang meanwhile (rules 3 and 13 let such a slot sit on a missing node).
 
 :func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .core import Coscheduler
@@ -78,9 +83,13 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     _check_expected(core)
     _check_gangs_exist(core, now)
     nominations = core.state.nominations
+    flying = {k for g in core.gangs().values() for k in g.binding}
     for n in sorted({*core.ledger.nodes(), *nominations.total}):
         if n not in store.nodes:
-            raise InvariantBroken(f"reservation on node {n} that is not in the store")
+            if n in nominations.total or any(r.pod not in flying
+                                             for r in core.ledger.on_node(n)):
+                raise InvariantBroken(f"reservation on node {n} that is not in the store")
+            continue  # 14: bindings in flight to a deleted node keep their room
         # Victims of a preemption in flight still count as usage; their room is reserved
         # for the preemptor already (counted twice, never lent to a third party).
         holding = add(core.ledger.reserved_on(n), nominations.held_on(n))
@@ -109,6 +118,8 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
             if p.node_name is not None:
                 raise InvariantBroken(f"gang {key} holds a slot for {pod}, already bound")
             if node not in store.nodes:
+                if pod in g.binding:
+                    continue  # 14: its binding may still land on a node of that name
                 raise InvariantBroken(f"gang {key} holds {pod} on missing node {node}")
             pin = pinned_node(p.required_affinity)
             if pin is not None and pin != node:
@@ -116,6 +127,11 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
             if not eligible(p, store.nodes[node]):
                 raise InvariantBroken(f"gang {key} holds a slot for {pod} on {node}, where its "
                                       f"nodeSelector or required affinity does not admit it")
+        for pod in sorted(g.binding):
+            p = live.get(pod)
+            if p is not None and p.node_name is None and pod not in g.plan:
+                raise InvariantBroken(f"gang {key}: {pod}'s binding is in flight but its "
+                                      f"room is no longer counted (it may be planned again)")
         if g.phase is GangPhase.ADMITTED:
             if g.spec is None:
                 raise InvariantBroken(f"gang {key} admitted without a declaration")

@@ -271,6 +271,8 @@ class GangModel(RuleBasedStateMachine):
         self.core = Coscheduler(SETTINGS)
         self.now = 0.0
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.sizes: dict[str, int] = {}
+        """GPUs of every node created so far, by name (deleted ones too)."""
         self.pods: dict[PodKey, dict[str, Any]] = {}
         self.podgroup: dict[str, Any] | None = None
         self.upstream: dict[str, Any] | None = None
@@ -323,6 +325,7 @@ class GangModel(RuleBasedStateMachine):
     def _put_node(self, name: str, gpus: int, rack: str) -> None:
         obj = node(name).gpus(gpus).rack(rack).build()
         self.nodes[name] = obj
+        self.sizes[name] = gpus
         self.core.upsert_node(node_from_json(obj))
 
     def _put_pod(self, obj: dict[str, Any], lag: bool = False) -> None:
@@ -392,6 +395,18 @@ class GangModel(RuleBasedStateMachine):
         return frozenset(k for g, binds, *_ in self.group_binds if gang in (None, g)
                          for k, (_, uid) in binds.items()
                          if k in self.pods and self.pods[k]["metadata"]["uid"] == uid)
+
+    def _calls_open(self) -> frozenset[PodKey]:
+        """Members of a BindGroup in flight whose bind call kube-scheduler still waits on: the
+        app answers every call of a group once its last binding is back, so kube-scheduler
+        cycles none of them again before (a binding that failed meanwhile included)."""
+        return frozenset(k for k, uid in self._open_calls()
+                         if k in self.pods and self.pods[k]["metadata"]["uid"] == uid)
+
+    def _open_calls(self) -> set[tuple[PodKey, str]]:
+        """(pod, UID) of every bind call of a BindGroup in flight, deleted pods' included."""
+        return {(o.pod, o.uid) for _, _, outcomes, _ in self.group_binds for o in outcomes} \
+            | {(k, uid) for _, binds, *_ in self.group_binds for k, (_, uid) in binds.items()}
 
     @staticmethod
     def _gang(obj: dict[str, Any]) -> str:
@@ -560,16 +575,44 @@ class GangModel(RuleBasedStateMachine):
         name = NODES[i]
         if name in self.nodes:  # allocatable stays; labels move
             gpus = int(self.nodes[name]["status"]["allocatable"]["nvidia.com/gpu"])
+        elif self._binding_to(name):
+            # Created again while a binding to its name is in flight: the same machine
+            # back (a smaller one would be over-committed by that binding, the user's doing).
+            gpus = self.sizes.get(name, gpus)
         self._put_node(name, gpus, rack)
 
     @precondition(lambda self: len(self.nodes) > 1)
     @rule(data=st.data())
     def delete_node(self, data: st.DataObject) -> None:
-        name = data.draw(st.sampled_from(sorted(self.nodes)))
+        self._drop_node(data.draw(st.sampled_from(sorted(self.nodes))))
+        self._answered()
+
+    def _drop_node(self, name: str) -> None:
         del self.nodes[name]
         self.core.delete_node(NodeName(name))
         for key in [k for k, p in self.pods.items() if p["spec"].get("nodeName") == name]:
             self._delete_pod(key)  # the pod GC deletes pods bound to a deleted node
+
+    def _binding_to(self, name: str) -> bool:
+        """A binding of a BindGroup in flight targets node ``name``."""
+        return any(n == name for _, binds, *_ in self.group_binds for n, _ in binds.values())
+
+    @precondition(lambda self: self.group_binds)
+    @rule(data=st.data(), rack=st.sampled_from(RACKS))
+    def node_recreated_under_binding(self, data: st.DataObject, rack: str) -> None:
+        """A node some binding of a BindGroup in flight targets is deleted (the pod GC
+        deletes the pods bound to it) and created again under its name before the binding
+        lands: the bind POST then succeeds there, so its room must have stayed counted."""
+        targets = sorted({n for _, binds, *_ in self.group_binds for n, _ in binds.values()
+                          if n in self.nodes})
+        if not targets or len(self.nodes) < 2:
+            return
+        name = targets[data.draw(st.integers(0, len(targets) - 1))]
+        gpus = int(self.nodes[name]["status"]["allocatable"]["nvidia.com/gpu"])
+        self._drop_node(name)
+        self._answered()
+        self._put_node(name, gpus, rack)
+        saw("node-recreated-under-binding")
         self._answered()
 
     @rule()
@@ -627,7 +670,7 @@ class GangModel(RuleBasedStateMachine):
             obj = self.pods.get(key)
             if obj is None or self._gang(obj) != gang or obj["spec"].get("nodeName") \
                     or key in self.parked or obj["status"]["phase"] != "Pending" \
-                    or key in self._binding_now() \
+                    or key in self._calls_open() \
                     or self._held(obj):
                 continue
             rec = pod_from_json(obj)
@@ -970,7 +1013,7 @@ class GangModel(RuleBasedStateMachine):
         node for this pending pod, and it is not marked so yet."""
         p = self.pods[key]
         if p["spec"].get("nodeName") or p["spec"].get("schedulingGates") \
-                or key in self._binding_now() \
+                or key in self._calls_open() \
                 or p["metadata"].get("deletionTimestamp") \
                 or p["status"].get("phase") in ("Failed", "Succeeded") \
                 or any(c.get("reason") == "Unschedulable"
@@ -1066,8 +1109,11 @@ class GangModel(RuleBasedStateMachine):
         """One scheduling cycle: filter with kube-scheduler's own feasible nodes, then bind
         (``later``: in a later step, other events in between; ``lag``: the watch shows the
         binding late)."""
-        if source == "stale" and self.graveyard:
-            obj = data.draw(st.sampled_from(self.graveyard[-6:]))
+        # kube-scheduler keeps a pod whose bind call is open assumed: it never cycles it.
+        stale = [p for p in self.graveyard[-6:] if (pod_key("default", p["metadata"]["name"]),
+                                                    p["metadata"]["uid"]) not in self._open_calls()]
+        if source == "stale" and stale:
+            obj = data.draw(st.sampled_from(stale))
         elif source == "unseen":  # created, and kube-scheduler's watch showed it first
             key = pod_key("default", f"a-{data.draw(st.integers(5, 6))}")
             if key in self.pods:
@@ -1077,7 +1123,7 @@ class GangModel(RuleBasedStateMachine):
             obj = self.pods[key]
             source = "live"
         else:
-            busy = {k for k, *_ in self.inflight} | self._binding_now()
+            busy = {k for k, *_ in self.inflight} | self._calls_open()
             waiting = sorted(k for k, p in self.pods.items()
                              if not p["spec"].get("nodeName") and k not in self.parked
                              and k not in busy
@@ -1126,7 +1172,7 @@ class GangModel(RuleBasedStateMachine):
         i = data.draw(st.integers(0, len(self.inflight) - 1))
         key, target, uid, fate, lag = self.inflight.pop(i)
         if key in self.pods and not self.pods[key]["spec"].get("nodeName") \
-                and target in self.nodes and key not in self._binding_now():
+                and target in self.nodes and key not in self._calls_open():
             self._bind(key, target, uid, fate, lag)
 
     def _bind(self, key: PodKey, target: NodeName, uid: str, fate: int,
