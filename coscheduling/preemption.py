@@ -115,10 +115,13 @@ T = TypeVar("T")
 DOMAINS_TRIED = 16
 """Candidate domains planned for real per topology level, best estimates first."""
 
-SEARCH_BUDGET = 40_000
+SEARCH_BUDGET = 20_000
 """Work one slice of a victim search may do (:class:`VictimSearch`), in units of one planner
-look at one (node, member) pair: about 50 ms of CPU on the benchmark machine. A search that
-needs more goes on at the next sweep."""
+look at one (node, member) pair: about 30 ms of CPU on the benchmark machine (measured
+1.6 us per unit of planning, which is most of a search). A search that needs more goes on
+at the next sweep. The filter call that runs a slice also plans its gang over the whole
+cluster first, and a shared machine stretches both: at 40,000 the loop was held past
+0.2 s under load."""
 
 BOOK_COST = 4
 """Units charged per node or candidate pod read by the search's own arithmetic (screening
@@ -377,25 +380,58 @@ def victim_units(preemptor: Preemptor, candidates: Iterable[Candidate]
     A gang is eligible only when *every* bound member is strictly lower than the preemptor
     (and under its quota): one member of equal or higher priority protects the whole gang,
     as evicting the rest would leave it partial."""
+    steps = _unit_steps(preemptor, list(candidates), None)
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        got: tuple[list[VictimUnit], int | None, int] = done.value
+        return got
+
+
+UNIT_GRAIN = 1_000
+"""Candidates (or units) read by one piece of :func:`_unit_steps`: tens of thousands of
+bound pods are grouped into units in pieces the slice's budget can stop between."""
+
+
+def _unit_steps(preemptor: Preemptor, candidates: Sequence[Candidate],
+                nodes: Mapping[NodeName, object] | None
+                ) -> Steps[tuple[list[VictimUnit], int | None, int]]:
+    """:func:`victim_units` in pieces of at most :data:`UNIT_GRAIN` candidates or units,
+    keeping only units with a pod on one of ``nodes`` (None: every unit)."""
     gangs: dict[GangKey, list[Candidate]] = {}
     plain: list[Candidate] = []
     lowest: int | None = None
-    count = 0
-    for c in candidates:
-        count += 1
-        lowest = c.priority if lowest is None else min(lowest, c.priority)
-        if c.gang is None:
-            plain.append(c)
-        elif c.gang != preemptor.gang:
-            gangs.setdefault(c.gang, []).append(c)
+    for i in range(0, len(candidates), UNIT_GRAIN):
+        some = candidates[i:i + UNIT_GRAIN]
+        yield len(some) * BOOK_COST
+        for c in some:
+            lowest = c.priority if lowest is None else min(lowest, c.priority)
+            if c.gang is None:
+                plain.append(c)
+            elif c.gang != preemptor.gang:
+                gangs.setdefault(c.gang, []).append(c)
+
     def ok(c: Candidate) -> bool:
         return c.priority < preemptor.priority and c.quota == preemptor.quota
 
-    units = [VictimUnit(str(c.key), None, (c,)) for c in plain if ok(c)]
-    units += [VictimUnit(str(g), g, tuple(sorted(ps, key=lambda p: p.key)))
-              for g, ps in gangs.items() if all(ok(p) for p in ps)]
+    def kept(u: VictimUnit) -> bool:
+        return nodes is None or any(p.node in nodes for p in u.pods)
+
+    units: list[VictimUnit] = []
+    for i in range(0, len(plain), UNIT_GRAIN):
+        some = plain[i:i + UNIT_GRAIN]
+        yield len(some) * BOOK_COST
+        units += [u for c in some if ok(c) and kept(u := VictimUnit(str(c.key), None, (c,)))]
+    groups = list(gangs.items())
+    for i in range(0, len(groups), UNIT_GRAIN):
+        batch = groups[i:i + UNIT_GRAIN]
+        yield sum(len(ps) for _, ps in batch) * BOOK_COST
+        units += [u for g, ps in batch if all(ok(p) for p in ps)
+                  and kept(u := VictimUnit(str(g), g, tuple(sorted(ps, key=lambda p: p.key))))]
+    yield len(units)  # one sort, in C
     units.sort(key=lambda u: u.key)
-    return units, lowest, count
+    return units, lowest, len(candidates)
 
 
 def _pods(units: Iterable[VictimUnit]) -> list[Candidate]:
@@ -791,12 +827,9 @@ def _search(preemptor: Preemptor, listing: Callable[[], Listing], view: Capacity
         now = yield from _plan(members, view, levels, required)
         if now is not None:
             return AlreadyFits(preemptor.name, now)
-    yield len(candidates) * BOOK_COST
-    units, lowest, count = victim_units(preemptor, candidates)
-    units = [u for u in units if any(p.node in nodes for p in u.pods)]
+    units, lowest, count = yield from _unit_steps(preemptor, candidates, nodes)
     if not units:
         return NoLowerPriority(preemptor.name, preemptor.priority, count, lowest)
-    yield len(units) * BOOK_COST
     need = {k: v for k, v in _total(members).items() if v > 0 and k != PODS}
     stop = levels.index(required) if required is not None else 0
     order = _Ranks()

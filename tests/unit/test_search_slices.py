@@ -175,3 +175,28 @@ def test_a_search_given_a_listing_decides_as_one_given_the_list() -> None:
         slices += 1
     assert isinstance(listed, Victims) and got == listed
     assert slices > 1
+
+
+def test_no_piece_of_a_search_reads_more_candidates_than_its_grain(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grouping the candidates into units was one piece of O(candidates) work (68,000 units
+    at 5,000 nodes, over three budgets of today's slice); now it is pieces of at most
+    ``UNIT_GRAIN`` candidates. A budget of 1 runs one piece per slice, so each slice's work
+    is one piece's."""
+    from benchmarks.victims import _pod, cluster
+    from coscheduling import preemption
+    from coscheduling.keys import GangKey
+    from coscheduling.topology import DEFAULT_LEVELS
+
+    monkeypatch.setattr(preemption, "UNIT_GRAIN", 50)
+    view, cands = cluster(100)
+    assert len(cands) > 6 * 50
+    pre = Preemptor("default/hi", (Member(_pod("hi-0", 8, None, 6)),), 6,
+                    gang=GangKey("default/hi"))
+    search = VictimSearch(pre, cands, view, DEFAULT_LEVELS)
+    pieces = []
+    while isinstance(got := search.advance(1), Unfinished):
+        assert got.slice_steps == 1
+        pieces.append(got.slice_work)
+    assert max(pieces) <= len(view.nodes) * preemption.BOOK_COST  # the dearest: a node pass
+    assert got == choose_victims(pre, cands, view, DEFAULT_LEVELS)
