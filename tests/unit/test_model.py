@@ -555,9 +555,11 @@ class GangModel(RuleBasedStateMachine):
                   ) -> BindOutcome:
         """0..7 succeed, 8 fails for now, 9 fails for good (a 403, say)."""
         obj = self.pods.get(key)
-        if obj is None or node_name not in self.nodes:
+        if obj is None:
             return BindFailed(key, node_name, "gone", permanent=True)
         uid = obj["metadata"]["uid"]  # the app reports each outcome with its binding's UID
+        if node_name not in self.nodes:
+            return BindFailed(key, node_name, "gone", permanent=True, uid=uid)
         if fate == 8:
             return BindFailed(key, node_name, "503", permanent=False, uid=uid)
         if fate == 9:
