@@ -59,7 +59,15 @@ def resolve_pod(st: CoreState, pod: PodRecord) -> Membership:
 
 
 def refresh_spec(st: CoreState, g: Gang) -> None:
-    specs = [m for k in sorted(g.members)
+    """The gang's declaration: its first member's by name, among the members the API server
+    holds before any pinned at creation whose pod has not landed (no UID yet). A pin's pod
+    may never land, and a core rebuilt from the API server would take the declaration
+    from the members that exist."""
+    def created_first(k: PodKey) -> tuple[bool, PodKey]:
+        pod = st.store.pods.get(k)
+        return (pod is None or not pod.uid, k)
+
+    specs = [m for k in sorted(g.members, key=created_first)
              if isinstance(m := st.membership.get(k), GangSpec)]
     if not specs or not specs[0].group:
         g.spec = specs[0] if specs else None

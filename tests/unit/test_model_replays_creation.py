@@ -56,6 +56,21 @@ def test_replay_the_node_rule_recreates_a_node_under_a_binding_in_flight() -> No
     assert _gpus_bound(m, "n0") <= _allocatable(m, "n0")
 
 
+def test_replay_pins_that_never_land_leave_the_gang_to_the_members_that_exist() -> None:
+    """The sequence the fuzz runs found (rebuilt_core_agrees failed): w-0 and w-1 are
+    reviewed saying minMember 3 and held; w-2's review (3) completes the quorum and all
+    three are pinned, but the creations of w-0 and w-1 never land. w-1 is then created
+    again saying minMember 2 (gated: a pin of that name is still in flight). The gang's
+    minMember came from w-0, a pod the API server never held, so a core rebuilt from the
+    API server (w-1 says 2, w-2 says 3) disagreed until w-0's pin expired. A gang's
+    declaration now comes from the members that exist first."""
+    _replay(GangModel, ("create_through_webhook", 0, "never", False, 3),
+            ("create_through_webhook", 1, "never", False, 3),
+            ("create_through_webhook", 2, "now", False, 3),
+            ("create_through_webhook", 1, "now", False, 2),
+            ("advance_time", 3.0), ("advance_time", 8.0))
+
+
 def test_replay_a_gang_timing_out_keeps_the_room_of_its_binding_in_flight() -> None:
     """Found by the model once it checked that a binding in flight keeps its room (rule 14):
     gang a's BindGroup is in flight (a-0 shown bound, a-1 not yet) when a-0 is deleted; the
