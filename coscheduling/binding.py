@@ -90,10 +90,14 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
     if g.phase is GangPhase.RELEASED:
         if planned is None:
             no, displaced = _bind_unplanned(st, pod, node)
-            for gang in displaced:
-                reconcile(st, st.gangs[gang])
             if no is not None:
                 return no
+            # No slot holds its room while the POST is in flight: assume it bound there
+            # now, as a plain pod is, so no gang is planned onto that room meanwhile.
+            assume_bound(st, key, node)
+            for gang in displaced:
+                reconcile(st, st.gangs[gang])
+            return BindNow(key, node)
         g.binding.add(key)
         return BindNow(key, node)
     if g.phase is not GangPhase.ADMITTED:

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from coscheduling import pod_key
+from coscheduling import (
+    BindNow,
+    Bound,
+    Coscheduler,
+    NodeName,
+    PodRecord,
+    Settings,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
+from coscheduling.invariants import check_invariants
+from tests.builders import PodBuilder, node, pod
 from tests.unit.test_model import GangModel, _replay, _Script, gpu
 
 
@@ -88,3 +100,37 @@ def test_replay_a_gang_timing_out_keeps_the_room_of_its_binding_in_flight() -> N
     assert m.pods[pod_key("default", "a-1")]["spec"].get("nodeName") == "n0", "stale replay"
     assert _gpus_bound(m, "n0") <= _allocatable(m, "n0"), \
         f"n0 double-booked: {_gpus_bound(m, 'n0')} GPUs bound on {_allocatable(m, 'n0')}"
+
+
+def test_an_extra_of_a_released_gang_is_counted_on_its_node_while_its_binding_flies() -> None:
+    """Not a replay (the model reports a BindNow's outcome in the same step; the app awaits
+    the POST first): an extra of a released gang is told BindNow with no slot to hold its
+    room, and while its POST is in flight another gang must not be planned onto that room
+    (before: gang c was admitted onto the 2 GPUs left and the extra landed beside it, 5
+    GPUs on a node of 4). Rule 14: a binding in flight is counted, by a slot or assumed."""
+    core = Coscheduler(Settings(backoff_seconds=5))
+    core.upsert_node(node_from_json(node("n0").gpus(4).build()))
+    n0 = NodeName("n0")
+    for k in range(3):
+        core.upsert_pod(pod_from(pod(f"a-{k}").gang("a", min_member=2, timeout=20).gpu(1)))
+        if k == 1:  # released and bound before a-2 exists: a-2 is an extra with no slot
+            for j in range(2):
+                member = core.pods[pod_key("default", f"a-{j}")]
+                assert core.filter(member, [n0], 0.0).passed == [n0]
+                core.bind(member.key, n0, 0.0, member.uid)
+            core.bind_outcomes([Bound(key, n0, core.pods[key].uid)
+                                for key in (pod_key("default", "a-0"), pod_key("default", "a-1"))])
+    extra = core.pods[pod_key("default", "a-2")]
+    assert core.filter(extra, [n0], 0.0).passed == [n0]
+    assert isinstance(core.bind(extra.key, n0, 0.0, extra.uid), BindNow)
+    check_invariants(core, 0.0)
+    for k in range(2):  # gang c (2 x 1 GPU) arrives while a-2's POST is in flight
+        core.upsert_pod(pod_from(pod(f"c-{k}").gang("c", min_member=2, timeout=20).gpu(1)))
+    core.filter(core.pods[pod_key("default", "c-0")], [n0], 0.0)
+    check_invariants(core, 0.0)
+    core.bind_outcomes([Bound(extra.key, n0, extra.uid)])
+    check_invariants(core, 0.0)
+
+
+def pod_from(builder: PodBuilder) -> PodRecord:
+    return pod_from_json(builder.build())
