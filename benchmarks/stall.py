@@ -249,6 +249,8 @@ class _Probes:
         self.stop = threading.Event()
         self.times: dict[str, list[float]] = {p: [] for p in PROBES}
         self.errors: dict[str, int] = dict.fromkeys(PROBES, 0)
+        self.failed: dict[str, list[str]] = {p: [] for p in PROBES}
+        """The first few failed answers of each probe in the phase, as they came."""
         self._next_pod = 0
         self._lock = threading.Lock()
 
@@ -257,32 +259,37 @@ class _Probes:
             self._next_pod += 1
             return self._next_pod - 1
 
-    def _call(self, client: httpx.Client, probe: str) -> bool:
+    def _call(self, client: httpx.Client, probe: str) -> str | None:
+        """One probe request: None when it was answered as it should be, else what came."""
         if probe == "healthz":
             r = client.get("/healthz")
-            return r.status_code == 200
-        if probe == "filter":
+            ok = r.status_code == 200
+        elif probe == "filter":
             body = orjson.dumps({"Pod": _probe_pod(0), "Nodes": None, "NodeNames": self.names})
             r = client.post("/filter", content=body,
                             headers={"content-type": "application/json"})
-            return r.status_code == 200 and bool(r.json().get("NodeNames"))
-        i = self._pod()
-        r = client.post("/bind", json={"PodName": f"web-{i}", "PodNamespace": "bench",
-                                       "PodUID": f"web-{i}",
-                                       "Node": self.free[i % len(self.free)]})
-        return r.status_code == 200 and r.json().get("Error") == ""
+            ok = r.status_code == 200 and bool(r.json().get("NodeNames"))
+        else:
+            i = self._pod()
+            r = client.post("/bind", json={"PodName": f"web-{i}", "PodNamespace": "bench",
+                                           "PodUID": f"web-{i}",
+                                           "Node": self.free[i % len(self.free)]})
+            ok = r.status_code == 200 and r.json().get("Error") == ""
+        return None if ok else f"{r.status_code} {r.text[:200]}"
 
     def _loop(self, probe: str) -> None:
         with httpx.Client(base_url=self.base, timeout=60) as client:
             while not self.stop.is_set():
                 t = time.perf_counter()
                 try:
-                    ok = self._call(client, probe)
-                except httpx.HTTPError:
-                    ok = False
+                    failed = self._call(client, probe)
+                except httpx.HTTPError as e:
+                    failed = repr(e)
                 self.times[probe].append((time.perf_counter() - t) * 1000)
-                if not ok:
+                if failed is not None:
                     self.errors[probe] += 1
+                    if len(self.failed[probe]) < 3:
+                        self.failed[probe].append(failed)
                 time.sleep(0.01)  # a steady trickle, as a prober and a scheduler send
 
     def during(self, load: Callable[[], list[float]]) -> tuple[list[float], dict[str, Any]]:
@@ -292,6 +299,7 @@ class _Probes:
         self.stop.clear()
         self.times = {p: [] for p in PROBES}
         self.errors = dict.fromkeys(PROBES, 0)
+        self.failed = {p: [] for p in PROBES}
         threads = [threading.Thread(target=self._loop, args=(p,), daemon=True) for p in PROBES]
         for t in threads:
             t.start()
@@ -303,7 +311,8 @@ class _Probes:
             for t in threads:
                 t.join(70)
         held = httpx.get(self.base + "/debug/loop", timeout=120).json()
-        return calls, {"times": self.times, "errors": self.errors, "loop": held}
+        return calls, {"times": self.times, "errors": self.errors, "failed": self.failed,
+                       "loop": held}
 
 
 def _rows(phase: str, calls: list[float], got: dict[str, Any]) -> list[dict[str, Any]]:
@@ -315,6 +324,7 @@ def _rows(phase: str, calls: list[float], got: dict[str, Any]) -> list[dict[str,
         rows.append({"phase": phase, "probe": probe, "n": len(got["times"][probe]),
                      "p50_ms": round(_pct(v, 0.5), 2), "p99_ms": round(_pct(v, 0.99), 2),
                      "max_ms": round(max(v), 2), "errors": got["errors"][probe],
+                     "failed": got["failed"][probe],
                      "load_calls": len(calls),
                      "load_max_s": round(max(calls), 3) if calls else 0.0,
                      "loop_held_max_s": got["loop"].get("maxLagSeconds")})
@@ -363,6 +373,10 @@ def run(nodes: int = 5000, gangs: int = 3, hostile: int = HOSTILE, idle_seconds:
             rows += _rows("hostile", *probes.during(
                 lambda: _hostile(client, names, hostile, failures, slowest)))
             alive = client.get("/healthz").status_code == 200
+            for row in rows:
+                if row["failed"]:
+                    log(f"  {row['phase']} {row['probe']}: {row['errors']} failed, first: "
+                        f"{row['failed']}")
     finally:
         server.terminate()
         server.wait(10)

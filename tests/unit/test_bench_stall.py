@@ -3,6 +3,9 @@ hostile shape, with the probes answered throughout."""
 
 from __future__ import annotations
 
+import threading
+from http.server import ThreadingHTTPServer
+
 from benchmarks import stall
 
 
@@ -12,7 +15,7 @@ def test_the_probes_answer_through_a_victim_search_and_hostile_pods() -> None:
     assert set(rows) == {(ph, p) for ph in ("idle", "preemption", "hostile")
                          for p in stall.PROBES}
     for (phase, probe), r in rows.items():
-        assert r["n"] >= 1 and r["errors"] == 0, (phase, probe, r)
+        assert r["n"] >= 1 and r["errors"] == 0 and r["failed"] == [], (phase, probe, r)
     assert rows[("preemption", "healthz")]["load_calls"] >= 1
     # The one gang asked until its victim search ended, with a set or a reason.
     (search,) = got["searches"]
@@ -29,3 +32,23 @@ def test_every_hostile_shape_is_distinct_and_named_uniquely() -> None:
     shapes = {repr((p["metadata"]["annotations"], p["metadata"]["labels"],
                     "affinity" in p["spec"])) for p in pods}
     assert len(shapes) == 15  # the cycle covers every shape twice
+
+
+def test_a_failed_probe_keeps_what_the_server_answered() -> None:
+    """A probe's errors come with the first answers that made them errors (before: only a
+    count, so failed binds could not be told apart from anything else)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), stall._StubAPI)  # 404 to every GET
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        probes = stall._Probes(f"http://127.0.0.1:{server.server_address[1]}", ["n0"], ["n0"])
+        stopper = threading.Timer(0.2, probes.stop.set)
+        stopper.start()
+        probes._loop("healthz")  # until stopped: every answer a 404
+        stopper.join()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert probes.errors["healthz"] >= 1
+    assert len(probes.failed["healthz"]) == min(3, probes.errors["healthz"])
+    assert probes.failed["healthz"][0].startswith('404 {"kind":"Status","code":404')
+    assert probes.failed["bind"] == [] and probes.errors["bind"] == 0
