@@ -42,7 +42,8 @@
     POST to a node created again under that name succeeds, so the room is never planned
     for another gang meanwhile (rules 3 and 13 let such a slot sit on a missing node).
 
-:func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on.
+:func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on
+(each gang's priority among it: a group object's priority edited away must not linger).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from .gating import pinned_node
 from .keys import GangKey
 from .ledger import LedgerDrift, check_ledger
 from .reasons import Preempting
-from .records import NodeName, PodKey
+from .records import NodeName, PodKey, PodRecord
 from .resources import Resources, add, sub
 from .topology import domain_of
 
@@ -244,10 +245,11 @@ def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
                                   f"exists")
 
 
-def group_priority(core: Coscheduler, g: Gang) -> int:
+def group_priority(core: Coscheduler, g: Gang, pods: Mapping[PodKey, PodRecord] | None = None
+                   ) -> int:
     """12. the one measure both sides of a preemption are compared by: the group's own
     priority when its group object names one (a value, else a PriorityClass), otherwise its
-    highest member's."""
+    highest member's (among ``pods``: every pod the store holds unless given)."""
     spec = g.spec
     if spec is not None and spec.priority is not None:
         return spec.priority
@@ -255,8 +257,8 @@ def group_priority(core: Coscheduler, g: Gang) -> int:
         pc = core.state.priority_classes.get(spec.priority_class)
         if pc is not None:
             return pc.value
-    return max((p.priority for k in g.members if (p := core.store.pods.get(k)) is not None),
-               default=0)
+    among = core.store.pods if pods is None else pods
+    return max((p.priority for k in g.members if (p := among.get(k)) is not None), default=0)
 
 
 def cluster_facts(core: Coscheduler) -> dict[str, Any]:
@@ -275,6 +277,8 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
         "gangs": {k: (sorted(m for m in g.members if m in pods),
                       g.spec.min_member if g.spec else None)
                   for k, g in sorted(core.gangs().items()) if set(g.members) & set(pods)},
+        "priorities": {k: group_priority(core, g, pods) for k, g in sorted(core.gangs().items())
+                       if set(g.members) & set(pods)},
         "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
                     for i in range(len(core.settings.levels))],
         "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
