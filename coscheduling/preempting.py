@@ -60,7 +60,7 @@ from .preemption import (
     describe,
 )
 from .preemption_state import Expired, InFlight, PreemptorId, Searching
-from .reasons import BeingPreempted, GangReason, Preempting
+from .reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
 from .records import NodeName, PodKey, PodRecord
 from .resources import Resources, add, fits
 from .state import CoreState
@@ -341,11 +341,22 @@ def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
         g = st.gangs.get(done.record.gang)
         if g is None:
             continue
+        _no_longer_preempting(st, g, None)
         # The room is free now: members turned away while victims held it are woken, held
         # ones lose the gate (pinned to their slot).
         st.outbox.requeue.update(g.wake())
         st.outbox.lift.update(p.key for p in st.live(g) if p.held)
         st.held_touched.add(g.key)
+
+
+def _no_longer_preempting(st: CoreState, g: Gang, reason: GangReason | None) -> None:
+    """The gang's own preemption ended (its victims went, or outlived the deadline): a
+    "Preempting" reason it was told from that record goes with it. A gang that had given its
+    room back (a member left) and was told it waits on the record would otherwise say so
+    for good, with nothing in flight; its members are woken to be filtered afresh."""
+    if isinstance(g.reason, Preempting):
+        g.reason = reason
+        st.outbox.requeue.update(g.wake())
 
 
 def expired(st: CoreState, now: float) -> list[Expired]:
@@ -357,6 +368,8 @@ def expired(st: CoreState, now: float) -> list[Expired]:
     for e in out:
         if (plain := e.record.preemptor.pod) is not None:
             st.nominations.remove(plain)
+        elif e.record.gang is not None and (g := st.gangs.get(e.record.gang)) is not None:
+            _no_longer_preempting(st, g, PreemptionStalled(g.key, len(e.still_there)))
     for n in st.nominations.expired(now):
         st.nominations.remove(n.pod)
         st.plain_tried.pop(n.pod, None)

@@ -4,7 +4,19 @@ invariants, so it keeps guarding whatever the seeded budget of a run reaches."""
 
 from __future__ import annotations
 
-from tests.unit.test_model import UP, PreemptionModel, _replay, _Script
+from typing import Any
+
+from coscheduling import GangKey, PodKey
+from coscheduling.reasons import Preempting
+from tests.unit.test_model import UP, GangModel, PreemptionModel, _replay, _Script
+
+
+def _replay_more(m: GangModel, *steps: tuple[Any, ...]) -> None:
+    """Go on playing ``steps`` on ``m`` as :func:`_replay` does (every invariant after each)."""
+    for name, *args in steps:
+        getattr(m, name)(*args)
+        m.promises_hold()
+        m.rebuilt_core_agrees()
 
 
 def test_replay_a_group_priority_edited_away_leaves_the_gang_at_its_members_priority() -> None:
@@ -23,3 +35,23 @@ def test_replay_a_group_priority_edited_away_leaves_the_gang_at_its_members_prio
     ups = [p for k, p in m.pods.items() if k.startswith("default/up")]
     assert len(ups) == 2 and all(p["spec"].get("nodeName") for p in ups), "UP not bound: stale"
     assert not m.evicting and not m.core.state.preemptions.by_preemptor
+
+
+def test_replay_a_gang_that_gave_its_room_back_is_not_left_preempting() -> None:
+    """Gang d (100) evicts gang a and is admitted into the room; d-0 is deleted and created
+    again, so d gives its room back (too few members) while a's pods still go, and d-0's
+    next filter tells d it waits on its preemption (its own record: right). Then the
+    victims go and the record completes. Before: d stayed "Preempting" with nothing in
+    flight, for good; now the reason goes with the record and d's members are woken."""
+    m = _replay(PreemptionModel, ("create_whole_gang", "a", False),
+                ("schedule_gang", "a", 0, _Script()),
+                ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, _Script()),
+                ("delete_pod", _Script("default/d-0"), True),
+                ("schedule_gang", "d", 0, _Script()))
+    d = m.core.gangs()[GangKey("default/d")]
+    assert isinstance(d.reason, Preempting) and len(m.evicting) == 2, "stale replay"
+    _replay_more(m, ("victim_terminates", _Script(0), "delete"),
+                 ("victim_terminates", _Script(0), "delete"))
+    assert not m.core.state.preemptions.by_preemptor and not isinstance(d.reason, Preempting)
+    m.schedule_gang("d", 0, _Script())
+    assert all(m.pods[PodKey(f"default/d-{k}")]["spec"].get("nodeName") for k in range(4))
