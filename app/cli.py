@@ -2,7 +2,7 @@
 
 ``serve`` runs the extender (and debug API) on ``--host``/``--port``; with ``--webhook-port``
 it also serves the mutating admission webhook over HTTPS on a second server in the same
-process and event loop (``app/admission.py``), so the extender can stay on plain loopback HTTP.
+process and event loop (``app/webhook.py``), so the extender can stay on plain loopback HTTP.
 
 Every ``serve`` flag also reads an environment variable (``LOCKSTEP_<FLAG>``), so a
 Deployment can configure it either way; flags win.

@@ -10,11 +10,33 @@
     APIUnreachable         transport failure; the API server is down or restarting
 
 They carry fields, never parsed messages; ``app.render`` turns them into text at the edge.
+
+:class:`BadRequest` goes the other way: what Lockstep answers a client that sent it something
+wrong, always as :func:`error_body` (the message and the fields it names).
 """
 
 from __future__ import annotations
 
-__all__ = ["APIError", "APIUnreachable", "Conflict", "Gone", "NotFound", "TooManyRequests"]
+import orjson
+
+__all__ = ["APIError", "APIUnreachable", "BadRequest", "Conflict", "Gone", "NotFound",
+           "TooManyRequests", "error_body"]
+
+
+class BadRequest(Exception):
+    """A request Lockstep will not serve: its 4xx ``status``, a ``message`` that says what is
+    wrong, and the ``fields`` it names."""
+
+    def __init__(self, status: int, message: str, fields: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fields = fields or []
+
+
+def error_body(message: str, fields: list[str]) -> bytes:
+    """Every 4xx and 5xx Lockstep answers has this shape."""
+    return orjson.dumps({"error": message, "fields": fields})
 
 
 class APIError(Exception):

@@ -108,7 +108,7 @@ def extender_app(service: Lockstep, *, debug_token: str | None = None, ui: bool 
 
 def webhook_app(service: Lockstep) -> ASGIApp:
     """The admission webhook's own app (``/mutate/pods`` and a probe), served over TLS."""
-    from .admission import create_webhook_app
+    from .webhook import create_webhook_app
 
     return create_webhook_app(service)
 
@@ -289,4 +289,4 @@ def _import_verbs_side() -> None:
 
 def _import_rest_side() -> None:
     """FastAPI and the routes beside the verbs: imported in a thread, the verbs answering."""
-    from . import admission, routes  # noqa: F401
+    from . import routes, webhook  # noqa: F401

@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coscheduling import pod_key
 
-from .admission import admission_router
+from .errors import BadRequest
 from .explain import explain_pod, gang_json, node_json
 from .pinning import CreationPlacer
+from .rest import add_error_handlers, json_response
 from .service import Lockstep, UnknownObject
 from .ui import ui_router
-from .verbs import BadRequest
+from .webhook import admission_router
 
 __all__ = ["create_rest_app"]
-
-
-def _json(data: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
 def _loopback(request: Request) -> bool:
@@ -54,24 +48,16 @@ def create_rest_app(
     app = FastAPI(title="Lockstep", version="0.1.0", redirect_slashes=False)
     m = service.metrics
 
-    # The admission webhook (app/admission.py) also answers here, for clients that reach
+    # The admission webhook (app/webhook.py) also answers here, for clients that reach
     # the extender's port; the API server calls it on --webhook-port, over TLS.
     app.include_router(admission_router(service.core.settings.scheduler_names, m.webhook,
                                         CreationPlacer(service)))
 
-    @app.exception_handler(BadRequest)
-    async def bad_request(_: Request, exc: BadRequest) -> Response:
-        return _json({"error": exc.message, "fields": exc.fields}, exc.status)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        # Routing answers (no such path, wrong method) in the same shape as every other 4xx.
-        field = {404: "path", 405: "method"}.get(exc.status_code, "request")
-        return _json({"error": str(exc.detail), "fields": [field]}, exc.status_code)
+    add_error_handlers(app)
 
     @app.exception_handler(UnknownObject)
     async def unknown(_: Request, exc: UnknownObject) -> Response:
-        return _json({"error": str(exc), "fields": [exc.kind]}, 404)
+        return json_response({"error": str(exc), "fields": [exc.kind]}, 404)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -83,7 +69,8 @@ def create_rest_app(
         auth = request.headers.get("authorization", "")
         if debug_token and hmac.compare_digest(auth, f"Bearer {debug_token}"):
             return None
-        return _json({"error": "debug endpoints answer loopback clients or a bearer token"}, 403)
+        return json_response(
+            {"error": "debug endpoints answer loopback clients or a bearer token"}, 403)
 
     if ui:  # the read-only web page and its JSON, behind the same guard (app/ui.py)
         app.include_router(ui_router(service, guard))
@@ -93,7 +80,7 @@ def create_rest_app(
         if (denied := guard(request)) is not None:
             return denied
         now = service.clock()
-        return _json({"gangs": [gang_json(v, now) for v in service.core.gang_views()]})
+        return json_response({"gangs": [gang_json(v, now) for v in service.core.gang_views()]})
 
     @app.get("/debug/loop")
     async def debug_loop(request: Request) -> Response:
@@ -106,13 +93,14 @@ def create_rest_app(
                "heldOverWarnSeconds": lag.held_over_warn}
         if request.query_params.get("reset") == "1":
             lag.reset()
-        return _json(out)
+        return json_response(out)
 
     @app.get("/debug/nodes")
     async def debug_nodes(request: Request) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        return _json({"nodes": [node_json(service.core, n) for n in service.core.node_names()]})
+        core = service.core
+        return json_response({"nodes": [node_json(core, n) for n in core.node_names()]})
 
     @app.get("/debug/pods/{namespace}/{name}")
     async def debug_pod(namespace: str, name: str, request: Request) -> Response:
@@ -127,6 +115,6 @@ def create_rest_app(
         key = pod_key(namespace, name)
         if service.core.pod(key) is None:
             raise UnknownObject("pod", key)
-        return _json(explain_pod(service, key))
+        return json_response(explain_pod(service, key))
 
     return app

@@ -29,15 +29,15 @@ from datetime import datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from coscheduling import GANG_STATES, Coscheduler, GangKey, GangPhase, GangView, NodeName
 from coscheduling.topology import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
 
+from .errors import BadRequest
 from .render import render
-from .verbs import BadRequest
+from .rest import json_response
 
 if TYPE_CHECKING:
     from .service import Lockstep
@@ -281,9 +281,8 @@ def _plan_why(level: str | None, required: str | None, nodes: int) -> str:
     return f"all members placed within {where} ({nodes} node(s)): {because}"
 
 
-def _json(data: Any) -> Response:
-    return Response(orjson.dumps(data), media_type="application/json",
-                    headers={"Cache-Control": "no-store"})
+NO_STORE = {"Cache-Control": "no-store"}
+"""The page's JSON is of the moment: a browser must not show an old answer."""
 
 
 def _static(name: str, media: str) -> Response:
@@ -307,7 +306,7 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
             return hit[1]
         if len(answered) > 256:
             answered.clear()
-        answered[key] = (now, _json(make()))
+        answered[key] = (now, json_response(make(), headers=NO_STORE))
         return answered[key][1]
 
     @router.get("/ui")
@@ -335,13 +334,13 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
     async def all_racks(request: Request) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        return _json(racks(core))
+        return json_response(racks(core), headers=NO_STORE)
 
     @router.get("/ui/api/rack")
     async def one_rack(request: Request, rack: str) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        return _json(rack_nodes(core, rack))
+        return json_response(rack_nodes(core, rack), headers=NO_STORE)
 
     @router.get("/ui/api/gang/{namespace}/{name}")
     async def one_gang(request: Request, namespace: str, name: str) -> Response:
@@ -349,6 +348,7 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
             return denied
         key = GangKey(f"{namespace}/{name}")
         history = service.poster.history.get(key, ())
-        return _json(gang_detail(core, key, service.clock(), wall(), list(history)))
+        return json_response(gang_detail(core, key, service.clock(), wall(), list(history)),
+                             headers=NO_STORE)
 
     return router

@@ -28,11 +28,12 @@ from pydantic import BaseModel, ValidationError
 from coscheduling import RecordError, pod_from_json
 from coscheduling.resources import QuantityError
 
+from .errors import BadRequest, error_body
 from .render import render
 from .service import Lockstep, UnknownObject
 from .wire import BindingArgs, ExtenderArgs, validate_shape
 
-__all__ = ["DEFAULT_MAX_BODY", "BadRequest", "VerbsApp", "error_body"]
+__all__ = ["DEFAULT_MAX_BODY", "VerbsApp"]
 
 log = logging.getLogger("lockstep")
 
@@ -45,19 +46,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str, fields: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.fields = fields or []
-
-
-def error_body(message: str, fields: list[str]) -> bytes:
-    """Every 4xx and 5xx Lockstep answers has this shape."""
-    return orjson.dumps({"error": message, "fields": fields})
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -47,11 +47,12 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coscheduling.gating import GANG_GATE, declares_gang, unpinned_terms
 
+from .errors import BadRequest
 from .pinning import CreationPlacer
+from .rest import add_error_handlers, json_response
 from .service import Lockstep
 
 __all__ = [
@@ -61,7 +62,6 @@ __all__ = [
     "AdmissionReview",
     "Decision",
     "Held",
-    "Malformed",
     "Placer",
     "PodPart",
     "admission_router",
@@ -91,14 +91,6 @@ class Decision(Enum):
     OTHER_SCHEDULER = "other-scheduler"
     NOT_POD_CREATE = "not-pod-create"
     MALFORMED = "malformed"
-
-
-class Malformed(Exception):
-    def __init__(self, status: int, message: str, fields: list[str]) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.fields = fields
 
 
 # ---------------------------------------------------------------------------- the wire
@@ -171,7 +163,7 @@ def _validate(model: type[M], data: bytes | dict[str, Any], prefix: str = "") ->
             fields.append(loc)
             parts.append(f"malformed JSON: {err['msg']}" if err["type"] == "json_invalid"
                          else f"{loc}: {err['msg']}")
-        raise Malformed(400, "; ".join(parts), fields) from None
+        raise BadRequest(400, "; ".join(parts), fields) from None
 
 
 # ---------------------------------------------------------------------------- the decision
@@ -234,7 +226,7 @@ def decide(review: AdmissionReview, scheduler_names: frozenset[str],
             or req.kind.kind != "Pod":
         return Decision.NOT_POD_CREATE, []
     if req.obj is None:
-        raise Malformed(400, "request.object: missing (a CREATE carries the Pod)",
+        raise BadRequest(400, "request.object: missing (a CREATE carries the Pod)",
                         ["request.object"])
     pod = _validate(PodPart, req.obj, "request.object")
     spec = pod.spec
@@ -322,24 +314,20 @@ def review_response(uid: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- HTTP
 
 
-def _json(data: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
-
-
 async def _body(request: Request) -> bytes:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY:
-        raise Malformed(413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte "
+        raise BadRequest(413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte "
                         "limit", ["body"])
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY:
-            raise Malformed(413, f"request body exceeds the {MAX_BODY}-byte limit", ["body"])
+            raise BadRequest(413, f"request body exceeds the {MAX_BODY}-byte limit", ["body"])
         chunks.append(chunk)
     body = b"".join(chunks)
     if not body:
-        raise Malformed(400, "empty request body: expected an AdmissionReview", ["body"])
+        raise BadRequest(400, "empty request body: expected an AdmissionReview", ["body"])
     return body
 
 
@@ -353,11 +341,11 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter,
         try:
             review = _validate(AdmissionReview, await _body(request))
             decision, patch = await settle(decide(review, scheduler_names, placer))
-        except Malformed as e:
+        except BadRequest as e:
             decisions.labels(Decision.MALFORMED.value).inc()
-            return _json({"error": e.message, "fields": e.fields}, e.status)
+            return json_response({"error": e.message, "fields": e.fields}, e.status)
         decisions.labels(decision.value).inc()
-        return _json(review_response(review.request.uid, patch))
+        return json_response(review_response(review.request.uid, patch))
 
     return router
 
@@ -370,10 +358,7 @@ def create_webhook_app(service: Lockstep) -> FastAPI:
     app.include_router(admission_router(service.core.settings.scheduler_names,
                                         service.metrics.webhook, CreationPlacer(service)))
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        field = {404: "path", 405: "method"}.get(exc.status_code, "request")
-        return _json({"error": str(exc.detail), "fields": [field]}, exc.status_code)
+    add_error_handlers(app)
 
     @app.get("/healthz")
     async def healthz() -> Response:

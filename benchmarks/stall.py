@@ -2,7 +2,7 @@
 
 Lockstep answers every verb, the webhook and the probes from one asyncio loop; work that
 runs on it without yielding delays all of them. This benchmark serves a real Lockstep app
-(``create_app``, in a process of its own, as ``benchmarks.verbs_server`` does) over a
+(``extender_app``, in a process of its own, as ``benchmarks.verbs_server`` does) over a
 synthetic core, and measures from another process, one request at a time per probe:
 
 * ``/healthz``, ``/filter`` of a plain pod, ``/bind`` of a plain pod (bindings go to a stub

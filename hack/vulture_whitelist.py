@@ -5,11 +5,11 @@ pattern matching): vulture cannot see those uses. Regenerate with
 
 # ruff: noqa
 _: object
-model_config  # unused variable (app/admission.py:83)
-api_version  # unused variable (app/admission.py:103)
-mutate_pods  # unused function (app/admission.py:218)
-http_error  # unused function (app/admission.py:240)
-healthz  # unused function (app/admission.py:245)
+model_config  # unused variable (app/webhook.py:83)
+api_version  # unused variable (app/webhook.py:103)
+mutate_pods  # unused function (app/webhook.py:218)
+http_error  # unused function (app/webhook.py:240)
+healthz  # unused function (app/webhook.py:245)
 _.capture_signals  # unused method (app/cli.py:374)
 _.connection_made  # unused method (app/fasthttp.py:90)
 _.data_received  # unused method (app/fasthttp.py:93)

@@ -1,6 +1,6 @@
 """Load: 2,000 bind calls parked at once, then every gang released together.
 
-In-process, not on the test bed: the app (``create_app``) on a real ``Lockstep`` service and
+In-process, not on the test bed: the app (``extender_app``) on a real ``Lockstep`` service and
 core, its Kubernetes API faked in memory (``tests.fakeapi.Wire``: bindings succeed and are
 recorded), driven by 2,020 concurrent ``POST /bind`` requests through
 ``httpx.ASGITransport``. What is measured is Lockstep's own work (the verbs, the waiting map,

@@ -618,7 +618,7 @@ def review(obj: dict[str, Any]) -> dict[str, Any]:
                          ids=["5000-digits", "ten-million", "int32-max", "arabic-indic"])
 async def test_the_webhook_answers_200_for_a_hostile_size(
         declares: dict[str, str], size_key: str, value: str) -> None:
-    from app.admission import create_webhook_app
+    from app.webhook import create_webhook_app
 
     core = core_with_node()
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),

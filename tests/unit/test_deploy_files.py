@@ -122,7 +122,7 @@ def test_webhook_is_installed_by_default_with_a_certificate_lockstep_keeps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app import cli
-    from app.admission import WEBHOOK_PATH
+    from app.webhook import WEBHOOK_PATH
 
     kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     assert kustomization["components"] == ["webhook"]

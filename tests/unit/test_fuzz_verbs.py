@@ -1,6 +1,6 @@
 """Property-based fuzzing of the HTTP edge: /filter, /prioritize, /bind and the debug GETs.
 
-The in-process app (``create_app``) runs on a real ``Lockstep`` service whose Kubernetes API
+The in-process app (``extender_app``) runs on a real ``Lockstep`` service whose Kubernetes API
 is faked in memory (``tests.fakeapi.Wire``: bindings succeed), reached through
 ``httpx.ASGITransport``. Hypothesis generates request bodies from several families:
 

@@ -1,6 +1,6 @@
 """``VerbsApp``, the plain ASGI app in front of FastAPI: what it does on its own.
 
-The verbs' wire format and bad-input answers are covered through ``create_app`` in
+The verbs' wire format and bad-input answers are covered through ``extender_app`` in
 ``test_http_edge.py`` and ``test_fuzz_verbs.py``; here the app runs with no FastAPI behind it
 (as the CLI serves it while FastAPI is still being imported) and is driven with raw ASGI
 messages where a client hanging up must be simulated.

@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.admission import create_webhook_app
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
+from app.webhook import create_webhook_app
 from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
 from coscheduling.gating import GANG_GATE, pinned_node
 from coscheduling.invariants import check_invariants

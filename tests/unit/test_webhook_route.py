@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.admission import MAX_BODY
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app, webhook_app
 from app.service import Lockstep
+from app.webhook import MAX_BODY
 from coscheduling import Coscheduler, Settings, pod_from_json
 from coscheduling.conventions import declarations as _declarations
 from coscheduling.gating import GANG_GATE, declares_gang
