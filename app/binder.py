@@ -59,10 +59,10 @@ def error_text(outcome: BindOutcome) -> str:
 class Binder:
     def __init__(self, core: Coscheduler, kube: KubeClient, metrics: Metrics,
                  parked: ParkedCalls, poster: Poster, *, clock: Callable[[], float],
-                 flush: Callable[[], None], kick: asyncio.Event, bind_retries: int) -> None:
+                 after_change: Callable[[], None], kick: asyncio.Event, bind_retries: int) -> None:
         self.core, self.kube, self.metrics = core, kube, metrics
         self.parked, self.poster, self.clock = parked, poster, clock
-        self.flush, self.kick, self.bind_retries = flush, kick, bind_retries
+        self.after_change, self.kick, self.bind_retries = after_change, kick, bind_retries
         self.first_seen: dict[GangKey, float] = {}
         """When each gang's first member was filtered: the admission-wait metric's start."""
 
@@ -70,7 +70,7 @@ class Binder:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""
         now = self.clock()
         decision = self.core.bind(key, node, now, uid)
-        self.flush()
+        self.after_change()
         match decision:
             case BindNow():
                 outcome = await self._bind_one(key, node)
@@ -159,7 +159,7 @@ class Binder:
         if self.core.bind_outcomes(outcomes) is not None:
             log.error("gang left partially bound: %s",
                       [o.message for o in outcomes if isinstance(o, BindFailed)])
-        self.flush()
+        self.after_change()
 
     async def expire_loop(self) -> None:
         """The deadline timer: time out gangs at their deadline (answering their parked
@@ -178,4 +178,4 @@ class Binder:
                     self.parked.answer(k, text)
                     self.metrics.bind_errors.labels("TimedOut").inc()
                 self.first_seen.pop(exp.gang, None)
-            self.flush()
+            self.after_change()

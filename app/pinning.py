@@ -77,7 +77,7 @@ class CreationPlacer:
             return None  # pinned by its author (or by a Lockstep before a restart): gated
         placed = s.core.place_at_creation(rec, s.clock())
         self._answer_held()
-        s.flush()  # held members its admission lifts; the timer for the pin's deadline
+        s.after_change()  # held members its admission lifts; the timer for the pin's deadline
         if isinstance(placed, PinAtCreation):
             return pinned_terms(rec.required_affinity, placed.node)
         if isinstance(placed, AwaitQuorum):
@@ -151,4 +151,4 @@ class CreationPlacer:
         rec = self._record(obj, namespace)
         if rec is not None:
             self.service.core.withdraw_creation(rec.key)
-            self.service.flush()
+            self.service.after_change()

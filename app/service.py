@@ -130,14 +130,15 @@ class Lockstep:
         self.core = core
         self.kube = kube
         self.clock = clock
-        self.cache = ClusterCache(core, kube, on_change=self.flush)
+        self.cache = ClusterCache(core, kube, on_change=self.after_change)
         self.metrics = Metrics(core, self.cache.sync_age, self.cache.failures)
         self.parked = ParkedCalls()
         self.kick = asyncio.Event()
         """Set when the deadline timer should look again (a call was parked, state moved)."""
         self.poster = Poster(core, kube, self.metrics, clock)
         self.binder = Binder(core, kube, self.metrics, self.parked, self.poster, clock=clock,
-                             flush=self.flush, kick=self.kick, bind_retries=bind_retries)
+                             after_change=self.after_change, kick=self.kick,
+                             bind_retries=bind_retries)
         self.status = StatusWriter(core, kube)
         self.lag = LoopLag()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -210,7 +211,7 @@ class Lockstep:
     def serve_verbs(self) -> None:
         """The HTTP server listens: admit the held gangs the cache already holds."""
         self.verbs_served = True
-        self.flush()
+        self.after_change()
 
     @property
     def ready(self) -> bool:
@@ -232,7 +233,7 @@ class Lockstep:
             self.binder.first_seen.setdefault(gang, now)
         if decision.unresolvable is not None:
             self.metrics.rejections.labels(type(decision.unresolvable).__name__).inc()
-        self.flush()
+        self.after_change()
         return decision
 
     def prioritize(self, pod: PodRecord, names: Sequence[str]) -> list[int]:
@@ -270,21 +271,32 @@ class Lockstep:
             raise UnknownObject("pod", key)
         if self.core.pod(key) is None:  # the watch may have delivered it meanwhile
             self.core.upsert_pod(rec)
-            self.flush()
+            self.after_change()
 
     # ------------------------------------------------------------------ side effects
 
-    def flush(self) -> None:
+    def after_change(self) -> None:
+        """After anything changed the core (a watch event, a verb, a review): admit the held
+        gangs it made ready, then act on what the core queued."""
+        self.admit_ready()
+        self.send_queued()
+
+    def admit_ready(self) -> None:
+        """Admit the held gangs that fit now, once the cache is synced and the verbs are
+        served: with half a cache every held gang would look unplaceable, and a member
+        lifted before the verbs answer would find no one to filter it."""
+        if not (self.cache.synced and self.verbs_served):
+            return
+        if not self._said_synced:
+            self._said_synced = True
+            log.info("cache synced and verbs served %.2fs after start: %d nodes, %d pods",
+                     time.monotonic() - STARTED, len(self.core.nodes), len(self.core.pods))
+            freeze_synced_heap()
+        self.core.admit_held(self.clock())
+
+    def send_queued(self) -> None:
         """Act on what the core queued: parked calls to answer, Events, requeue nudges,
-        gates to lift (after admitting the held gangs these events made ready)."""
-        # With half a cache every held gang would look unplaceable.
-        if self.cache.synced and self.verbs_served:
-            if not self._said_synced:
-                self._said_synced = True
-                log.info("cache synced and verbs served %.2fs after start: %d nodes, %d pods",
-                         time.monotonic() - STARTED, len(self.core.nodes), len(self.core.pods))
-                freeze_synced_heap()
-            self.core.admit_held(self.clock())
+        gates to lift and victims to evict; wake the deadline timer."""
         for unparked in self.core.drain_unparked():
             text = render(unparked.reason)
             for k in unparked.pods:

@@ -68,14 +68,14 @@ async def test_each_member_is_lifted_once_pinned_to_its_planned_node() -> None:
     api = PatchAPI()
     svc = service(api)
     held(svc, 3)
-    svc.flush()
-    svc.flush()  # the same targets again: nothing more to write
+    svc.after_change()
+    svc.after_change()  # the same targets again: nothing more to write
     await run_lifters(svc, 0.1)
     # Events on the gang before the watch shows the gates gone re-queue its held members.
     again = svc.core.pod(next(iter(sorted(svc.core.gangs()["default/g"].members))))
     assert again is not None and again.held
     svc.core.upsert_pod(again)
-    svc.flush()
+    svc.after_change()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
     plan = svc.core.plans()[next(iter(svc.core.plans()))]
@@ -92,7 +92,7 @@ async def test_a_transient_failure_is_retried_and_a_conflict_is_dropped() -> Non
     api = PatchAPI({"g-0": [503], "g-1": [409]})
     svc = service(api)
     held(svc, 3)
-    svc.flush()
+    svc.after_change()
     await run_lifters(svc, 0.6)  # the retry comes 0.2 s after the 503
     assert api.names() == ["g-0", "g-0", "g-1", "g-2"]
     samples = {s.labels.get("outcome"): s.value for m in svc.metrics.registry.collect()
@@ -108,7 +108,7 @@ async def test_nothing_is_lifted_before_the_verbs_are_served() -> None:
     svc = service(api)
     svc.verbs_served = False
     held(svc, 3)
-    svc.flush()
+    svc.after_change()
     await run_lifters(svc, 0.1)
     assert api.patches == [] and not svc.core.plans()
     svc.serve_verbs()  # admits at once, without waiting for another event
@@ -120,12 +120,12 @@ async def test_nothing_is_admitted_or_lifted_before_the_cache_has_synced() -> No
     api = PatchAPI()
     svc = service(api, synced=False)
     held(svc, 3)
-    svc.flush()
+    svc.after_change()
     await run_lifters(svc, 0.1)
     assert api.patches == [] and not svc.core.plans()
     for res in svc.cache.resources.values():
         res.synced = True
-    svc.flush()
+    svc.after_change()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
 
@@ -137,13 +137,13 @@ async def test_a_lift_dropped_by_a_full_queue_is_offered_again_on_the_pods_next_
     svc.poster.lifts = asyncio.Queue(1)
     svc.poster.lifts.put_nowait(("default/other", 0))  # full: every offer is dropped
     held(svc, 2)
-    svc.flush()
+    svc.after_change()
     assert svc.poster.dropped >= 2 and api.patches == []
     svc.poster.lifts = asyncio.Queue()
     for key in sorted(svc.core.gangs()["default/g"].members):  # the next watch event on each
         again = svc.core.pod(key)
         assert again is not None
         svc.core.upsert_pod(again)
-    svc.flush()
+    svc.after_change()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1"]

@@ -63,7 +63,7 @@ def test_the_heap_synced_at_start_is_out_of_the_collectors_walks() -> None:
     record = node_from_json(node("n0").gpus(8).build())
     service.core.upsert_node(record)
     try:
-        service.flush()
+        service.after_change()
         assert gc.get_freeze_count() == 0  # not synced yet
         assert gc.is_tracked(record) and any(o is record for o in gc.get_objects())
         for res in service.cache.resources.values():
