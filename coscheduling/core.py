@@ -36,8 +36,8 @@ from .decisions import (
     BindDecision,
     BindOutcome,
     Eviction,
-    Expired,
     FilterDecision,
+    GangExpired,
     Lift,
     Notice,
     Unparked,
@@ -302,7 +302,7 @@ class Coscheduler:
     def next_deadline(self) -> float | None:
         return deadlines.next_deadline(self.state)
 
-    def expire(self, now: float) -> list[Expired]:
+    def expire(self, now: float) -> list[GangExpired]:
         """Time out admitted gangs past their deadline and end finished backoffs."""
         return deadlines.expire(self.state, now)
 

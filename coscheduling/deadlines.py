@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import expected, preempting
 from .admission import fall_back
 from .creation import expire_provisional, next_provisional_deadline
-from .decisions import Expired, NoticeKind
+from .decisions import GangExpired, NoticeKind
 from .enqueue import queue_freed
 from .gang import GangPhase
 from .held import HELD_RETRY_SECONDS
@@ -32,7 +32,7 @@ def next_deadline(st: CoreState) -> float | None:
     return min(times, default=None)
 
 
-def expire(st: CoreState, now: float) -> list[Expired]:
+def expire(st: CoreState, now: float) -> list[GangExpired]:
     """Time out admitted gangs past their deadline and end finished backoffs."""
     out = []
     expire_provisional(st, now)
@@ -65,7 +65,7 @@ def expire(st: CoreState, now: float) -> list[Expired]:
         expected.forget(st, g)
         g.expire(now, backoff, reason)
         st.notice(NoticeKind.TIMED_OUT, g.key, sorted(g.members), reason)
-        out.append(Expired(g.key, parked, reason))
+        out.append(GangExpired(g.key, parked, reason))
         queue_freed(st, g)  # a Volcano gang gave its queue's room back
         # Capacity came free: wake the gangs that were waiting for it.
         for other in st.gangs.values():

@@ -21,8 +21,8 @@ __all__ = [
     "BindOutcome",
     "Bound",
     "Eviction",
-    "Expired",
     "FilterDecision",
+    "GangExpired",
     "Notice",
     "NoticeKind",
     "Park",
@@ -93,7 +93,11 @@ BindDecision = BindNow | Park | BindGroup | Reject
 
 
 @dataclass(frozen=True, slots=True)
-class Expired:
+class GangExpired:
+    """An admitted gang whose deadline passed before its quorum bound: its room is given
+    back, and the app answers its parked calls with ``reason`` (not a preemption's expiry:
+    ``preemption_state``)."""
+
     gang: GangKey
     parked: dict[PodKey, NodeName]
     reason: TimedOut
