@@ -54,6 +54,15 @@ def render_nofit(n: NoFit) -> str:
 
 
 def render(reason: Reason) -> str:
+    """The reason in words, as Events, ``explain``, conditions and bind answers say it."""
+    for part in (_render_placement, _render_binding, _render_queues_and_preemption):
+        if (text := part(reason)) is not None:
+            return text
+    raise AssertionError(f"unrendered reason {reason!r}")
+
+
+def _render_placement(reason: Reason) -> str | None:
+    """Why a gang is not placed: members, declaration, room."""
     match reason:
         case WaitingForMembers(gang, have, need):
             more = need - have
@@ -80,6 +89,21 @@ def render(reason: Reason) -> str:
             return f"gang {gang}: {planned} members planned; extra members wait until it is bound"
         case PlannedNodeLost(gang, node, nofit):
             return f"gang {gang}: planned node {node} no longer fits and {render_nofit(nofit)}"
+        case ReservedForGangs(node, gangs, short, nominated):
+            holding = ([f"gang {', '.join(gangs[:3])}"] if gangs else []) + (
+                [f"preempting pod {', '.join(nominated[:3])}"] if nominated else [])
+            return (
+                f"node {node}: short of {format_resources(short)} outside capacity reserved "
+                f"for {' and '.join(holding) or 'nobody'}"
+            )
+        case UnknownNode(node):
+            return f"node {node} is not in Lockstep's cache yet"
+    return None
+
+
+def _render_binding(reason: Reason) -> str | None:
+    """Why a bind call is answered, or a bound gang is not whole."""
+    match reason:
         case TimedOut(gang, parked, need, timeout, stragglers):
             missing = f"; not ready: {', '.join(stragglers)}" if stragglers else ""
             return (
@@ -88,13 +112,6 @@ def render(reason: Reason) -> str:
             )
         case WrongNode(gang, planned, asked):
             return f"gang {gang}: bind to {asked} but the plan holds {planned or 'no node'}"
-        case ReservedForGangs(node, gangs, short, nominated):
-            holding = ([f"gang {', '.join(gangs[:3])}"] if gangs else []) + (
-                [f"preempting pod {', '.join(nominated[:3])}"] if nominated else [])
-            return (
-                f"node {node}: short of {format_resources(short)} outside capacity reserved "
-                f"for {' and '.join(holding) or 'nobody'}"
-            )
         case MembersLost(gang, have, need, lost):
             gone = f" ({', '.join(lost)} left)" if lost else ""
             return (f"gang {gang}: {have}/{need} members left after admission{gone}; "
@@ -110,8 +127,12 @@ def render(reason: Reason) -> str:
             why = "; ".join(failures)
             return (f"gang {gang} is partially bound ({bound}/{need}): a member's binding "
                     f"failed after its siblings bound: {why}")
-        case UnknownNode(node):
-            return f"node {node} is not in Lockstep's cache yet"
+    return None
+
+
+def _render_queues_and_preemption(reason: Reason) -> str | None:
+    """Why a gang waits for others: its Volcano queue, higher priorities, preemption."""
+    match reason:
         case QueueNotFound(gang, queue):
             return (f"gang {gang}: Volcano queue {queue!r} does not exist; the group waits "
                     f"until it is created (or spec.queue names another)")
@@ -140,7 +161,7 @@ def render(reason: Reason) -> str:
         case BeingPreempted(gang, by):
             return (f"gang {gang} was preempted by gang {by}, which is not running yet; it "
                     f"waits until then")
-    raise AssertionError(f"unrendered reason {reason!r}")
+    return None
 
 
 def render_notice(notice: Notice) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Callable
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -74,6 +75,14 @@ def create_rest_app(
 
     if ui:  # the read-only web page and its JSON, behind the same guard (app/ui.py)
         app.include_router(ui_router(service, guard))
+    app.include_router(_debug_router(service, guard))
+    return app
+
+
+def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
+                  ) -> APIRouter:
+    """``/debug/*``: what the core holds, for loopback clients or a bearer token."""
+    app = APIRouter()
 
     @app.get("/debug/gangs")
     async def debug_gangs(request: Request) -> Response:
