@@ -31,29 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coscheduling import (
+    PODS,
+    WATCHED,
     Coscheduler,
+    Kind,
+    QuantityError,
     RecordError,
-    ingest,
-    node_from_json,
-    pod_from_json,
     pod_key,
-    priority_class_from_json,
 )
-from coscheduling.conventions import scheduler_plugins, volcano
-from coscheduling.conventions.upstream import (
-    GROUP,
-    PODGROUP_VERSIONS,
-    WORKLOAD_VERSIONS,
-    upstream_podgroup_from_json,
-    upstream_workload_from_json,
-)
-from coscheduling.disruption import budget_from_json
-from coscheduling.ingest import Kind
-from coscheduling.numa import nrt_from_json
-from coscheduling.podgroup import gang_key
-from coscheduling.queues import queue_from_json
-from coscheduling.records import NodeName
-from coscheduling.resources import QuantityError
 
 from .errors import APIError, APIUnreachable, Gone, NotFound
 from .kube import KubeClient
@@ -63,24 +48,10 @@ __all__ = ["ClusterCache", "Resource"]
 
 log = logging.getLogger("lockstep.cache")
 
-PODGROUPS = scheduler_plugins.API.path
-VOLCANO_PODGROUPS = volcano.API.path
-NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
-PDBS = "/apis/policy/v1/poddisruptionbudgets"
-PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
-QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 MISSING_POLL_SECONDS = 30.0
 """How long an optional resource that is not served waits before looking again, unless its
 CRD's watch event wakes it first."""
-
-
-def _namespaced(ns: str, name: str) -> Any:
-    return gang_key(ns, name)
-
-
-def _cluster_scoped(ns: str, name: str) -> Any:
-    return NodeName(name)
 
 
 @dataclass(slots=True)
@@ -93,7 +64,7 @@ class Resource:
     kind: Kind[Any, Any]
     parse: Callable[[dict[str, Any], str], Any]
     """Raw JSON (and the served version) to the core's record."""
-    key_of: Callable[[str, str], Any] = _namespaced
+    key_of: Callable[[str, str], Any]
     """(namespace, name) of a deleted object to the core's key for it."""
     optional: bool = False
     """A CRD that may not be installed: a 404 counts as an empty, synced list."""
@@ -133,30 +104,11 @@ class ClusterCache:
     resources: dict[str, Resource] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for r in (
-            Resource("nodes", "/api/v1/nodes", ingest.NODES, lambda o, _: node_from_json(o),
-                     _cluster_scoped, protobuf=decode_node_list, first_from_cache=True),
-            Resource("pods", "/api/v1/pods", ingest.PODS, lambda o, _: pod_from_json(o),
-                     lambda ns, name: pod_key(ns, name)),
-            Resource("podgroups", PODGROUPS, ingest.SP_PODGROUPS,
-                     lambda o, _: scheduler_plugins.API.parse(o), optional=True),
-            Resource("volcano-podgroups", VOLCANO_PODGROUPS, ingest.VOLCANO_PODGROUPS,
-                     lambda o, _: volcano.API.parse(o), optional=True),
-            Resource("volcano-queues", QUEUES, ingest.QUEUES,
-                     lambda o, _: queue_from_json(o), lambda _, name: name, optional=True),
-            Resource("noderesourcetopologies", NRTS, ingest.NUMA,
-                     lambda o, _: nrt_from_json(o), _cluster_scoped, optional=True),
-            Resource("poddisruptionbudgets", PDBS, ingest.PDBS,
-                     lambda o, _: budget_from_json(o), lambda ns, name: f"{ns}/{name}"),
-            Resource("priorityclasses", PRIORITY_CLASSES, ingest.PRIORITY_CLASSES,
-                     lambda o, _: priority_class_from_json(o), _cluster_scoped),
-            Resource("upstream-podgroups", "", ingest.UPSTREAM_PODGROUPS,
-                     upstream_podgroup_from_json, optional=True,
-                     discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),
-            Resource("upstream-workloads", "", ingest.WORKLOADS,
-                     upstream_workload_from_json, optional=True,
-                     discover=(GROUP, "workloads", WORKLOAD_VERSIONS)),
-        ):
+        for w in WATCHED:
+            r = Resource(w.watch.name, w.watch.path, w.kind, w.watch.parse, w.watch.key_of,
+                         optional=w.watch.optional, discover=w.watch.discover,
+                         protobuf=decode_node_list if w.protobuf else None,
+                         first_from_cache=w.first_from_cache)
             self.resources[r.name] = r
 
     def crd_names(self) -> dict[str, Resource]:
@@ -228,7 +180,7 @@ class ClusterCache:
             meta = obj.get("metadata") or {}
             name = str(meta.get("name") or "")
             ns = str(meta.get("namespace") or "default")
-            if res.kind is ingest.PODS:  # the UID tells a stale event from a recreated pod
+            if res.kind is PODS:  # the UID tells a stale event from a recreated pod
                 self.core.delete_pod(pod_key(ns, name), str(meta.get("uid") or ""))
             else:
                 self.core.delete(res.kind, res.key_of(ns, name))
@@ -387,7 +339,7 @@ class ClusterCache:
     def _reached(self, res: Resource, rv: str) -> None:
         """Tell the core how far the pod stream has read (a list's or a bookmark's
         revision), so it tells a pod not watched yet from one already gone."""
-        if res.kind is ingest.PODS and rv.isascii() and rv.isdigit() and len(rv) < 20:
+        if res.kind is PODS and rv.isascii() and rv.isdigit() and len(rv) < 20:
             self.core.pods_listed(int(rv))
 
     async def _watch(self, res: Resource) -> None:

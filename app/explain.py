@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from coscheduling import Coscheduler, GangView, NodeName, PodKey, format_resources
-from coscheduling.podgroup import GangSpec, InvalidGang, MissingPodGroup
+from coscheduling import (
+    Coscheduler,
+    GangSpec,
+    GangView,
+    InvalidGang,
+    MissingPodGroup,
+    NodeName,
+    PlainVerdict,
+    PodKey,
+    format_resources,
+)
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
-from coscheduling.state import PlainVerdict
 from coscheduling.topology import DEFAULT_LEVELS, GPU, gpu_layout
 
 from .render import render

@@ -27,13 +27,14 @@ from coscheduling import (
     PinAtCreation,
     PodKey,
     PodRecord,
+    QuantityError,
     RecordError,
+    eligible,
+    pinned_node,
+    pinned_terms,
     pod_from_json,
     pod_key,
 )
-from coscheduling.eligibility import eligible
-from coscheduling.gating import pinned_node, pinned_terms
-from coscheduling.resources import QuantityError
 
 from .service import Lockstep
 from .wire import validate_shape

@@ -6,8 +6,7 @@ its FailedScheduling event), into Lockstep's own Events and into the explain end
 
 from __future__ import annotations
 
-from coscheduling import Notice, NoticeKind, format_resources
-from coscheduling.nofit import NoFit
+from coscheduling import NoFit, Notice, NoticeKind, format_resources
 from coscheduling.reasons import (
     BackingOff,
     BeingPreempted,

@@ -14,10 +14,9 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from coscheduling import Coscheduler, GangKey
+from coscheduling import Coscheduler, GangKey, InvalidGang
 from coscheduling.conventions import scheduler_plugins, volcano
 from coscheduling.conventions.upstream import GROUP, GangProgress, condition_updates
-from coscheduling.podgroup import InvalidGang
 from coscheduling.reasons import InvalidDeclaration, QueueFull, QueueNotFound, QueueNotOpen
 
 from .errors import APIError, APIUnreachable

@@ -25,8 +25,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from coscheduling import RecordError, pod_from_json
-from coscheduling.resources import QuantityError
+from coscheduling import QuantityError, RecordError, pod_from_json
 
 from .errors import BadRequest, error_body
 from .render import render

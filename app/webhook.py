@@ -48,7 +48,7 @@ from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from coscheduling.gating import GANG_GATE, declares_gang, unpinned_terms
+from coscheduling import GANG_GATE, declares_gang, unpinned_terms
 
 from .errors import BadRequest
 from .pinning import CreationPlacer

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coscheduling.eligibility import affinity_problem
+from coscheduling import affinity_problem
 
 __all__ = [
     "BindingArgs",

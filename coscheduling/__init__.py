@@ -2,6 +2,12 @@
 
 No network, no framework, no clock: callers pass ``now`` and Kubernetes objects as plain
 dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kubernetes to it.
+
+This package's names are the core's public surface, with three modules of values the
+adapter renders or writes: ``coscheduling.reasons`` (why Lockstep said no),
+``coscheduling.topology`` and ``coscheduling.gputopo`` (the labels and levels it reads),
+and ``coscheduling.conventions`` (each convention's objects and how their status is
+written). ``app`` imports nothing else (an import-linter contract in ``pyproject.toml``).
 """
 
 from .conventions.scheduler_plugins import podgroup_from_json
@@ -23,9 +29,19 @@ from .decisions import (
     Reject,
     Unparked,
 )
+from .eligibility import affinity_problem, eligible
 from .gang import GangPhase
+from .gating import (
+    GANG_GATE,
+    declares_gang,
+    lift_patch,
+    pinned_node,
+    pinned_terms,
+    unpinned_terms,
+)
+from .ingest import PODS, Kind
 from .planner import NoFit, Plan
-from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, gang_key
+from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, MissingPodGroup, gang_key
 from .records import (
     NodeName,
     NodeRecord,
@@ -38,14 +54,18 @@ from .records import (
     priority_class_from_json,
 )
 from .resources import QuantityError, Resources, format_resources
-from .state import Settings
+from .state import PlainVerdict, Settings
 from .topology import DEFAULT_LEVELS, Level
 from .views import STATES as GANG_STATES
 from .views import GangView
+from .watched import WATCHED, Watched
 
 __all__ = [
     "DEFAULT_LEVELS",
+    "GANG_GATE",
     "GANG_STATES",
+    "PODS",
+    "WATCHED",
     "AwaitQuorum",
     "BindFailed",
     "BindGroup",
@@ -63,8 +83,10 @@ __all__ = [
     "GangView",
     "GateAtCreation",
     "InvalidGang",
+    "Kind",
     "Level",
     "Lift",
+    "MissingPodGroup",
     "NoFit",
     "NodeName",
     "NodeRecord",
@@ -72,6 +94,7 @@ __all__ = [
     "NoticeKind",
     "Park",
     "PinAtCreation",
+    "PlainVerdict",
     "Plan",
     "PodKey",
     "PodRecord",
@@ -81,11 +104,19 @@ __all__ = [
     "Resources",
     "Settings",
     "Unparked",
+    "Watched",
+    "affinity_problem",
+    "declares_gang",
+    "eligible",
     "format_resources",
     "gang_key",
+    "lift_patch",
     "node_from_json",
+    "pinned_node",
+    "pinned_terms",
     "pod_from_json",
     "pod_key",
     "podgroup_from_json",
     "priority_class_from_json",
+    "unpinned_terms",
 ]

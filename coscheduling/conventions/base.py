@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..keys import gang_key
 from ..podgroup import GangKey, GangSpec, InvalidGang, MissingPodGroup, Source
 from ..records import PodRecord
 from ..resources import Resources
@@ -34,6 +35,7 @@ __all__ = [
     "PodGroupRecord",
     "RefineStep",
     "Source",
+    "Watch",
     "lookup",
 ]
 
@@ -125,6 +127,32 @@ class PodGroupAPI:
     def status_path(self, namespace: str, name: str) -> str:
         return (f"/apis/{self.group}/{self.version}/namespaces/{namespace}/{self.plural}/"
                 f"{name}/status")
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """An API object the core reads, declared as data: where it is served, how a served
+    object becomes the core's record, and the core's key for a deleted one. The adapter lists
+    and watches each one (``coscheduling.watched``)."""
+
+    name: str
+    """The resource's name in metrics and logs."""
+    parse: Callable[[Mapping[str, Any], str], Any]
+    """A served object's JSON and the version it was served at, to the core's record."""
+    path: str = ""
+    """The list path; "" when the version is found by API discovery (``discover``)."""
+    key_of: Callable[[str, str], Any] = gang_key
+    """(namespace, name) of a deleted object to the core's key for it."""
+    optional: bool = True
+    """It may not be served (a CRD not installed, an API not enabled): a 404 counts as an
+    empty, synced list, looked for again later."""
+    discover: tuple[str, str, tuple[str, ...]] | None = None
+    """(API group, plural, versions by preference): the path is found by discovery."""
+
+    @staticmethod
+    def of(api: PodGroupAPI, name: str) -> Watch:
+        """The watch of a convention's PodGroup object."""
+        return Watch(name, lambda obj, _: api.parse(obj), api.path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,13 +28,14 @@ from ..reasons import PartiallyBound
 from ..records import PodRecord
 from ..resources import QuantityError, resource_list
 from . import koordinator
-from .base import Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord
+from .base import Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord, Watch
 
 __all__ = [
     "API",
     "CONVENTION",
     "GROUP_LABEL",
     "SIZE_FIELD",
+    "WATCHES",
     "PodGroupStatus",
     "podgroup_from_json",
     "podgroup_status",
@@ -93,6 +94,8 @@ def _mapping(raw: object) -> Mapping[str, Any]:
 
 
 API = PodGroupAPI("scheduling.x-k8s.io", "v1alpha1", "podgroups", podgroup_from_json)
+WATCHES = (Watch.of(API, "podgroups"),)
+"""What the adapter watches for this convention."""
 
 
 def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects

@@ -72,7 +72,7 @@ from ..reasons import (
 )
 from ..records import PodRecord
 from ..topology import Level, level_by_name
-from .base import Convention
+from .base import Convention, Watch
 
 __all__ = [
     "CONDITION_TYPES",
@@ -80,6 +80,7 @@ __all__ = [
     "GROUP",
     "PODGROUP_VERSIONS",
     "SCHEDULING_GROUP_FIELD",
+    "WATCHES",
     "WORKLOAD_REF_FIELD",
     "WORKLOAD_VERSIONS",
     "Condition",
@@ -500,3 +501,13 @@ def condition_updates(
             continue
         out.append(upd)
     return out
+
+
+WATCHES = (
+    Watch("upstream-podgroups", upstream_podgroup_from_json,
+          discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),
+    Watch("upstream-workloads", upstream_workload_from_json,
+          discover=(GROUP, "workloads", WORKLOAD_VERSIONS)),
+)
+"""What the adapter watches for the upstream gang API: whichever version of each the API
+server serves (API discovery), or nothing (before 1.35, or the feature gate off)."""

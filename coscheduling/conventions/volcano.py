@@ -21,11 +21,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..podgroup import MAX_NAME_CHARS, GangKey, InvalidGang, MissingPodGroup, Source, shown
-from ..queues import DEFAULT_QUEUE, QueueUse, demand
+from ..queues import DEFAULT_QUEUE, QueueUse, demand, queue_from_json
 from ..reasons import GangReason, InvalidDeclaration, NotEnoughMinResources
 from ..records import PodRecord
 from ..resources import Resources, fits, sub
-from .base import Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord, lookup
+from .base import (
+    Convention,
+    Found,
+    Key,
+    Objects,
+    PodGroupAPI,
+    PodGroupRecord,
+    Watch,
+    lookup,
+)
 from .scheduler_plugins import podgroup_from_json
 
 __all__ = [
@@ -34,6 +43,7 @@ __all__ = [
     "GROUP",
     "MIN_MEMBER",
     "SIZE_FIELD",
+    "WATCHES",
     "VolcanoStatus",
     "volcano_podgroup_from_json",
     "volcano_statuses",
@@ -66,6 +76,12 @@ def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
 
 
 API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json)
+QUEUES_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
+WATCHES = (Watch.of(API, "volcano-podgroups"),
+           Watch("volcano-queues", lambda obj, _: queue_from_json(obj), QUEUES_PATH,
+                 key_of=lambda _, name: name))
+"""What the adapter watches for this convention: its PodGroups and its (cluster-scoped)
+Queues."""
 
 
 def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
