@@ -16,6 +16,7 @@ from typing import Any
 
 from coscheduling import Coscheduler, GangKey, InvalidGang
 from coscheduling.conventions import scheduler_plugins, volcano
+from coscheduling.conventions.base import PodGroupAPI
 from coscheduling.conventions.upstream import GROUP, GangProgress, condition_updates
 from coscheduling.reasons import InvalidDeclaration, QueueFull, QueueNotFound, QueueNotOpen
 
@@ -39,7 +40,7 @@ def _now() -> str:
 class StatusWriter:
     def __init__(self, core: Coscheduler, kube: KubeClient) -> None:
         self.core, self.kube = core, kube
-        self._written: dict[GangKey, dict[str, Any]] = {}
+        self._written: dict[tuple[str, GangKey], dict[str, Any]] = {}
         self.failed = 0
         """Passes that raised (logged, then tried again)."""
 
@@ -81,20 +82,10 @@ class StatusWriter:
                     "lastTransitionTime": _now()}]}
         return out
 
-    async def write_scheduler_plugins(self) -> None:
-        for key, status in self.scheduler_plugins_statuses().items():
-            if self._written.get(key, {}).get("phase") == status["phase"] and \
-                    _same(self._written.get(key), status):
-                continue
-            ns, name = key.split("/", 1)
-            try:
-                await self.kube.merge_patch(scheduler_plugins.API.status_path(ns, name),
-                                            {"status": status})
-                self._written[key] = status
-            except (APIError, APIUnreachable) as e:
-                log.info("PodGroup %s status not written: %s", key, e)
-
-    async def write_volcano(self) -> None:
+    def volcano_statuses(self) -> dict[GangKey, dict[str, Any]]:
+        """The status each Volcano PodGroup should show: its phase (Lockstep plays Volcano's
+        enqueue step) and counts, and why it waits as an ``Unschedulable`` condition."""
+        out: dict[GangKey, dict[str, Any]] = {}
         for key, st in self.core.volcano_statuses().items():
             status: dict[str, Any] = {"phase": st.phase, "running": st.running,
                                       "succeeded": st.succeeded, "failed": st.failed}
@@ -104,15 +95,28 @@ class StatusWriter:
                     "message": render(st.waiting)[:1024], "lastTransitionTime": _now()}]
             elif st.phase != "Pending":
                 status["conditions"] = []
-            if _same(self._written.get(key), status):
+            out[key] = status
+        return out
+
+    async def write_scheduler_plugins(self) -> None:
+        await self._merge(scheduler_plugins.API, self.scheduler_plugins_statuses())
+
+    async def write_volcano(self) -> None:
+        await self._merge(volcano.API, self.volcano_statuses())
+
+    async def _merge(self, api: PodGroupAPI, statuses: dict[GangKey, dict[str, Any]]) -> None:
+        """Each status that differs from what was last written to its object (condition
+        timestamps aside), as a merge patch of the status subresource."""
+        for key, status in statuses.items():
+            written = (api.path, key)  # a Volcano and an sp PodGroup may share a name
+            if _same(self._written.get(written), status):
                 continue
             ns, name = key.split("/", 1)
             try:
-                await self.kube.merge_patch(volcano.API.status_path(ns, name),
-                                            {"status": status})
-                self._written[key] = status
+                await self.kube.merge_patch(api.status_path(ns, name), {"status": status})
+                self._written[written] = status
             except (APIError, APIUnreachable) as e:
-                log.info("Volcano PodGroup %s status not written: %s", key, e)
+                log.info("PodGroup %s (%s) status not written: %s", key, api.group, e)
 
     async def write_upstream(self) -> None:
         """The scheduling condition on upstream PodGroups whose pods are Lockstep's (rules in

@@ -708,6 +708,23 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     assert len(api.writes) == 1  # written once, not every pass
 
 
+async def test_a_volcano_and_a_scheduler_plugins_group_of_one_name_are_each_written_once() -> None:
+    """Both conventions' PodGroups named default/pg: each status is written once, not on
+    every pass (before: one record of what was written per name, so each pass saw the other
+    convention's status there and wrote both again)."""
+    core = core_with_node(max_gang_size=100)
+    core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 101)))
+    core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(podgroup("pg", 2)))
+    api = Recorder()
+    writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
+    for _ in range(3):
+        await writer.write_volcano()
+        await writer.write_scheduler_plugins()
+    paths = sorted(path for path, _ in api.writes)
+    assert len(paths) == 2 and paths[0] != paths[1], paths
+    assert all(p.endswith("/namespaces/default/podgroups/pg/status") for p in paths)
+
+
 async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The status writer is one of the service's loops: had it raised, Lockstep would stop."""
