@@ -230,7 +230,7 @@ class _ModelService:
     def clock(self) -> float:
         return self.model.now
 
-    def flush(self) -> None:
+    def after_change(self) -> None:
         """The model's ``_answered`` drains what the service would send."""
 
 
@@ -947,12 +947,17 @@ class GangModel(RuleBasedStateMachine):
                 self.create_koord_member(gang, k)
 
     def _priority_in_use(self, gang: str) -> bool:
-        """A preemption in flight involves ``gang``: its group priority stays (a priority
-        edited under an eviction is the user's doing, not the core's)."""
+        """A preemption in flight involves ``gang`` (its preemptor, its victim, or the victim
+        of some of its pods, evicted while its group was basic): what it is measured by
+        stays, its group priority and whether it is a gang at all (a measure edited under an
+        eviction is the user's doing, not the core's: a victim at 0 when chosen is not one
+        of 100 because its PodGroup was made basic, or a gang of 1000, while it goes)."""
         key = gang_key("default", gang)
         book = self.core.state.preemptions
+        going = book.terminating()
         return book.evicting(key) is not None or any(
-            r.gang == key for r in book.by_preemptor.values())
+            r.gang == key for r in book.by_preemptor.values()) or any(
+            k in going for k, p in self.pods.items() if self._gang(p) == gang)
 
     @precondition(lambda self: self.QUEUES_ON)
     @rule(gang=st.sampled_from(sorted(VOLCANO)), cls=st.sampled_from([None, "high", "low"]))
@@ -972,19 +977,24 @@ class GangModel(RuleBasedStateMachine):
     def change_upstream_podgroup(self, count: int, basic: bool, delete: bool,
                                  prio: str = "") -> None:
         """UP's PodGroup comes, changes or goes; ``prio``: its own ``priority`` (digits) or
-        ``priorityClassName`` (a class name), kept while a preemption involves UP."""
+        ``priorityClassName`` (a class name), kept while a preemption involves UP, as is
+        whether it is basic (and it is not created then)."""
+        in_use = self._priority_in_use(UP)
+        if in_use and self.upstream is None:
+            return  # created now, it would give UP's pods a measure of its own
         if any(self._gang(p) == UP and (p["spec"].get("nodeName") or k in self._binding_now())
                for k, p in self.pods.items()):
             self.disrupted.add(UP)  # resized, made basic or deleted under a running gang
-        if self._priority_in_use(UP):
+        if in_use and self.upstream is not None:
             delete = False
+            basic = "basic" in self.upstream["spec"]["schedulingPolicy"]
         if delete and self.upstream is not None:
             self.upstream = None
             self.core.delete_upstream_podgroup(gang_key("default", UP))
         else:
             policy = {"basic": {}} if basic else {"gang": {"minCount": count}}
             spec: dict[str, Any] = {"schedulingPolicy": policy}
-            if self._priority_in_use(UP) and self.upstream is not None:
+            if in_use and self.upstream is not None:
                 prio = str(self.upstream["spec"].get("priority",
                                                      self.upstream["spec"].get(
                                                          "priorityClassName", "")))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from coscheduling import GangKey, PodKey
-from coscheduling.reasons import Preempting
+from coscheduling.reasons import Preempting, PreemptionStalled
 from tests.unit.test_model import UP, GangModel, PreemptionModel, _replay, _Script
 
 
@@ -55,3 +55,45 @@ def test_replay_a_gang_that_gave_its_room_back_is_not_left_preempting() -> None:
     assert not m.core.state.preemptions.by_preemptor and not isinstance(d.reason, Preempting)
     m.schedule_gang("d", 0, _Script())
     assert all(m.pods[PodKey(f"default/d-{k}")]["spec"].get("nodeName") for k in range(4))
+
+
+def test_replay_a_victim_group_made_basic_while_it_goes_keeps_its_measure() -> None:
+    """The "default/up-0 (priority 100) evicted for gang default/c (priority 100)" the seeded
+    run reached: UP's PodGroup names priority 0, its pods carry 100, so gang c (100) rightly
+    evicts UP (0 < 100). The model's rule then made the PodGroup basic while UP's pods were
+    going, so they became plain pods of 100 and the in-flight check saw an equal-priority
+    victim: the user's edit, not the core's decision (the model already kept the priority
+    fixed under an eviction, not whether the group is a gang). Now the edit keeps it a gang."""
+    m = _replay(PreemptionModel, ("change_upstream_podgroup", 2, False, False, "0"),
+                ("low_then_high", UP, "c", "0",
+                 _Script(True, *("n0", True, False) * 3)))
+    assert len(m.evicting) == 2, "UP not evicted for c: stale replay"
+    _replay_more(m, ("change_upstream_podgroup", 1, True, False, ""))
+    assert m.upstream is not None and "gang" in m.upstream["spec"]["schedulingPolicy"]
+
+
+def test_replay_plain_victims_whose_group_becomes_a_gang_keep_their_measure() -> None:
+    """The same from the other side: UP's PodGroup is basic (its pods, at 0, are plain pods)
+    and names priority 1000; gang c (100) evicts two of them; the rule then made the group a
+    gang, of 1000, while they went (the model guarded only gangs evicted as gangs)."""
+    m = _replay(PreemptionModel, ("change_upstream_podgroup", 1, True, False, "1000"),
+                ("low_then_high", UP, "c", "1000",
+                 _Script(False, *("n0", True, False) * 3)))
+    assert len(m.evicting) == 2, "UP's pods not evicted for c: stale replay"
+    _replay_more(m, ("change_upstream_podgroup", 1, False, False, "1000"))
+    assert m.upstream is not None and "basic" in m.upstream["spec"]["schedulingPolicy"]
+
+
+def test_replay_a_gang_that_gave_its_room_back_is_told_when_its_victims_outlive_it() -> None:
+    """As above, but a's pods never go: the preemption expires. Before: d stayed
+    "Preempting" with nothing in flight; now it is told the preemption stalled."""
+    m = _replay(PreemptionModel, ("create_whole_gang", "a", False),
+                ("schedule_gang", "a", 0, _Script()),
+                ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, _Script()),
+                ("delete_pod", _Script("default/d-0"), True),
+                ("schedule_gang", "d", 0, _Script()))
+    d = m.core.gangs()[GangKey("default/d")]
+    assert isinstance(d.reason, Preempting), "stale replay"
+    _replay_more(m, *[("advance_time", 8.0)] * 4)
+    assert not m.core.state.preemptions.by_preemptor, "the preemption did not expire: stale"
+    assert isinstance(d.reason, PreemptionStalled), d.reason
