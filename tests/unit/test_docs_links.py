@@ -43,3 +43,20 @@ def test_every_link_resolves(page: Path) -> None:
 def test_the_readme_points_nowhere_outside_the_repository() -> None:
     text = (REPO / "README.md").read_text()
     assert "../shared" not in text and "shared/design.md" not in text
+
+
+def test_the_code_map_names_every_module_and_package() -> None:
+    """docs/README.md's code map names every module of app/ and coscheduling/ and every
+    subpackage (a wing or the conventions), so a new module cannot hide from it."""
+    text = (REPO / "docs" / "README.md").read_text()
+    named = set(re.findall(r"`([\w/]+)`", text))
+    missing = []
+    for pkg in ("app", "coscheduling"):
+        root = REPO / pkg
+        for f in root.glob("*.py"):
+            if f.stem not in ("__init__", "__main__") and f.stem not in named:
+                missing.append(f"{pkg}/{f.name}")
+        for d in root.iterdir():
+            if (d / "__init__.py").exists() and f"{d.name}/" not in named:
+                missing.append(f"{pkg}/{d.name}/")
+    assert not missing, f"docs/README.md's code map does not name: {sorted(missing)}"
