@@ -1331,10 +1331,26 @@ class GangModel(RuleBasedStateMachine):
                 # Whole again, or none bound: the episode is over, once the core has heard
                 # of it. A failure the watch has not delivered is one no scheduler knows of:
                 # a member bound beside a failed one it still sees running is that episode.
-                if not any(self._gang(obj) == g for obj, _ in self.lagging):
+                if not any(self._gang(obj) == g for obj, _ in self.lagging) \
+                        and not (self._satisfied_once(g) and not self._any_bound(g)):
                     self.disrupted.discard(g)
             elif g not in self.disrupted:
                 raise AssertionError(f"gang {g} rests partially bound: {why}")
+
+    def _satisfied_once(self, gang: str) -> bool:
+        """The Koordinator gang group (match-policy once-satisfied, Koordinator's default)
+        and the core still holds it satisfied: its later members bind as plain pods, one at
+        a time, as Koordinator's do. After its bound members went (failed, deleted with
+        their node) its members bind back one by one: that episode lasts until it is whole
+        again, not until none is bound."""
+        return gang == KG and any("gang-group[" in k and g.phase is GangPhase.RELEASED
+                                  for k, g in self.core.gangs().items())
+
+    def _any_bound(self, gang: str) -> bool:
+        flying = self._binding_now(gang)
+        return any(self._gang(p) == gang and (p["spec"].get("nodeName") or k in flying)
+                   and p["status"]["phase"] not in ("Failed", "Succeeded")
+                   for k, p in self.pods.items())
 
     def _never_unknown(self, key: PodKey, uid: str, reason: object) -> None:
         """A pod the API server has (with that UID) is never answered as unknown: the call
