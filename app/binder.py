@@ -70,6 +70,12 @@ class Binder:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""
         now = self.clock()
         decision = self.core.bind(key, node, now, uid)
+        if isinstance(decision, Park):
+            # Opened before the change is acted on: acting may let this very call go (a gang
+            # giving its room back to higher priorities), and that answer must find it open.
+            opened = self.parked.open(key)
+            self.after_change()
+            return await self._park(key, opened, decision.deadline)
         self.after_change()
         match decision:
             case BindNow():
@@ -84,15 +90,14 @@ class Binder:
                 if first is not None:
                     self.metrics.admission_wait.observe(now - first)
                 return await self._bind_group(key, gang, binds)
-            case Park(_, deadline):
-                return await self._park(key, deadline)
         raise AssertionError(decision)
 
-    async def _park(self, key: PodKey, deadline: float) -> str:
+    async def _park(self, key: PodKey, opened: asyncio.Future[str], deadline: float) -> str:
         self.kick.set()
         try:
             # The timer answers at the deadline; the margin only guards against a lost wakeup.
-            answer = await self.parked.wait(key, max(0.0, deadline - self.clock()) + 5.0)
+            answer = await self.parked.wait(key, opened,
+                                            max(0.0, deadline - self.clock()) + 5.0)
         except asyncio.CancelledError:
             self.core.abandon(key)
             raise

@@ -32,13 +32,19 @@ class ParkedCalls:
         fut.set_result(text)
         return True
 
-    async def wait(self, key: PodKey, timeout: float) -> str | None:
-        """Hold ``key``'s call open until it is answered; None after ``timeout`` seconds.
+    def open(self, key: PodKey) -> asyncio.Future[str]:
+        """Open ``key``'s call for answers, before anything that may answer it runs (the
+        core may let a parked call go in the same step that parked it: its answer must find
+        the call open, or the call would hang until its deadline).
 
         A newer call for the same pod supersedes the older one, which is answered at once."""
         self.answer(key, "superseded by a newer bind call for the same pod")
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._futures[key] = fut
+        return fut
+
+    async def wait(self, key: PodKey, fut: asyncio.Future[str], timeout: float) -> str | None:
+        """Hold ``key``'s opened call until it is answered; None after ``timeout`` seconds."""
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:

@@ -11,7 +11,17 @@ from typing import Any
 
 from app.binder import Binder
 from app.metrics import Metrics
-from coscheduling import Bound, Coscheduler, NodeName, Settings, pod_from_json, pod_key
+from app.parked import ParkedCalls
+from coscheduling import (
+    Bound,
+    Coscheduler,
+    GangKey,
+    NodeName,
+    Park,
+    Settings,
+    pod_from_json,
+    pod_key,
+)
 from tests.builders import pod
 
 
@@ -32,3 +42,32 @@ async def test_an_outcome_carries_the_uid_of_the_pod_it_bound() -> None:
                     kick=asyncio.Event(), bind_retries=0)
     outcome = await binder._bind_one(pod_key("default", "p"), NodeName("n0"))
     assert outcome == Bound(pod_key("default", "p"), NodeName("n0"), obj["metadata"]["uid"])
+
+
+class _ParkingCore:
+    """A core that parks every bind call (what a gang short of its quorum gets)."""
+
+    def __init__(self) -> None:
+        self.abandoned: list[Any] = []
+
+    def bind(self, key: Any, node: NodeName, now: float, uid: str) -> Park:
+        return Park(GangKey("default/g"), deadline=now)
+
+    def abandon(self, key: Any) -> None:
+        self.abandoned.append(key)
+
+
+async def test_a_call_let_go_in_the_step_that_parked_it_is_answered_at_once() -> None:
+    """Acting on a change may let the very call just parked go (a gang giving its room back
+    to higher-priority pods unparks its members): the answer must reach the call. Before,
+    the call was opened only after that, the answer found nothing open, and kube-scheduler's
+    bind call hung until its gang's deadline plus 5 s (found by the model, seed 401)."""
+    core = _ParkingCore()
+    parked = ParkedCalls()
+    key = pod_key("default", "p")
+    binder = Binder(core, _Kube(), None, parked, None,  # type: ignore[arg-type]
+                    clock=lambda: 0.0, kick=asyncio.Event(), bind_retries=0,
+                    after_change=lambda: parked.answer(key, "let go: room given back"))
+    answer = await asyncio.wait_for(binder.bind(key, NodeName("n0"), "uid-1"), 2.0)
+    assert answer == "let go: room given back"
+    assert core.abandoned == [] and len(parked) == 0
