@@ -237,8 +237,14 @@ def bind_outcomes(st: CoreState, outcomes: Sequence[BindOutcome]) -> PartiallyBo
             continue
         by_gang.setdefault(g.key, []).append(o)
         if isinstance(o, BindFailed):
+            had = o.pod in g.plan
             g.bind_settled(o.pod)
             st.waiting.remove(o.pod)
+            if had and o.pod not in g.plan:
+                # A gang admitted again while this binding flew kept its slot only for the
+                # flight: the plan lost a slot, so it is completed again or falls back (a
+                # transient failure reaches no other reconcile below).
+                stranded.add(g.key)
             if (node := g.plan.get(o.pod)) is not None and node not in st.store.nodes:
                 # Its node was deleted while the binding was in flight (the slot was
                 # kept for it): nothing will land there now.

@@ -172,3 +172,21 @@ def test_replay_a_once_satisfied_gang_group_rebinding_one_by_one_is_its_disrupti
     assert all(m.pods[pod_key("default", f"k1-{k}")]["spec"].get("nodeName")
                for k in range(2)), "k1 members unbound: stale replay"
 
+
+
+def test_replay_a_transient_bind_failure_in_a_gang_admitted_again_completes_its_plan() -> None:
+    """The seeded run's 42 steps, shortened: the held gang h is released (BindGroup of h-0,
+    h-1, h-2 in flight); h-0 is deleted and created again (held), so h falls back keeping
+    the slots of h-1 and h-2 for their flights, and is admitted again around them. h-1
+    binds; h-2's binding fails for now (not for good). Its slot was kept only for the
+    flight and went, and nothing completed the plan: h stayed admitted with 1 slot + 1
+    bound < minMember 3 (before: only a permanent failure or a lost node reconciled it)."""
+    s = _Script
+    m = _replay(GangModel, ("create_whole_held_gang", False),
+                ("api_applies_every_lift", s("n0", False, False, "n0", False, False,
+                                             "n0", False, True), True),
+                ("delete_pod", s("default/h-0"), True),
+                ("group_binding_lands", s(0), 0), ("group_binding_lands", s(0), 0),
+                ("group_binding_lands", s(0), 8))
+    assert m.pods[pod_key("default", "h-1")]["spec"].get("nodeName") == "n0", "stale replay"
+    assert not m.pods[pod_key("default", "h-2")]["spec"].get("nodeName"), "stale replay"
