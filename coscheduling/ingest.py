@@ -241,7 +241,9 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
     old_gang = gang_key(st.membership.get(pod.key))
     new_gang = gang_key(membership)
     st.membership[pod.key] = membership
+    carried: NodeName | None = None
     if old_gang is not None and old_gang != new_gang:
+        carried = _binding_node(st, old_gang, pod)
         _leave(st, old_gang, pod.key)
     if new_gang is not None:
         g = st.gangs.get(new_gang)
@@ -280,6 +282,19 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
         st.held_touched.add(new_gang)  # kube-scheduler found no node: may preempt
     _track_pending(st, pod, membership is None)
     st.outbox.arrived(pod)
+    if carried is not None:
+        # It left its gang (its group made basic or deleted, say) while its binding was in
+        # flight: the binding still lands, so its room stays counted, assumed as a plain
+        # pod Lockstep binds is, until the outcome or the watch says how it went.
+        assume_bound(st, pod.key, carried)
+
+
+def _binding_node(st: CoreState, gang: GangKey, pod: PodRecord) -> NodeName | None:
+    """The node ``pod``'s binding of gang ``gang`` is in flight to, if one is."""
+    g = st.gangs.get(gang)
+    if g is None or pod.key not in g.binding or pod.node_name is not None or not pod.active:
+        return None
+    return g.plan.get(pod.key)
 
 
 def assume_bound(st: CoreState, key: PodKey, node: NodeName) -> None:
@@ -309,8 +324,13 @@ def _with_assumption(st: CoreState, pod: PodRecord) -> PodRecord:
     if assumed is None:
         return pod
     uid, node = assumed
-    if pod.uid == uid and pod.node_name is None and not pod.terminal and not pod.deleting:
-        return replace(pod, node_name=node)
+    if pod.uid == uid and not pod.terminal and not pod.deleting:
+        if pod.node_name is None:
+            return replace(pod, node_name=node)
+        if st.store.pods.get(pod.key) is pod:
+            # The stored record itself, resolved again (its group came, changed or went),
+            # not the watch showing it bound: the binding is still in flight.
+            return pod
     del st.assumed[pod.key]
     return pod
 

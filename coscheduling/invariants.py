@@ -268,10 +268,18 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
     st = core.state
     pods = {k: p for k, p in store.pods.items()
             if k not in st.expected and k not in st.provisional}  # not created yet
+    # Bindings Lockstep assumed (in flight, not shown by the watch yet) are its own, not
+    # the API server's: counted as the API server shows them.
+    assumed = {k: p for k, p in pods.items() if k in st.assumed and p.node_name is not None}
+    used = {n: dict(r) for n, r in store.used.items()}
+    for p in assumed.values():
+        assert p.node_name is not None
+        used[p.node_name] = sub(used.get(p.node_name, {}), p.requests)
     return {
         "nodes": sorted(store.nodes),
-        "pods": sorted((k, p.uid, p.node_name, p.phase) for k, p in pods.items()),
-        "used": {n: {k: v for k, v in r.items() if v} for n, r in store.used.items()
+        "pods": sorted((k, p.uid, None if k in assumed else p.node_name, p.phase)
+                       for k, p in pods.items()),
+        "used": {n: {k: v for k, v in r.items() if v} for n, r in used.items()
                  if any(r.values())},
         "membership": {k: core.gang_of(k) for k in sorted(pods)},
         "gangs": {k: (sorted(m for m in g.members if m in pods),
@@ -282,7 +290,8 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
         "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
                     for i in range(len(core.settings.levels))],
         "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
-                   if not core.reserved_on(n) and n not in core.state.nominations.total},
+                   if not core.reserved_on(n) and n not in core.state.nominations.total
+                   and all(p.node_name != n for p in assumed.values())},
     }
 
 

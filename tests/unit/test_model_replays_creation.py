@@ -190,3 +190,47 @@ def test_replay_a_transient_bind_failure_in_a_gang_admitted_again_completes_its_
                 ("group_binding_lands", s(0), 8))
     assert m.pods[pod_key("default", "h-1")]["spec"].get("nodeName") == "n0", "stale replay"
     assert not m.pods[pod_key("default", "h-2")]["spec"].get("nodeName"), "stale replay"
+
+
+def test_replay_a_member_leaving_its_gang_with_its_binding_in_flight_keeps_its_room() -> None:
+    """Found by the model with ``LOCKSTEP_FUZZ_SEED=2279538499`` after 3fcc8e4, shortened:
+    UP's BindGroup is in flight on n0 when its PodGroup is made basic (its pods become
+    plain pods); gang d (4 x 1 GPU) is planned next and UP's bindings land. The members
+    left their gang with their slots, so their room was counted nowhere (before: d was
+    planned onto n0 and 6 GPUs were bound on a node of 4). They are assumed on their node
+    now, as a plain pod Lockstep binds is."""
+    s = _Script
+    m = _replay(GangModel, ("create_whole_upstream_gang", False, "", False),
+                ("schedule_gang", "up", 1, s("n0", True, "n0", True)),
+                ("change_upstream_podgroup", 2, True, False, ""),
+                ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, s()),
+                ("group_binding_lands", s(0), 0), ("group_binding_lands", s(0), 0))
+    assert m.pods[pod_key("default", "up-1")]["spec"].get("nodeName") == "n0", "stale replay"
+    assert _gpus_bound(m, "n0") <= _allocatable(m, "n0"), \
+        f"n0 double-booked: {_gpus_bound(m, 'n0')} GPUs bound on {_allocatable(m, 'n0')}"
+
+
+def test_replay_a_member_rejoining_its_gang_with_its_binding_in_flight_stays_assumed() -> None:
+    """The full model run found it once the members above were assumed: UP's BindGroup is
+    in flight when its PodGroup is made basic (its members assumed on n0) and then a gang
+    again. Re-resolving the stored record (its node the assumed one) was taken for the
+    watch showing it bound: the assumption ended and the pod stayed on n0 as if the API
+    server had bound it (a core rebuilt from the API server disagreed: up-0 pending)."""
+    s = _Script
+    m = _replay(GangModel, ("create_whole_upstream_gang", False, "", False),
+                ("schedule_gang", "up", 1, s("n0", True, "n0", True)),
+                ("change_upstream_podgroup", 2, True, False, ""),
+                ("change_upstream_podgroup", 2, False, False, ""))
+    assert m.core.state.assumed, "nothing assumed: stale replay"
+    _replay_more(m, ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, s()),
+                 ("group_binding_lands", s(0), 0), ("group_binding_lands", s(0), 0))
+    assert _gpus_bound(m, "n0") <= _allocatable(m, "n0"), \
+        f"n0 double-booked: {_gpus_bound(m, 'n0')} GPUs bound on {_allocatable(m, 'n0')}"
+
+
+def _replay_more(m: GangModel, *steps: tuple[Any, ...]) -> None:
+    """Go on playing ``steps`` on ``m`` as ``_replay`` does (every invariant after each)."""
+    for name, *args in steps:
+        getattr(m, name)(*args)
+        m.promises_hold()
+        m.rebuilt_core_agrees()
