@@ -22,7 +22,7 @@ from .nofit import NoFit
 from .planner import Member, Plan, plan_gang
 from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
 from .preempting import blocked, preempting_reason, try_preempt
-from .preemption_state import PreemptorId
+from .preemption.book import PreemptorId
 from .reasons import (
     BackingOff,
     DoesNotFit,

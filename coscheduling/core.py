@@ -47,7 +47,7 @@ from .ingest import Kind
 from .membership import gang_key, meets_quorum
 from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang, Membership
-from .preemption_state import InFlight
+from .preemption.book import InFlight
 from .reasons import PartiallyBound
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources

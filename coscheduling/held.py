@@ -21,7 +21,7 @@ from .gang import GangPhase
 from .membership import countable, meets_quorum
 from .podgroup import GangKey, InvalidGang, MissingPodGroup
 from .preempting import preempt_for_plain
-from .preemption_state import PreemptorId
+from .preemption.book import PreemptorId
 from .reasons import WaitingForMembers
 from .records import PodKey
 from .state import CoreState

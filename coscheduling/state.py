@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 from .capacity import Capacity
 from .decisions import NoticeKind, Unparked
-from .disruption import Budget
 from .gang import Gang
 from .ledger import Ledger
-from .nominations import Nominations
 from .outbox import Outbox
 from .placement import Answer, Held
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, Membership, MissingPodGroup
-from .preemption_state import PreemptionBook
+from .preemption.book import PreemptionBook
+from .preemption.budgets import Budget
+from .preemption.nominations import Nominations
 from .reasons import BindTargetGone, GangReason, NodeReason
 from .records import NodeName, PodKey, PodRecord, PriorityClass
 from .store import ClusterStore

@@ -125,7 +125,7 @@ def test_a_gang_over_an_affinity_limit_tries_no_placement_and_searches_no_victim
     victim search, a pass over every pod of the cluster, for evictions that cannot help
     it. Now the plan is the explanation at once, and preemption is not tried."""
     from coscheduling import planner
-    from coscheduling.preemption_state import PreemptorId
+    from coscheduling.preemption.book import PreemptorId
 
     core = Coscheduler(Settings(backoff_seconds=10))
     for i in range(8):

@@ -21,7 +21,6 @@ from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.decisions import BindGroup, Reject
-from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import (
     PDBS,
     PRIORITY_CLASSES,
@@ -31,8 +30,9 @@ from coscheduling.ingest import (
 )
 from coscheduling.planner import Member
 from coscheduling.preempting import _candidates, _recheck
-from coscheduling.preemption import Preemptor, Victims, choose_victims
-from coscheduling.preemption_state import PreemptorId
+from coscheduling.preemption.book import PreemptorId
+from coscheduling.preemption.budgets import budget_from_json
+from coscheduling.preemption.victims import Preemptor, Victims, choose_victims
 from coscheduling.reasons import (
     BeingPreempted,
     DoesNotFit,

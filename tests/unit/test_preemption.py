@@ -14,11 +14,21 @@ from hypothesis import strategies as st
 
 from benchmarks import victims as bench_victims
 from coscheduling.capacity import Capacity
-from coscheduling.freed import freed_view
 from coscheduling.ledger import Ledger, Reservation
 from coscheduling.planner import Member, NoFit, Plan, plan_gang
 from coscheduling.podgroup import GangKey
-from coscheduling.preemption import (
+from coscheduling.preemption.book import (
+    DEFAULT_MARGIN,
+    AlreadyInFlight,
+    BeingEvicted,
+    Completed,
+    InFlight,
+    PreemptionBook,
+    PreemptionExpired,
+    PreemptorId,
+)
+from coscheduling.preemption.freed import freed_view
+from coscheduling.preemption.victims import (
     AlreadyFits,
     Candidate,
     Cost,
@@ -33,16 +43,6 @@ from coscheduling.preemption import (
     WouldNotFit,
     choose_victims,
     describe,
-)
-from coscheduling.preemption_state import (
-    DEFAULT_MARGIN,
-    AlreadyInFlight,
-    BeingEvicted,
-    Completed,
-    Expired,
-    InFlight,
-    PreemptionBook,
-    PreemptorId,
 )
 from coscheduling.records import NodeName, PodKey, PodRecord, node_from_json, pod_key
 from coscheduling.store import ClusterStore
@@ -551,7 +551,7 @@ def test_in_flight_expires_and_gives_back() -> None:
     book.gone([pod_key("default", "lo-1")])
     assert book.expire(rec.deadline - 0.001) == []
     out = book.expire(rec.deadline)
-    assert len(out) == 1 and isinstance(out[0], Expired)
+    assert len(out) == 1 and isinstance(out[0], PreemptionExpired)
     assert out[0].still_there == {pod_key("default", "lo-0")}
     assert len(book) == 0 and book.next_deadline() is None
 

@@ -19,7 +19,7 @@ from coscheduling import (
 )
 from coscheduling.planner import Member
 from coscheduling.preempting import LIST_COST, _candidates, candidate_steps
-from coscheduling.preemption import (
+from coscheduling.preemption.victims import (
     Preemptor,
     Unfinished,
     Victims,
@@ -184,8 +184,8 @@ def test_no_piece_of_a_search_reads_more_candidates_than_its_grain(
     ``UNIT_GRAIN`` candidates. A budget of 1 runs one piece per slice, so each slice's work
     is one piece's."""
     from benchmarks.victims import _pod, cluster
-    from coscheduling import preemption
     from coscheduling.keys import GangKey
+    from coscheduling.preemption import victims as preemption
     from coscheduling.topology import DEFAULT_LEVELS
 
     monkeypatch.setattr(preemption, "UNIT_GRAIN", 50)
