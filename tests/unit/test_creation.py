@@ -26,10 +26,10 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
-from coscheduling.creation import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
+from coscheduling.creation.placer import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
+from coscheduling.decisions import Answer
 from coscheduling.gating import pinned_node, pinned_terms
 from coscheduling.invariants import check_invariants
-from coscheduling.placement import Answer
 from coscheduling.reasons import DoesNotFit, HigherPriorityPodsWaiting
 from tests.builders import node, pod, podgroup
 
