@@ -18,6 +18,7 @@ from .admission import reconcile
 from .conventions import points_at_object, scheduler_plugins, volcano
 from .conventions.base import MAX_GANG_SIZE_FLAG, PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
+from .conventions.volcano_queues import QueueRecord
 from .decisions import NoticeKind, Unparked
 from .enqueue import queue_freed, wake_queued
 from .gang import Gang
@@ -28,7 +29,6 @@ from .podgroup import GangKey, GangSpec, InvalidGang
 from .preempting import displaced, nominated_pod_done, victims_gone
 from .preemption.book import PreemptorId
 from .preemption.budgets import Budget
-from .queues import QueueRecord
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .state import CoreState

@@ -36,6 +36,7 @@ from coscheduling.conventions.upstream import (
     upstream_workload_from_json,
 )
 from coscheduling.conventions.volcano import volcano_podgroup_from_json, volcano_statuses
+from coscheduling.conventions.volcano_queues import QueueUse, demand, queue_from_json
 from coscheduling.decisions import NoticeKind
 from coscheduling.podgroup import (
     DEFAULT_MAX_GANG_SIZE,
@@ -48,7 +49,6 @@ from coscheduling.podgroup import (
     seconds_field,
     shown,
 )
-from coscheduling.queues import QueueUse, demand, queue_from_json
 from coscheduling.reasons import InvalidDeclaration
 from coscheduling.records import (
     RecordError,

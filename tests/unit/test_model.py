@@ -105,11 +105,11 @@ from coscheduling import (
 )
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
+from coscheduling.conventions.volcano_queues import queue_from_json
 from coscheduling.creation.placer import PROVISIONAL_SECONDS
 from coscheduling.decisions import Answer, AwaitQuorum
 from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
 from coscheduling.invariants import check_invariants, cluster_facts
-from coscheduling.queues import queue_from_json
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass
 from tests.builders import node, pod, podgroup, reset_uids
