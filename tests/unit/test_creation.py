@@ -29,9 +29,9 @@ from coscheduling import (
 from coscheduling.creation.placer import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
 from coscheduling.decisions import Answer
 from coscheduling.gating import pinned_node, pinned_terms
-from coscheduling.invariants import check_invariants
 from coscheduling.reasons import DoesNotFit, HigherPriorityPodsWaiting
 from tests.builders import node, pod, podgroup
+from tests.invariants import check_invariants
 
 
 def cluster(*gpus: int) -> Coscheduler:

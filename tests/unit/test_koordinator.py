@@ -25,7 +25,6 @@ from coscheduling import (
 from coscheduling.conventions import resolve
 from coscheduling.conventions.koordinator import group_key
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
-from coscheduling.invariants import check_invariants
 from coscheduling.podgroup import (
     GangDefaults,
     GangKey,
@@ -38,6 +37,7 @@ from coscheduling.podgroup import (
 )
 from coscheduling.reasons import WaitingForMembers
 from tests.builders import node, pod, podgroup
+from tests.invariants import check_invariants
 from tests.unit.test_core import add, cluster
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)

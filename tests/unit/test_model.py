@@ -109,10 +109,10 @@ from coscheduling.conventions.volcano_queues import queue_from_json
 from coscheduling.creation.placer import PROVISIONAL_SECONDS
 from coscheduling.decisions import Answer, AwaitQuorum
 from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
-from coscheduling.invariants import check_invariants, cluster_facts
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass
 from tests.builders import node, pod, podgroup, reset_uids
+from tests.invariants import check_invariants, cluster_facts
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))

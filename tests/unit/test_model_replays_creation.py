@@ -20,8 +20,8 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
-from coscheduling.invariants import check_invariants
 from tests.builders import PodBuilder, node, pod
+from tests.invariants import check_invariants
 from tests.unit.test_model import GangModel, _replay, _Script, gpu
 
 

@@ -21,10 +21,10 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
-from coscheduling.invariants import check_invariants
 from coscheduling.reasons import BindTargetGone, PartiallyBound, PodNotInCache, WaitingForMembers
 from coscheduling.resources import sub
 from tests.builders import node, pod
+from tests.invariants import check_invariants
 from tests.unit.test_core import add, cluster
 
 

@@ -26,9 +26,9 @@ from app.service import Lockstep
 from app.webhook import create_webhook_app
 from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
 from coscheduling.gating import GANG_GATE, pinned_node
-from coscheduling.invariants import check_invariants
 from tests.builders import node
 from tests.fakeapi import Wire
+from tests.invariants import check_invariants
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
