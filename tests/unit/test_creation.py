@@ -200,7 +200,7 @@ def test_a_slow_gang_is_never_tied_to_nodes_chosen_before_its_quorum_existed() -
 
 
 def test_a_member_created_alone_holds_nothing_and_leaves_no_gang_when_cancelled() -> None:
-    """Found in issue 32: the only member of a gang admitted at its creation was deleted while
+    """A defect found: the only member of a gang admitted at its creation was deleted while
     pending (or its pin never landed) and the gang stayed, empty, forever. 100 cancelled
     jobs left 100 gangs. Now a member created alone reserves nothing, and its gang goes with
     it."""
@@ -220,7 +220,7 @@ def test_a_member_created_alone_holds_nothing_and_leaves_no_gang_when_cancelled(
 
 
 def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -> None:
-    """Found in issue 32: a held member said 2, a new one said 10, and room was reserved
+    """A defect found: a held member said 2, a new one said 10, and room was reserved
     for 8 placeholders of a gang of 2. The gang's own spec stands (its first members', as
     the filter verb answers too): the one that disagrees is gated and counts for nothing."""
     core = cluster(8, 8)
@@ -233,7 +233,7 @@ def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -
 
 
 def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pinned() -> None:
-    """Found by the model (issue 32): a review held before its gang existed said minMember 2;
+    """Found by the model test: a review held before its gang existed said minMember 2;
     the gang then came from a member the watch showed that says 3. The held review was
     counted into that gang's quorum of 3 and pinned, and the gang took its minMember of 2,
     from a pod that may never land. Now it is gated and counts for nothing: the next member
@@ -259,7 +259,7 @@ def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pi
 
 
 def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
-    """Found in issue 32: min-member 10,000,000 froze the loop, one placeholder built per
+    """A defect found: min-member 10,000,000 froze the loop, one placeholder built per
     expected member before any check that the gang could fit. ``--max-gang-size`` bounds
     the number at parse time; an operator who raises it must not bring the freeze back: the
     work stays bounded by what a review may wait for, not by the user's number."""
@@ -370,7 +370,7 @@ def test_a_gang_created_between_higher_priority_pods_is_not_pinned_onto_their_ro
 
 def test_an_admitted_gang_with_no_member_bound_gives_its_room_to_higher_priority_pods(
 ) -> None:
-    """Found in issue 32: a gang admitted before higher-priority plain pods were seen kept
+    """A defect found: a gang admitted before higher-priority plain pods were seen kept
     its room, bound, and was then evicted whole for them. A gang none of whose members is
     bound gives its reservation back instead, with no eviction, and waits."""
     core = cluster(1, 1, 1)

@@ -1414,7 +1414,8 @@ def _reached(machine: type[GangModel], examples: int) -> dict[str, int]:
     imported (``providers._get_local_constants``), so the same seed gave other runs when
     pytest had collected other test files too (their imports: testbed, benchmarks), or
     once a literal was added anywhere in the core: the runs reached the preemption
-    defects of issue 32 or not by that alone. That pool is empty here: a seed is one run."""
+    defects (a stale Preempting reason, a victim's group edited under its eviction) or
+    not by that alone. That pool is empty here: a seed is one run."""
     before = dict(seen)
     with mock.patch.object(providers, "_get_local_constants", Constants):
         providers.CONSTANTS_CACHE.cache.clear()  # values drawn from the pool before

@@ -416,7 +416,7 @@ def classes(core: Coscheduler, **values: int) -> None:
 
 
 def test_a_priority_10_gang_never_evicts_a_volcano_gang_whose_class_is_1000() -> None:
-    """Issue 32: the victim's pods carry priority 0, its group 1000. It was evicted for a
+    """A defect found: the victim's pods carry priority 0, its group 1000. It was evicted for a
     priority-10 gang (pod priority against group priority), and then evicted that one back,
     round after round. Both rounds are played here: the first may happen, the second never."""
     core = cluster(4)
@@ -466,7 +466,7 @@ def test_a_gang_whose_group_says_5_is_a_victim_of_10_whatever_its_pods_say() -> 
 
 
 def test_a_gang_whose_group_binding_is_in_flight_is_a_victim_whole_or_not_at_all() -> None:
-    """Issue 32: BindGroup issued, the watch has shown 2 of 4 members bound. The gang was a
+    """A defect found: BindGroup issued, the watch has shown 2 of 4 members bound. The gang was a
     victim with those two only, and the other two bound afterwards: a gang evicted in
     part. It is not a victim until its bindings have landed; then it is one whole."""
     core = cluster(4, 2)
@@ -509,7 +509,7 @@ def test_a_member_of_a_gang_being_evicted_may_not_bind_even_if_its_filter_passed
 
 
 def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> None:
-    """Issue 32: a gang ``default/job`` and a plain pod ``default/job`` shared one preemption
+    """A defect found: a gang ``default/job`` and a plain pod ``default/job`` shared one preemption
     record (keyed by the bare string). The gang was told "Preempting" from the pod's record,
     evicted nothing, and was never woken when the pod's victims went."""
     core = cluster(4, 4)
@@ -535,7 +535,7 @@ def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> No
 
 
 def test_a_victim_search_runs_in_bounded_slices_across_sweeps_and_then_evicts() -> None:
-    """Deliver 2 of issue 32: no call holds the event loop for the whole search. With a
+    """Searches in slices: no call holds the event loop for the whole search. With a
     budget smaller than the search, the first sweep evicts nothing and says so; the timer
     asks for the next slice; a later sweep decides, and the gang is evicted whole."""
     core = cluster(4, 4, 4, 4)
@@ -613,7 +613,7 @@ def test_preemptors_of_one_sweep_share_its_budget() -> None:
 
 
 def test_a_held_volcano_gang_whose_min_resources_need_evictions_preempts() -> None:
-    """Issue 32, default install: the Volcano gang's members are held behind the gate, so
+    """Found in the default install: the Volcano gang's members are held behind the gate, so
     only the sweep admits it. Its minResources (4 GPUs) exceed the free room (0) and it was
     told so and never tried to preempt, while the same gang through filter calls did."""
     core = cluster(4)

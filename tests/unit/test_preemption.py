@@ -373,7 +373,7 @@ def test_domains_tried_is_a_bound_not_a_correctness_switch() -> None:
 
 
 def test_a_search_in_slices_chooses_what_one_go_chooses_and_keeps_to_its_budget() -> None:
-    """Deliver 2 of issue 32: the search runs in slices of bounded work (one per sweep).
+    """The search runs in slices of bounded work (one per sweep).
     Sliced, it decides exactly as in one go; every slice stays within the budget unless it
     ran a single piece (a piece is never cut)."""
     view, cands = bench_victims.cluster(nodes=200)
@@ -574,7 +574,7 @@ def test_one_in_flight_per_gang_and_victims_wait() -> None:
 
 
 def test_a_gang_and_a_plain_pod_of_one_name_have_a_record_each() -> None:
-    """Issue 32: records were keyed by ``str(key)``, so the gang ``default/hi`` and the plain
+    """A defect found: records were keyed by ``str(key)``, so the gang ``default/hi`` and the plain
     pod ``default/hi`` shared one: the pod's start was refused as the gang's own in flight,
     and the gang was told "Preempting" from the pod's record."""
     v, reqs = decided()
