@@ -476,7 +476,7 @@ def test_a_queue_with_a_hostile_capability_is_refused() -> None:
 
 def core_with_node(max_gang_size: int = DEFAULT_MAX_GANG_SIZE) -> Coscheduler:
     core = Coscheduler(Settings(defaults=GangDefaults(max_gang_size=max_gang_size)))
-    core.upsert_node(node_from_json(node("n0").gpus(8).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(8).build()))
     return core
 
 

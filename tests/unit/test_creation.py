@@ -21,6 +21,7 @@ from coscheduling import (
     PinAtCreation,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -37,7 +38,7 @@ from tests.invariants import check_invariants
 def cluster(*gpus: int) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=10))
     for i, n in enumerate(gpus):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
     return core
 
 
@@ -149,7 +150,7 @@ def test_pods_it_cannot_place_are_gated() -> None:
 def test_members_that_are_not_alike_are_planned_as_they_are() -> None:
     """No member is assumed to be like another: the plan is made for the reviews at hand."""
     core = cluster(8)
-    core.upsert_podgroup(podgroup_from_json(podgroup(
+    core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup(
         "pg", 3, min_resources={"nvidia.com/gpu": "6"})))
     objs = []
     for name, gpus in (("l", 0), ("w0", 3), ("w1", 3)):
@@ -264,7 +265,7 @@ def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
     the number at parse time; an operator who raises it must not bring the freeze back: the
     work stays bounded by what a review may wait for, not by the user's number."""
     core = Coscheduler(Settings(defaults=GangDefaults(max_gang_size=2**31 - 1)))
-    core.upsert_node(node_from_json(node("n0").gpus(8).rack("r0").build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(8).rack("r0").build()))
     for size in (300_000, 10_000_000, 2**31 - 1):
         start = time.perf_counter()
         placed = core.place_at_creation(pod_from_json(creating("w0", f"g{size}", size)), 0.0)
@@ -276,7 +277,7 @@ def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
 def test_a_relist_keeps_what_was_placed_at_creation() -> None:
     core = cluster(4)
     burst(core, [creating(f"w{i}", "g", 2) for i in range(2)])
-    core.replace_pods([])
+    core.replace(ingest.PODS, [])
     assert reserved(core) == 2 and len(core.pods) == 2
     check_invariants(core)
 
@@ -302,7 +303,7 @@ def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_p
     core.upsert_pod(old)
     other = pod("x").build()
     other["metadata"]["resourceVersion"] = "9"
-    core.replace_pods([pod_from_json(other)])  # a relist: w0 was deleted meanwhile
+    core.replace(ingest.PODS, [pod_from_json(other)])  # a relist: w0 was deleted meanwhile
     placed = core.place_at_creation(pod_from_json(creating("w0", "g", 1)), 1.0)
     assert isinstance(placed, PinAtCreation)
     core.filter(old, [placed.node], 1.1)
@@ -333,7 +334,7 @@ def test_a_restarted_lockstep_admits_pinned_members_onto_their_pins() -> None:
         pods.append(pod_from_json(created(o, p, f"u{i}")))
     pins = {p.key: pinned_node(p.required_affinity) for p in pods}
     second = cluster(4, 4)
-    second.replace_pods(pods)
+    second.replace(ingest.PODS, pods)
     second.admit_held(1.0)
     g = second.gangs()[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and dict(g.plan) == pins

@@ -19,6 +19,7 @@ from coscheduling import (
     GangPhase,
     NodeName,
     Park,
+    ingest,
     pod_from_json,
     pod_key,
 )
@@ -287,7 +288,7 @@ def test_a_gang_group_declared_the_crd_way_reports_on_each_podgroup() -> None:
     for name, mm in (("workers", 2), ("launcher", 1)):
         obj = podgroup(name, mm)
         obj["metadata"]["annotations"] = {K + "groups": groups}
-        core.upsert_podgroup(podgroup_from_json(obj))
+        core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(obj))
     members = [("w0", "workers"), ("w1", "workers"), ("l0", "launcher")]
     objs = [pod(n).label("scheduling.x-k8s.io/pod-group", g).gpu(1).build() for n, g in members]
     add(core, *objs)

@@ -13,6 +13,7 @@ from coscheduling import (
     NodeName,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -50,7 +51,7 @@ URGENT = PreemptorId.of_pod(pod_key("default", "urgent"))
 def cluster(*gpus: int, preemption: bool = True) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=5, preemption=preemption))
     for i, n in enumerate(gpus):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
     return core
 
 
@@ -386,7 +387,7 @@ def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
     core.admit_held(0.0)
     assert core.drain_evictions() and core.state.nominations.get(pod_key("default", "urgent"))
     core.drain_requeue()
-    core.delete_node(NodeName("n0"))
+    core.delete(ingest.NODES, NodeName("n0"))
     assert core.state.nominations.get(pod_key("default", "urgent")) is None
     assert core.state.preemptions.get(URGENT) is None
     assert pod_key("default", "urgent") in core.drain_requeue()

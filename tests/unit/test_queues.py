@@ -114,8 +114,8 @@ def test_podgroup_queue_defaults_to_default() -> None:
 
 def core_with(*queues: dict[str, Any], gpus: int = 8) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=10))
-    core.upsert_node(node_from_json(node("n0").gpus(gpus // 2).build()))
-    core.upsert_node(node_from_json(node("n1").gpus(gpus - gpus // 2).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(gpus // 2).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n1").gpus(gpus - gpus // 2).build()))
     core.replace(ingest.QUEUES, [queue_from_json(q) for q in queues])
     return core
 

@@ -12,6 +12,7 @@ from coscheduling import (
     Coscheduler,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -51,8 +52,9 @@ def _full_cluster() -> Coscheduler:
     fifth node and the next; pending pods beside them (read, never candidates)."""
     core = Coscheduler(Settings(backoff_seconds=5))
     for i in range(NODES):
-        core.upsert_node(node_from_json(node(f"n{i:03d}").gpus(PER_NODE).rack(f"r{i // 20}")
-                                        .build()))
+        core.upsert(ingest.NODES,
+                    node_from_json(node(f"n{i:03d}").gpus(PER_NODE).rack(f"r{i // 20}")
+                                   .build()))
     for i in range(NODES):
         used = 0
         if i % 5 == 0:
