@@ -2,7 +2,7 @@
 
 A gated member costs one pod update when Lockstep lifts its gate; a member whose gang's
 quorum exists as it is created, and fits, can be pinned by the webhook instead, in the same
-process that holds the ledger (``coscheduling.creation``), and reach the API server with its
+process that holds the ledger (``coscheduling.creation.placer``), and reach the API server with its
 pin and no gate. A review whose gang has no quorum yet is held (an asyncio future the route
 awaits) until sibling reviews complete it or its window closes (a timer here gates it).
 

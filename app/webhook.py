@@ -10,7 +10,7 @@ JSONPatches:
   and the gang fits now: the whole plan is reserved before the answer and the pod gets the
   required node affinity the gate's lift would have written, and no gate. kube-scheduler
   filters one node for it and there is no lift to write (``app.pinning``,
-  ``coscheduling.creation``). A review whose gang has no quorum yet is **held** (its answer
+  ``coscheduling.creation.placer``). A review whose gang has no quorum yet is **held** (its answer
   waits, at most about a second) for the sibling reviews that complete it: members created
   together are all pinned; one created alone is gated when the wait ends;
 * **gated**: anything else (the gang does not fit yet, another party's gate such as Kueue's,
@@ -186,7 +186,8 @@ class Placer(Protocol):
 
 HOLD_CAP_SECONDS = 1.5
 """The longest the route waits for a held review's answer (the core answers within
-``coscheduling.creation.HOLD_MAX_SECONDS``); then it gates, under the webhook's 2 s timeout."""
+``coscheduling.creation.placer.HOLD_MAX_SECONDS``); then it gates, under the webhook's 2 s
+timeout."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,8 @@ from typing import Any
 import httpx
 import orjson
 
+from coscheduling import ingest
+
 from .synthetic import cluster_nodes, plain_pod
 from .verbs import _free_port, _pct
 
@@ -121,7 +123,7 @@ def build(nodes: int, gangs: int, probes: int, api: str) -> Any:
 
     core = Coscheduler(Settings())
     for n in cluster_nodes(nodes):
-        core.upsert_node(node_from_json(n))
+        core.upsert(ingest.NODES, node_from_json(n))
     for p in fill(nodes, gangs, probes):
         core.upsert_pod(pod_from_json(p))
     service = Lockstep(core, KubeClient(KubeConfig(api)))

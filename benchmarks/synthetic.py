@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
 
 
 def cluster_nodes(n: int, gpus: int = 8, per_rack: int = 16) -> list[dict[str, Any]]:
@@ -70,7 +70,7 @@ def loaded_core(n_nodes: int) -> Coscheduler:
     """A core whose cache holds ``n_nodes`` half-busy 8-GPU nodes."""
     core = Coscheduler(Settings())
     for n in cluster_nodes(n_nodes):
-        core.upsert_node(node_from_json(n))
+        core.upsert(ingest.NODES, node_from_json(n))
     for p in running_pods(n_nodes):
         core.upsert_pod(pod_from_json(p))
     return core

@@ -28,7 +28,7 @@ import httpx
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, GangKey, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, GangKey, Settings, ingest, node_from_json, pod_from_json
 
 from .synthetic import cluster_nodes, running_pods
 
@@ -55,7 +55,7 @@ def build_core(n_nodes: int, n_pods: int, size: int = 8) -> Coscheduler:
     core = Coscheduler(Settings())
     nodes = cluster_nodes(n_nodes)
     for n in nodes:
-        core.upsert_node(node_from_json(n))
+        core.upsert(ingest.NODES, node_from_json(n))
     plain = running_pods(n_nodes)
     for p in plain:
         core.upsert_pod(pod_from_json(p))

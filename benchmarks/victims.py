@@ -27,7 +27,7 @@ from coscheduling.capacity import Capacity
 from coscheduling.keys import GangKey
 from coscheduling.ledger import Ledger
 from coscheduling.planner import Member
-from coscheduling.preemption import (
+from coscheduling.preemption.victims import (
     SEARCH_BUDGET,
     Candidate,
     Preemptor,

@@ -12,8 +12,8 @@ written). ``app`` imports nothing else (an import-linter contract in ``pyproject
 
 from .conventions.scheduler_plugins import podgroup_from_json
 from .core import Coscheduler
-from .creation import AwaitQuorum, GateAtCreation, PinAtCreation
 from .decisions import (
+    AwaitQuorum,
     BindFailed,
     BindGroup,
     BindNow,
@@ -22,10 +22,12 @@ from .decisions import (
     Eviction,
     FilterDecision,
     GangExpired,
+    GateAtCreation,
     Lift,
     Notice,
     NoticeKind,
     Park,
+    PinAtCreation,
     Reject,
     Unparked,
 )

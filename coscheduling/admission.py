@@ -18,11 +18,10 @@ from .enqueue import queue_gate
 from .gang import Gang, GangPhase
 from .gating import pinned_node
 from .membership import countable, departed, meets_quorum, pick
-from .nofit import NoFit
 from .planner import Member, Plan, plan_gang
 from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
 from .preempting import blocked, preempting_reason, try_preempt
-from .preemption_state import PreemptorId
+from .preemption.book import PreemptorId
 from .reasons import (
     BackingOff,
     DoesNotFit,
@@ -31,6 +30,7 @@ from .reasons import (
     HigherPriorityPodsWaiting,
     InvalidDeclaration,
     MembersLost,
+    NoFit,
     NotEnoughMinResources,
     PlannedNodeLost,
     WaitingForMembers,

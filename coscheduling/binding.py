@@ -29,7 +29,7 @@ from .filtering import filter_pod
 from .gang import Gang, GangPhase
 from .ingest import assume_bound, forget_assumed
 from .membership import bound_count, gang_key, meets_quorum
-from .podgroup import GangKey, InvalidGang, MatchPolicy, MissingPodGroup
+from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, MissingPodGroup
 from .reasons import (
     BeingPreempted,
     BindTargetGone,
@@ -114,6 +114,15 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
         st.notice(NoticeKind.RELEASED, g.key, (key,),
                   detail=f"{bound}/{spec.min_member} already bound; completing")
         return BindNow(key, node)
+    return _park_until_quorum(st, g, spec, key, pod, node)
+
+
+def _park_until_quorum(st: CoreState, g: Gang, spec: GangSpec, key: PodKey, pod: PodRecord,
+                       node: NodeName) -> BindDecision:
+    """Park an admitted gang's member on its planned node; once the parked and bound members
+    meet the quorum (and none of them is gone), release every parked bind at once. Apart from
+    :func:`bind` so the verb reads as its checks, and the all-or-nothing release as one step."""
+    assert g.deadline is not None  # ADMITTED: bind checked it
     st.waiting.park(g.key, key, node, pod.uid)
     counted = list(st.waiting.parked(g.key))
     if spec.match_policy is not MatchPolicy.ONLY_WAITING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .ledger import Ledger
-from .nominations import Nominations
+from .preemption.nominations import Nominations
 from .records import NodeName, NodeRecord, PodKey
 from .resources import Resources, add, sub
 from .store import ClusterStore

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from . import expected, preempting
 from .admission import fall_back
-from .creation import expire_provisional, next_provisional_deadline
+from .creation.held import HELD_RETRY_SECONDS
+from .creation.placer import expire_provisional, next_provisional_deadline
 from .decisions import GangExpired, NoticeKind
 from .enqueue import queue_freed
 from .gang import GangPhase
-from .held import HELD_RETRY_SECONDS
 from .podgroup import Mode
 from .reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
 from .state import CoreState

@@ -14,6 +14,8 @@ from .reasons import GangReason, NodeReason, TimedOut
 from .records import NodeName, PodKey
 
 __all__ = [
+    "Answer",
+    "AwaitQuorum",
     "BindDecision",
     "BindFailed",
     "BindGroup",
@@ -23,9 +25,12 @@ __all__ = [
     "Eviction",
     "FilterDecision",
     "GangExpired",
+    "GateAtCreation",
     "Notice",
     "NoticeKind",
     "Park",
+    "PinAtCreation",
+    "Placement",
     "Reject",
     "Unparked",
 ]
@@ -96,7 +101,7 @@ BindDecision = BindNow | Park | BindGroup | Reject
 class GangExpired:
     """An admitted gang whose deadline passed before its quorum bound: its room is given
     back, and the app answers its parked calls with ``reason`` (not a preemption's expiry:
-    ``preemption_state``)."""
+    :class:`~coscheduling.preemption.book.PreemptionExpired`)."""
 
     gang: GangKey
     parked: dict[PodKey, NodeName]
@@ -162,3 +167,38 @@ class Lift:
     pod: PodKey
     uid: str
     node: NodeName | None
+
+
+# The webhook's answers to a member being created (coscheduling.creation.placer.placer.placer).
+
+
+@dataclass(frozen=True, slots=True)
+class PinAtCreation:
+    """Create the pod pinned to ``node``, without Lockstep's gate."""
+
+    node: NodeName
+    gang: GangKey
+
+
+@dataclass(frozen=True, slots=True)
+class GateAtCreation:
+    """Create the pod behind Lockstep's gate; ``why`` says why it could not be placed
+    (``reason``: the gang's reason, when admission said no)."""
+
+    why: str
+    reason: GangReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitQuorum:
+    """Hold the review: its gang's quorum is not there yet, and other members' reviews may
+    complete it. The answer comes from :func:`drain_answers` (a later review completed the
+    quorum, or was refused) or :func:`expire_holds` at ``until`` at the latest."""
+
+    gang: GangKey
+    until: float
+
+
+Answer = PinAtCreation | GateAtCreation
+"""A review's final answer."""
+Placement = Answer | AwaitQuorum

@@ -1,20 +1,20 @@
 """Volcano's queues over the core's state: what each queue's groups hold, the admission
 gate, and waking the groups a queue held back.
 
-The rules are ``coscheduling.queues`` (a pure leaf); this module feeds them what the core
-knows. A group holds in its queue what Lockstep reserved or bound for it (Volcano's
-``allocated``) or, while its pods are on their way, the ``minResources`` it was enqueued
-with (``inqueue``). Only Volcano gangs are gated, and only while Volcano's Queue CRD is
-served (``ClusterStore.queues`` is not None).
+The rules are ``coscheduling.conventions.volcano_queues`` (a pure leaf); this module feeds
+them what the core knows. A group holds in its queue what Lockstep reserved or bound for it
+(Volcano's ``allocated``) or, while its pods are on their way, the ``minResources`` it was
+enqueued with (``inqueue``). Only Volcano gangs are gated, and only while Volcano's Queue
+CRD is served (``ClusterStore.queues`` is not None).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .conventions.volcano_queues import DEFAULT_QUEUE, QueueUse, demand
 from .gang import Gang
 from .podgroup import GangSpec, Source
-from .queues import DEFAULT_QUEUE, QueueUse, demand
 from .reasons import GangReason, QueueFull, QueueNotFound, QueueNotOpen
 from .records import PodRecord
 from .resources import Resources, add

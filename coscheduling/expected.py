@@ -2,11 +2,11 @@
 members not created yet.
 
 **No longer created** (issue 32): a gang is now placed at creation only once its quorum
-exists (``coscheduling.creation``), so no placeholder is ever built and nothing is reserved
+exists (``coscheduling.creation.placer``), so no placeholder is ever built and nothing is reserved
 for a member that does not exist. What remains here keeps a state written by an older
 Lockstep readable (``adopt`` and ``forget`` are no-ops while ``CoreState.expected`` is empty).
 
-Placing a gang when its first member is created (``coscheduling.creation``) needs a whole
+Placing a gang when its first member is created (``coscheduling.creation.placer``) needs a whole
 plan before the other members exist. When the members are alike (the PodGroup's
 ``minResources`` is ``minMember`` times the member's requests, or it names none), the gang
 is planned for the member at hand plus ``minMember - 1`` copies of it: *expected* members,

@@ -18,8 +18,8 @@ from .admission import reconcile
 from .conventions import points_at_object, scheduler_plugins, volcano
 from .conventions.base import MAX_GANG_SIZE_FLAG, PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
+from .conventions.volcano_queues import QueueRecord
 from .decisions import NoticeKind, Unparked
-from .disruption import Budget
 from .enqueue import queue_freed, wake_queued
 from .gang import Gang
 from .gating import pinned_node
@@ -27,8 +27,8 @@ from .membership import gang_key, refresh_spec, resolve_pod
 from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang
 from .preempting import displaced, nominated_pod_done, victims_gone
-from .preemption_state import PreemptorId
-from .queues import QueueRecord
+from .preemption.book import PreemptorId
+from .preemption.budgets import Budget
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .state import CoreState

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .eligibility import affinity_problem, eligible
-from .nofit import NoFit
+from .reasons import NoFit
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import PODS, Resources, fits, sub
 from .topology import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout

@@ -1,13 +1,13 @@
 """Preemption carried out in the core: a gang that does not fit evicts whole lower-priority
 gangs and plain pods, and holds the room they free until they are gone.
 
-:mod:`coscheduling.preemption` decides *which* victims (pure, over a capacity view);
-:mod:`coscheduling.preemption_state` remembers preemptions in flight. This module joins them
+:mod:`coscheduling.preemption.victims` decides *which* victims (pure, over a capacity view);
+:mod:`coscheduling.preemption.book` remembers preemptions in flight. This module joins them
 to the core state:
 
 * :func:`try_preempt` is asked by admission when a gang's whole plan does not fit. It builds
   the candidates (every bound pod, each gang's bound members together), asks
-  :func:`~coscheduling.preemption.choose_victims`, records the preemption in the book and
+  :func:`~coscheduling.preemption.victims.choose_victims`, records the preemption in the book and
   queues one :class:`~coscheduling.decisions.Eviction` per victim. It returns the plan the
   gang is admitted into at once: the ledger reserves the victims' room for the preemptor
   while they terminate, so no third gang or plain pod can take it (the victims still count
@@ -37,16 +37,18 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
 
+from .conventions.kueue import quota_line
 from .decisions import Eviction, NoticeKind
-from .disruption import Budget, selecting
 from .eligibility import affinity_problem
-from .freed import freed_view
 from .gang import Gang
 from .keys import GangKey
 from .membership import gang_key
-from .nominations import BIND_WITHIN, Nomination
 from .planner import Member, Plan, plan_gang
-from .preemption import (
+from .preemption.book import InFlight, PreemptionExpired, PreemptorId, Searching
+from .preemption.budgets import Budget, selecting
+from .preemption.freed import freed_view
+from .preemption.nominations import BIND_WITHIN, Nomination
+from .preemption.victims import (
     BOOK_COST,
     AlreadyFits,
     Candidate,
@@ -59,26 +61,15 @@ from .preemption import (
     VictimSearch,
     describe,
 )
-from .preemption_state import Expired, InFlight, PreemptorId, Searching
 from .reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
 from .records import NodeName, PodKey, PodRecord
 from .resources import Resources, add, fits
 from .state import CoreState
 from .topology import GPU, Level
 
-__all__ = ["KUEUE_CLUSTER_QUEUE", "KUEUE_LOCAL_QUEUE", "KUEUE_QUEUE", "blocked", "displaced",
-           "expired", "nominated_pod_done", "preempt_for_plain", "preempting_reason",
-           "quota_line", "try_preempt",
-           "victims_gone"]
+__all__ = ["blocked", "displaced", "expired", "nominated_pod_done", "preempt_for_plain",
+           "preempting_reason", "try_preempt", "victims_gone"]
 
-KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-"""Kueue's LocalQueue label as users write it (on plain pods of its ``pod`` integration, and
-on jobs): Lockstep never evicts across quota lines (Kueue preempts for quota itself)."""
-KUEUE_CLUSTER_QUEUE = "kueue.x-k8s.io/cluster-queue-name"
-KUEUE_LOCAL_QUEUE = "kueue.x-k8s.io/local-queue-name"
-"""What Kueue v0.17 puts on the pods of a job it admitted (``AssignQueueLabelsForPods``,
-``pkg/controller/jobframework/reconciler.go``): a PyTorchJob's or batch Job's pods carry
-these, not ``queue-name``."""
 
 
 def blocked(st: CoreState, g: Gang) -> GangReason | None:
@@ -133,7 +124,7 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
                                                         and g.spec.preempt_never)
     policy = PreemptionPolicy.NEVER if never else PreemptionPolicy.PREEMPT_LOWER_PRIORITY
     preemptor = Preemptor(str(g.key), tuple(Member(p) for p in members), priority, policy,
-                          required, g.key, quota_line(members[0]))
+                          required, g.key, quota_line(members[0].namespace, members[0].labels))
     found = _decide(st, me, preemptor, now)
     if isinstance(found, Unfinished):
         st.held_touched.add(g.key)  # the next sweep goes on with it
@@ -161,7 +152,7 @@ def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
             ) -> Victims | NoPreemption | Unfinished:
     """One slice of ``me``'s victim search, within what is left of this sweep's budget.
 
-    The search (:class:`~coscheduling.preemption.VictimSearch`) is kept in the book between
+    The search (:class:`~coscheduling.preemption.victims.VictimSearch`) is kept in the book between
     slices; a preemptor that changed (members, priority, policy) starts afresh. A set
     decided over several slices was chosen while the cluster changed: it is checked
     against the cluster of now (:func:`_recheck`), and searched again if it no longer
@@ -273,7 +264,7 @@ def _preempt_for_plain(st: CoreState, pod: PodRecord, now: float) -> None:
     policy = (PreemptionPolicy.NEVER if pod.preempt_never
               else PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
     preemptor = Preemptor(str(pod.key), (Member(pod),), pod.priority, policy,
-                          quota=quota_line(pod))
+                          quota=quota_line(pod.namespace, pod.labels))
     found = _decide(st, PreemptorId.of_pod(pod.key), preemptor, now)
     if isinstance(found, Unfinished):  # the next sweep goes on with it
         st.verdict(pod.key, preemption=_unfinished(found))
@@ -359,7 +350,7 @@ def _no_longer_preempting(st: CoreState, g: Gang, reason: GangReason | None) -> 
         st.outbox.requeue.update(g.wake())
 
 
-def expired(st: CoreState, now: float) -> list[Expired]:
+def expired(st: CoreState, now: float) -> list[PreemptionExpired]:
     """Preemptions whose victims outlived the deadline; the caller gives a gang's room back,
     a plain pod's nomination is dropped here. Nominations whose pod never came to bind
     end too."""
@@ -376,24 +367,12 @@ def expired(st: CoreState, now: float) -> list[Expired]:
     return out
 
 
-def quota_line(pod: PodRecord) -> str | None:
-    """The quota a pod was admitted under, None for none. Kueue's unit of quota is the
-    ClusterQueue, named on the pods of every job it admitted; a pod naming only its
-    LocalQueue (a plain pod group) is under ``namespace/queue``. Two pods that name their
-    line differently never evict each other: where Lockstep cannot tell, it stays out."""
-    cq = pod.labels.get(KUEUE_CLUSTER_QUEUE)
-    if cq:
-        return f"clusterqueue/{cq}"
-    queue = pod.labels.get(KUEUE_LOCAL_QUEUE) or pod.labels.get(KUEUE_QUEUE)
-    return f"{pod.namespace}/{queue}" if queue else None
-
-
 LIST_GRAIN = 1_000
 """Pods read by one piece of a candidate listing (:func:`candidate_steps`): a few
 milliseconds, so a slice of a victim search stops within its budget while it lists."""
 LIST_COST = BOOK_COST
 """Units charged per pod read by one pass of the listing, as the search charges its own
-arithmetic (:data:`~coscheduling.preemption.BOOK_COST`)."""
+arithmetic (:data:`~coscheduling.preemption.victims.BOOK_COST`)."""
 RECORD_COST = 2 * BOOK_COST
 """Units charged per candidate built (its gang, priority, budgets and quota are read)."""
 
@@ -417,7 +396,7 @@ def _listing(st: CoreState, below: int) -> Callable[[], Listing]:
 def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Candidate]]:
     """Every bound pod that could be a victim, each gang's bound members all together,
     listed in pieces of at most :data:`LIST_GRAIN` pods, each announced with its cost as
-    a victim search's pieces are (:class:`~coscheduling.preemption.VictimSearch`): a
+    a victim search's pieces are (:class:`~coscheduling.preemption.victims.VictimSearch`): a
     5,000-node cluster holds tens of thousands of pods, and reading them all in one piece
     held the event loop for a quarter of a second before the search's budget began.
 
@@ -465,7 +444,7 @@ def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Cand
         out += [Candidate(p.key, p.node_name, p.requests, st.unit_priority(p, prio),
                           gang_key(st.membership.get(p.key)), p.started,
                           selecting(p, budgets.get(p.namespace, ())), p.grace_seconds,
-                          quota_line(p))
+                          quota_line(p.namespace, p.labels))
                 for p in some if p.node_name is not None]
     return out
 

@@ -7,9 +7,8 @@ in exactly one place and no caller parses a message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .nofit import NoFit
 from .podgroup import GangKey, InvalidGang
 from .records import NodeName, PodKey
 from .resources import Resources
@@ -24,6 +23,7 @@ __all__ = [
     "HigherPriorityPodsWaiting",
     "InvalidDeclaration",
     "MembersLost",
+    "NoFit",
     "NodeReason",
     "NotEnoughMinResources",
     "PartiallyBound",
@@ -42,6 +42,24 @@ __all__ = [
     "WaitingForMembers",
     "WrongNode",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class NoFit:
+    """Why a whole gang has no placement: the planner's negative answer, the payload of
+    :class:`DoesNotFit` and :class:`PlannedNodeLost` (here, so the reasons that render it need
+    not import the planner)."""
+
+    members: int
+    shape: Resources
+    """The largest member's request (all members when they are alike)."""
+    free_units: int
+    """How many members of that shape fit in the free capacity, ignoring topology."""
+    eligible_nodes: int
+    required_level: str | None = None
+    widest_domain_fit: int = 0
+    """With a required level: the most members any single domain could hold."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True, slots=True)

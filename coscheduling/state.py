@@ -1,6 +1,6 @@
 """Everything the gang rules read and change, held in one place the rule modules share.
 
-The rule modules (``ingest``, ``admission``, ``held``, ``filtering``, ``binding``,
+The rule modules (``ingest``, ``admission``, ``creation.held``, ``filtering``, ``binding``,
 ``deadlines``, ``views``) are functions over one :class:`CoreState`; the
 :class:`~coscheduling.core.Coscheduler` facade owns it and routes cluster events and verbs to
 them. Three owners keep their own invariants inside it:
@@ -19,25 +19,36 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .capacity import Capacity
-from .decisions import NoticeKind, Unparked
-from .disruption import Budget
+from .decisions import Answer, NoticeKind, Unparked
 from .gang import Gang
 from .ledger import Ledger
-from .nominations import Nominations
 from .outbox import Outbox
-from .placement import Answer, Held
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, Membership, MissingPodGroup
-from .preemption_state import PreemptionBook
+from .preemption.book import PreemptionBook
+from .preemption.budgets import Budget
+from .preemption.nominations import Nominations
 from .reasons import BindTargetGone, GangReason, NodeReason
 from .records import NodeName, PodKey, PodRecord, PriorityClass
 from .store import ClusterStore
 from .topology import DEFAULT_LEVELS, Level
 from .waiting import WaitingMap
 
-__all__ = ["GONE_REMEMBERED", "VERDICTS_REMEMBERED", "CoreState", "PlainVerdict", "Settings"]
+__all__ = ["GONE_REMEMBERED", "VERDICTS_REMEMBERED", "CoreState", "HeldReviews", "PlainVerdict",
+           "Settings"]
 
 GONE_REMEMBERED = 10000
 VERDICTS_REMEMBERED = 10000
+
+
+@dataclass(slots=True)
+class HeldReviews:
+    """The reviews of one gang the webhook is holding, waiting for the ones that complete its
+    quorum (:class:`~coscheduling.decisions.AwaitQuorum`, ``coscheduling.creation.placer``)."""
+
+    spec: GangSpec
+    first: float
+    until: float
+    pods: dict[PodKey, PodRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +108,10 @@ class CoreState:
         created): each holds a slot shaped like that member (``coscheduling.expected``)."""
         self.provisional: dict[PodKey, float] = {}
         """Members pinned at creation that the watch has not shown yet, with the time their
-        slot is given back if it never does (``coscheduling.creation``)."""
-        self.holds: dict[GangKey, Held] = {}
-        """Reviews the webhook holds until their gang's quorum exists (``coscheduling.creation``):
-        nothing is reserved for them."""
+        slot is given back if it never does (``coscheduling.creation.placer``)."""
+        self.holds: dict[GangKey, HeldReviews] = {}
+        """Reviews the webhook holds until their gang's quorum exists
+        (``coscheduling.creation.placer``): nothing is reserved for them."""
         self.slow_gangs: OrderedDict[GangKey, None] = OrderedDict()
         """Gangs whose members were created one at a time: their reviews are gated, not held."""
         self.creation_answers: dict[PodKey, Answer] = {}

@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..podgroup import MAX_NAME_CHARS, GangKey, InvalidGang, MissingPodGroup, Source, shown
-from ..queues import DEFAULT_QUEUE, QueueUse, demand, queue_from_json
 from ..reasons import GangReason, InvalidDeclaration, NotEnoughMinResources
 from ..records import PodRecord
 from ..resources import Resources, fits, sub
@@ -36,6 +35,7 @@ from .base import (
     lookup,
 )
 from .scheduler_plugins import podgroup_from_json
+from .volcano_queues import DEFAULT_QUEUE, QueueUse, demand, queue_from_json
 
 __all__ = [
     "API",
@@ -138,7 +138,8 @@ def volcano_statuses(
     """The status each Volcano PodGroup should show; ``free`` is the cluster's capacity
     outside bound pods and gang reservations. With ``queues`` (Volcano's Queue CRD is
     served), a group is enqueued only into an open queue with room under its capability
-    (``coscheduling.queues``); what each group holds there is already counted in it."""
+    (:mod:`~coscheduling.conventions.volcano_queues`); what each group holds there is already
+    counted in it."""
     budget = dict(free)
     out: dict[GangKey, VolcanoStatus] = {}
     pending: list[GangKey] = []

@@ -39,6 +39,7 @@ from coscheduling import (
     NodeName,
     PodKey,
     Settings,
+    ingest,
     node_from_json,
     pod_from_json,
 )
@@ -104,7 +105,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
     core = Coscheduler(Settings(defaults=GangDefaults(timeout_seconds=200,
                                                       max_timeout_seconds=240)))
     for i in range(NODES):
-        core.upsert_node(node_from_json(
+        core.upsert(ingest.NODES, node_from_json(
             node(f"n{i:03d}").gpus(8).rack(f"r{i // 16}", f"b{i // 64}").build()))
     names = [NodeName(f"n{i:03d}") for i in range(NODES)]
     for g in range(GANGS):

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import yaml
 
-from coscheduling.creation import PROVISIONAL_SECONDS
+from coscheduling.creation.placer import PROVISIONAL_SECONDS
 from coscheduling.gating import GANG_GATE, pinned_node
 from testbed.bins import REPO
 from testbed.certs import make_certs

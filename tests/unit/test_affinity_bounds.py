@@ -13,6 +13,7 @@ from coscheduling import (
     Coscheduler,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -104,7 +105,7 @@ def test_a_gang_with_thousands_of_affinity_terms_is_unplaceable_with_the_field_n
     eligibility memo's key rendered the whole affinity once per member."""
     core = Coscheduler(Settings(backoff_seconds=10))
     for i in range(200):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(8).label("zone", "a").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(8).label("zone", "a").build()))
     terms = [{"matchExpressions": [_expr(["b", "c"])]} for _ in range(4000)] + [
         {"matchExpressions": ZONE_A}]
     for i in range(4):  # 9 GPUs each: no 8-GPU node holds one, so every node is explained
@@ -125,11 +126,11 @@ def test_a_gang_over_an_affinity_limit_tries_no_placement_and_searches_no_victim
     victim search, a pass over every pod of the cluster, for evictions that cannot help
     it. Now the plan is the explanation at once, and preemption is not tried."""
     from coscheduling import planner
-    from coscheduling.preemption_state import PreemptorId
+    from coscheduling.preemption.book import PreemptorId
 
     core = Coscheduler(Settings(backoff_seconds=10))
     for i in range(8):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(8).rack(f"r{i // 4}")
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(8).rack(f"r{i // 4}")
                                         .label("zone", "a").build()))
         low = pod(f"low-{i}").gpu(8).priority(1).on(f"n{i}").build()  # full of victims
         low["metadata"]["uid"] = f"uid-low-{i}"

@@ -36,6 +36,7 @@ from coscheduling.conventions.upstream import (
     upstream_workload_from_json,
 )
 from coscheduling.conventions.volcano import volcano_podgroup_from_json, volcano_statuses
+from coscheduling.conventions.volcano_queues import QueueUse, demand, queue_from_json
 from coscheduling.decisions import NoticeKind
 from coscheduling.podgroup import (
     DEFAULT_MAX_GANG_SIZE,
@@ -48,7 +49,6 @@ from coscheduling.podgroup import (
     seconds_field,
     shown,
 )
-from coscheduling.queues import QueueUse, demand, queue_from_json
 from coscheduling.reasons import InvalidDeclaration
 from coscheduling.records import (
     RecordError,
@@ -476,7 +476,7 @@ def test_a_queue_with_a_hostile_capability_is_refused() -> None:
 
 def core_with_node(max_gang_size: int = DEFAULT_MAX_GANG_SIZE) -> Coscheduler:
     core = Coscheduler(Settings(defaults=GangDefaults(max_gang_size=max_gang_size)))
-    core.upsert_node(node_from_json(node("n0").gpus(8).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(8).build()))
     return core
 
 

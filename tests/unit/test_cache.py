@@ -10,7 +10,7 @@ import httpx
 
 from app.cache import ClusterCache
 from app.kube import KubeClient, KubeConfig
-from coscheduling import Coscheduler, node_from_json
+from coscheduling import Coscheduler, ingest, node_from_json
 from coscheduling.numa import nrt_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
@@ -67,7 +67,7 @@ async def test_relist_after_410_replaces_the_cache_including_deletions() -> None
         ],
     )
     core = Coscheduler()
-    core.upsert_node(node_from_json(node("n0").gpus(8).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(8).build()))
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
                                           connect=Wire(api)))
     await run_until(cache, "pods", lambda: "default/c" in core.pods)

@@ -16,6 +16,7 @@ from coscheduling import (
     Reject,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -36,7 +37,7 @@ from tests.builders import node, pod, podgroup
 def cluster(*nodes: dict[str, Any], settings: Settings | None = None) -> Coscheduler:
     core = Coscheduler(settings or Settings(backoff_seconds=10))
     for n in nodes:
-        core.upsert_node(node_from_json(n))
+        core.upsert(ingest.NODES, node_from_json(n))
     return core
 
 
@@ -225,9 +226,9 @@ def test_scheduler_plugins_podgroup_gives_min_member_and_is_required() -> None:
     add(core, *(pod(f"p{i}").label("scheduling.x-k8s.io/pod-group", "pg").gpu(1).build()
                 for i in range(2)))
     assert isinstance(filt(core, "p0").unresolvable, PodGroupNotFound)
-    core.upsert_podgroup(podgroup_from_json(podgroup("pg", 3)))
+    core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 3)))
     assert filt(core, "p0").unresolvable == WaitingForMembers(gang_key("default", "pg"), 2, 3)
-    core.upsert_podgroup(podgroup_from_json(podgroup("pg", 2)))
+    core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 2)))
     assert len(filt(core, "p0").passed) == 1
 
 
@@ -263,8 +264,8 @@ def test_node_resource_topology_steers_pods_to_a_numa_zone_that_holds_them() -> 
     plain = core.pods[pod_key("default", "p")]
     assert core.prioritize(plain, [NodeName("split"), NodeName("whole")]) == [8, 8]
     # NodeResourceTopology says "split" has one free GPU on each NUMA zone.
-    core.upsert_numa(NumaZones(NodeName("split"), (1, 1)))
-    core.upsert_numa(NumaZones(NodeName("whole"), (2, 0)))
+    core.upsert(ingest.NUMA, NumaZones(NodeName("split"), (1, 1)))
+    core.upsert(ingest.NUMA, NumaZones(NodeName("whole"), (2, 0)))
     split, whole = core.prioritize(plain, [NodeName("split"), NodeName("whole")])
     assert whole > split
     assert "NUMA free [1, 1]" in core.explain_score(NodeName("split"), 2, None).why
@@ -275,6 +276,6 @@ def test_after_a_restart_only_pods_kube_scheduler_marked_unschedulable_are_nudge
     objs = [pod(f"p{i}").gang("g", min_member=3).gpu(1).build() for i in range(3)]
     objs[0]["status"]["conditions"] = [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
-    core.replace_pods([pod_from_json(o) for o in objs])  # a fresh process's first list
+    core.replace(ingest.PODS, [pod_from_json(o) for o in objs])  # a fresh process's first list
     assert len(filt(core, "p2").passed) == 1
     assert core.drain_requeue() == [pod_key("default", "p0")]

@@ -21,23 +21,24 @@ from coscheduling import (
     PinAtCreation,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
     podgroup_from_json,
 )
-from coscheduling.creation import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
+from coscheduling.creation.placer import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
+from coscheduling.decisions import Answer
 from coscheduling.gating import pinned_node, pinned_terms
-from coscheduling.invariants import check_invariants
-from coscheduling.placement import Answer
 from coscheduling.reasons import DoesNotFit, HigherPriorityPodsWaiting
 from tests.builders import node, pod, podgroup
+from tests.invariants import check_invariants
 
 
 def cluster(*gpus: int) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=10))
     for i, n in enumerate(gpus):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
     return core
 
 
@@ -149,7 +150,7 @@ def test_pods_it_cannot_place_are_gated() -> None:
 def test_members_that_are_not_alike_are_planned_as_they_are() -> None:
     """No member is assumed to be like another: the plan is made for the reviews at hand."""
     core = cluster(8)
-    core.upsert_podgroup(podgroup_from_json(podgroup(
+    core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup(
         "pg", 3, min_resources={"nvidia.com/gpu": "6"})))
     objs = []
     for name, gpus in (("l", 0), ("w0", 3), ("w1", 3)):
@@ -200,7 +201,7 @@ def test_a_slow_gang_is_never_tied_to_nodes_chosen_before_its_quorum_existed() -
 
 
 def test_a_member_created_alone_holds_nothing_and_leaves_no_gang_when_cancelled() -> None:
-    """Found in issue 32: the only member of a gang admitted at its creation was deleted while
+    """A defect found: the only member of a gang admitted at its creation was deleted while
     pending (or its pin never landed) and the gang stayed, empty, forever. 100 cancelled
     jobs left 100 gangs. Now a member created alone reserves nothing, and its gang goes with
     it."""
@@ -220,7 +221,7 @@ def test_a_member_created_alone_holds_nothing_and_leaves_no_gang_when_cancelled(
 
 
 def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -> None:
-    """Found in issue 32: a held member said 2, a new one said 10, and room was reserved
+    """A defect found: a held member said 2, a new one said 10, and room was reserved
     for 8 placeholders of a gang of 2. The gang's own spec stands (its first members', as
     the filter verb answers too): the one that disagrees is gated and counts for nothing."""
     core = cluster(8, 8)
@@ -233,7 +234,7 @@ def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -
 
 
 def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pinned() -> None:
-    """Found by the model (issue 32): a review held before its gang existed said minMember 2;
+    """Found by the model test: a review held before its gang existed said minMember 2;
     the gang then came from a member the watch showed that says 3. The held review was
     counted into that gang's quorum of 3 and pinned, and the gang took its minMember of 2,
     from a pod that may never land. Now it is gated and counts for nothing: the next member
@@ -259,12 +260,12 @@ def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pi
 
 
 def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
-    """Found in issue 32: min-member 10,000,000 froze the loop, one placeholder built per
+    """A defect found: min-member 10,000,000 froze the loop, one placeholder built per
     expected member before any check that the gang could fit. ``--max-gang-size`` bounds
     the number at parse time; an operator who raises it must not bring the freeze back: the
     work stays bounded by what a review may wait for, not by the user's number."""
     core = Coscheduler(Settings(defaults=GangDefaults(max_gang_size=2**31 - 1)))
-    core.upsert_node(node_from_json(node("n0").gpus(8).rack("r0").build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(8).rack("r0").build()))
     for size in (300_000, 10_000_000, 2**31 - 1):
         start = time.perf_counter()
         placed = core.place_at_creation(pod_from_json(creating("w0", f"g{size}", size)), 0.0)
@@ -276,7 +277,7 @@ def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
 def test_a_relist_keeps_what_was_placed_at_creation() -> None:
     core = cluster(4)
     burst(core, [creating(f"w{i}", "g", 2) for i in range(2)])
-    core.replace_pods([])
+    core.replace(ingest.PODS, [])
     assert reserved(core) == 2 and len(core.pods) == 2
     check_invariants(core)
 
@@ -302,7 +303,7 @@ def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_p
     core.upsert_pod(old)
     other = pod("x").build()
     other["metadata"]["resourceVersion"] = "9"
-    core.replace_pods([pod_from_json(other)])  # a relist: w0 was deleted meanwhile
+    core.replace(ingest.PODS, [pod_from_json(other)])  # a relist: w0 was deleted meanwhile
     placed = core.place_at_creation(pod_from_json(creating("w0", "g", 1)), 1.0)
     assert isinstance(placed, PinAtCreation)
     core.filter(old, [placed.node], 1.1)
@@ -333,7 +334,7 @@ def test_a_restarted_lockstep_admits_pinned_members_onto_their_pins() -> None:
         pods.append(pod_from_json(created(o, p, f"u{i}")))
     pins = {p.key: pinned_node(p.required_affinity) for p in pods}
     second = cluster(4, 4)
-    second.replace_pods(pods)
+    second.replace(ingest.PODS, pods)
     second.admit_held(1.0)
     g = second.gangs()[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and dict(g.plan) == pins
@@ -370,7 +371,7 @@ def test_a_gang_created_between_higher_priority_pods_is_not_pinned_onto_their_ro
 
 def test_an_admitted_gang_with_no_member_bound_gives_its_room_to_higher_priority_pods(
 ) -> None:
-    """Found in issue 32: a gang admitted before higher-priority plain pods were seen kept
+    """A defect found: a gang admitted before higher-priority plain pods were seen kept
     its room, bound, and was then evicted whole for them. A gang none of whose members is
     bound gives its reservation back instead, with no eviction, and waits."""
     core = cluster(1, 1, 1)

@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, GangDefaults, Settings, ingest, node_from_json, pod_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 
@@ -109,7 +109,7 @@ class Harness:
                                     defaults=GangDefaults(timeout_seconds=30,
                                                           max_timeout_seconds=60)))
         for i, name in enumerate(NODES):
-            core.upsert_node(node_from_json(node(name).gpus(2).rack(f"r{i % 2}").build()))
+            core.upsert(ingest.NODES, node_from_json(node(name).gpus(2).rack(f"r{i % 2}").build()))
         self.pods = known_pods()
         for p in self.pods:
             core.upsert_pod(pod_from_json(p))

@@ -12,6 +12,7 @@ from coscheduling import (
     Park,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -25,7 +26,7 @@ from tests.builders import node, pod
 def cluster(*gpus: int) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=10))
     for i, n in enumerate(gpus):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
     return core
 
 
@@ -171,7 +172,7 @@ def waiting_notices(core: Coscheduler) -> list[tuple[str, str]]:
 
 
 def test_a_held_gang_waiting_for_members_says_so_by_one_event_per_change() -> None:
-    """Issue 32: with the webhook on, members wait behind the gate and kube-scheduler never
+    """A defect found: with the webhook on, members wait behind the gate and kube-scheduler never
     cycles them (no FailedScheduling Event), so the GangWaiting Event is the only place
     ``kubectl describe pod`` shows why. It was never emitted. One Event per change of the
     reason, on the first member: the same count seen again by a later sweep adds none."""

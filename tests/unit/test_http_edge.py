@@ -17,7 +17,7 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 
@@ -63,7 +63,7 @@ def api() -> FakeAPI:
 def service(api: FakeAPI) -> Lockstep:
     core = Coscheduler(Settings(backoff_seconds=5))
     for i in range(3):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(2).build()))
     kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
     return Lockstep(core, kube)
 

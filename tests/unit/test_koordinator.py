@@ -19,13 +19,13 @@ from coscheduling import (
     GangPhase,
     NodeName,
     Park,
+    ingest,
     pod_from_json,
     pod_key,
 )
 from coscheduling.conventions import resolve
 from coscheduling.conventions.koordinator import group_key
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
-from coscheduling.invariants import check_invariants
 from coscheduling.podgroup import (
     GangDefaults,
     GangKey,
@@ -38,6 +38,7 @@ from coscheduling.podgroup import (
 )
 from coscheduling.reasons import WaitingForMembers
 from tests.builders import node, pod, podgroup
+from tests.invariants import check_invariants
 from tests.unit.test_core import add, cluster
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
@@ -287,7 +288,7 @@ def test_a_gang_group_declared_the_crd_way_reports_on_each_podgroup() -> None:
     for name, mm in (("workers", 2), ("launcher", 1)):
         obj = podgroup(name, mm)
         obj["metadata"]["annotations"] = {K + "groups": groups}
-        core.upsert_podgroup(podgroup_from_json(obj))
+        core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(obj))
     members = [("w0", "workers"), ("w1", "workers"), ("l0", "launcher")]
     objs = [pod(n).label("scheduling.x-k8s.io/pod-group", g).gpu(1).build() for n, g in members]
     add(core, *objs)

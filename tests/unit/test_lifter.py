@@ -11,7 +11,7 @@ import httpx
 
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
 from coscheduling.gating import GANG_GATE, pinned_node
 from tests.builders import node, pod
 from tests.fakeapi import Wire
@@ -41,7 +41,7 @@ class PatchAPI:
 def service(api: PatchAPI, *, synced: bool = True) -> Lockstep:
     core = Coscheduler(Settings(backoff_seconds=5))
     for i in range(2):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(4).build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(4).build()))
     svc = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
                                     connect=Wire(api)))
     for res in svc.cache.resources.values():

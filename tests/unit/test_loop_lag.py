@@ -12,7 +12,7 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import LOOP_LAG_WARN_SECONDS, Lockstep, LoopLag
-from coscheduling import Coscheduler, Settings, node_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json
 from tests.builders import node
 
 
@@ -61,7 +61,7 @@ def test_the_heap_synced_at_start_is_out_of_the_collectors_walks() -> None:
     gc.unfreeze()
     service = Lockstep(Coscheduler(Settings()), KubeClient(KubeConfig("http://127.0.0.1:9")))
     record = node_from_json(node("n0").gpus(8).build())
-    service.core.upsert_node(record)
+    service.core.upsert(ingest.NODES, record)
     try:
         service.after_change()
         assert gc.get_freeze_count() == 0  # not synced yet

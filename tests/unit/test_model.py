@@ -105,13 +105,14 @@ from coscheduling import (
 )
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
-from coscheduling.creation import PROVISIONAL_SECONDS, Answer, AwaitQuorum
+from coscheduling.conventions.volcano_queues import queue_from_json
+from coscheduling.creation.placer import PROVISIONAL_SECONDS
+from coscheduling.decisions import Answer, AwaitQuorum
 from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
-from coscheduling.invariants import check_invariants, cluster_facts
-from coscheduling.queues import queue_from_json
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass
 from tests.builders import node, pod, podgroup, reset_uids
+from tests.invariants import check_invariants, cluster_facts
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))
@@ -1429,7 +1430,8 @@ def _reached(machine: type[GangModel], examples: int) -> dict[str, int]:
     imported (``providers._get_local_constants``), so the same seed gave other runs when
     pytest had collected other test files too (their imports: testbed, benchmarks), or
     once a literal was added anywhere in the core: the runs reached the preemption
-    defects of issue 32 or not by that alone. That pool is empty here: a seed is one run."""
+    defects (a stale Preempting reason, a victim's group edited under its eviction) or
+    not by that alone. That pool is empty here: a seed is one run."""
     before = dict(seen)
     with mock.patch.object(providers, "_get_local_constants", Constants):
         providers.CONSTANTS_CACHE.cache.clear()  # values drawn from the pool before

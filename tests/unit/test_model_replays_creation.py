@@ -16,12 +16,13 @@ from coscheduling import (
     NodeName,
     PodRecord,
     Settings,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
 )
-from coscheduling.invariants import check_invariants
 from tests.builders import PodBuilder, node, pod
+from tests.invariants import check_invariants
 from tests.unit.test_model import GangModel, _replay, _Script, gpu
 
 
@@ -109,7 +110,7 @@ def test_an_extra_of_a_released_gang_is_counted_on_its_node_while_its_binding_fl
     (before: gang c was admitted onto the 2 GPUs left and the extra landed beside it, 5
     GPUs on a node of 4). Rule 14: a binding in flight is counted, by a slot or assumed."""
     core = Coscheduler(Settings(backoff_seconds=5))
-    core.upsert_node(node_from_json(node("n0").gpus(4).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(4).build()))
     n0 = NodeName("n0")
     for k in range(3):
         core.upsert_pod(pod_from(pod(f"a-{k}").gang("a", min_member=2, timeout=20).gpu(1)))

@@ -16,6 +16,7 @@ from coscheduling import (
     Reject,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -32,7 +33,7 @@ from tests.builders import node, pod
 def cluster(*gpus: int) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=10))
     for i, n in enumerate(gpus):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
     return core
 
 

@@ -13,6 +13,7 @@ from coscheduling import (
     NodeName,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -21,7 +22,6 @@ from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.decisions import BindGroup, Reject
-from coscheduling.disruption import budget_from_json
 from coscheduling.ingest import (
     PDBS,
     PRIORITY_CLASSES,
@@ -31,8 +31,9 @@ from coscheduling.ingest import (
 )
 from coscheduling.planner import Member
 from coscheduling.preempting import _candidates, _recheck
-from coscheduling.preemption import Preemptor, Victims, choose_victims
-from coscheduling.preemption_state import PreemptorId
+from coscheduling.preemption.book import PreemptorId
+from coscheduling.preemption.budgets import budget_from_json
+from coscheduling.preemption.victims import Preemptor, Victims, choose_victims
 from coscheduling.reasons import (
     BeingPreempted,
     DoesNotFit,
@@ -50,7 +51,7 @@ URGENT = PreemptorId.of_pod(pod_key("default", "urgent"))
 def cluster(*gpus: int, preemption: bool = True) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=5, preemption=preemption))
     for i, n in enumerate(gpus):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
     return core
 
 
@@ -386,7 +387,7 @@ def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
     core.admit_held(0.0)
     assert core.drain_evictions() and core.state.nominations.get(pod_key("default", "urgent"))
     core.drain_requeue()
-    core.delete_node(NodeName("n0"))
+    core.delete(ingest.NODES, NodeName("n0"))
     assert core.state.nominations.get(pod_key("default", "urgent")) is None
     assert core.state.preemptions.get(URGENT) is None
     assert pod_key("default", "urgent") in core.drain_requeue()
@@ -416,7 +417,7 @@ def classes(core: Coscheduler, **values: int) -> None:
 
 
 def test_a_priority_10_gang_never_evicts_a_volcano_gang_whose_class_is_1000() -> None:
-    """Issue 32: the victim's pods carry priority 0, its group 1000. It was evicted for a
+    """A defect found: the victim's pods carry priority 0, its group 1000. It was evicted for a
     priority-10 gang (pod priority against group priority), and then evicted that one back,
     round after round. Both rounds are played here: the first may happen, the second never."""
     core = cluster(4)
@@ -466,7 +467,7 @@ def test_a_gang_whose_group_says_5_is_a_victim_of_10_whatever_its_pods_say() -> 
 
 
 def test_a_gang_whose_group_binding_is_in_flight_is_a_victim_whole_or_not_at_all() -> None:
-    """Issue 32: BindGroup issued, the watch has shown 2 of 4 members bound. The gang was a
+    """A defect found: BindGroup issued, the watch has shown 2 of 4 members bound. The gang was a
     victim with those two only, and the other two bound afterwards: a gang evicted in
     part. It is not a victim until its bindings have landed; then it is one whole."""
     core = cluster(4, 2)
@@ -509,7 +510,7 @@ def test_a_member_of_a_gang_being_evicted_may_not_bind_even_if_its_filter_passed
 
 
 def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> None:
-    """Issue 32: a gang ``default/job`` and a plain pod ``default/job`` shared one preemption
+    """A defect found: a gang ``default/job`` and a plain pod ``default/job`` shared one preemption
     record (keyed by the bare string). The gang was told "Preempting" from the pod's record,
     evicted nothing, and was never woken when the pod's victims went."""
     core = cluster(4, 4)
@@ -535,7 +536,7 @@ def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> No
 
 
 def test_a_victim_search_runs_in_bounded_slices_across_sweeps_and_then_evicts() -> None:
-    """Deliver 2 of issue 32: no call holds the event loop for the whole search. With a
+    """Searches in slices: no call holds the event loop for the whole search. With a
     budget smaller than the search, the first sweep evicts nothing and says so; the timer
     asks for the next slice; a later sweep decides, and the gang is evicted whole."""
     core = cluster(4, 4, 4, 4)
@@ -613,7 +614,7 @@ def test_preemptors_of_one_sweep_share_its_budget() -> None:
 
 
 def test_a_held_volcano_gang_whose_min_resources_need_evictions_preempts() -> None:
-    """Issue 32, default install: the Volcano gang's members are held behind the gate, so
+    """Found in the default install: the Volcano gang's members are held behind the gate, so
     only the sweep admits it. Its minResources (4 GPUs) exceed the free room (0) and it was
     told so and never tried to preempt, while the same gang through filter calls did."""
     core = cluster(4)

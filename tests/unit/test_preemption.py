@@ -14,11 +14,21 @@ from hypothesis import strategies as st
 
 from benchmarks import victims as bench_victims
 from coscheduling.capacity import Capacity
-from coscheduling.freed import freed_view
 from coscheduling.ledger import Ledger, Reservation
 from coscheduling.planner import Member, NoFit, Plan, plan_gang
 from coscheduling.podgroup import GangKey
-from coscheduling.preemption import (
+from coscheduling.preemption.book import (
+    DEFAULT_MARGIN,
+    AlreadyInFlight,
+    BeingEvicted,
+    Completed,
+    InFlight,
+    PreemptionBook,
+    PreemptionExpired,
+    PreemptorId,
+)
+from coscheduling.preemption.freed import freed_view
+from coscheduling.preemption.victims import (
     AlreadyFits,
     Candidate,
     Cost,
@@ -33,16 +43,6 @@ from coscheduling.preemption import (
     WouldNotFit,
     choose_victims,
     describe,
-)
-from coscheduling.preemption_state import (
-    DEFAULT_MARGIN,
-    AlreadyInFlight,
-    BeingEvicted,
-    Completed,
-    Expired,
-    InFlight,
-    PreemptionBook,
-    PreemptorId,
 )
 from coscheduling.records import NodeName, PodKey, PodRecord, node_from_json, pod_key
 from coscheduling.store import ClusterStore
@@ -373,7 +373,7 @@ def test_domains_tried_is_a_bound_not_a_correctness_switch() -> None:
 
 
 def test_a_search_in_slices_chooses_what_one_go_chooses_and_keeps_to_its_budget() -> None:
-    """Deliver 2 of issue 32: the search runs in slices of bounded work (one per sweep).
+    """The search runs in slices of bounded work (one per sweep).
     Sliced, it decides exactly as in one go; every slice stays within the budget unless it
     ran a single piece (a piece is never cut)."""
     view, cands = bench_victims.cluster(nodes=200)
@@ -551,7 +551,7 @@ def test_in_flight_expires_and_gives_back() -> None:
     book.gone([pod_key("default", "lo-1")])
     assert book.expire(rec.deadline - 0.001) == []
     out = book.expire(rec.deadline)
-    assert len(out) == 1 and isinstance(out[0], Expired)
+    assert len(out) == 1 and isinstance(out[0], PreemptionExpired)
     assert out[0].still_there == {pod_key("default", "lo-0")}
     assert len(book) == 0 and book.next_deadline() is None
 
@@ -574,7 +574,7 @@ def test_one_in_flight_per_gang_and_victims_wait() -> None:
 
 
 def test_a_gang_and_a_plain_pod_of_one_name_have_a_record_each() -> None:
-    """Issue 32: records were keyed by ``str(key)``, so the gang ``default/hi`` and the plain
+    """A defect found: records were keyed by ``str(key)``, so the gang ``default/hi`` and the plain
     pod ``default/hi`` shared one: the pod's start was refused as the gang's own in flight,
     and the gang was told "Preempting" from the pod's record."""
     v, reqs = decided()

@@ -17,14 +17,15 @@ from coscheduling import (
     NodeName,
     Park,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
 )
-from coscheduling.invariants import check_invariants
 from coscheduling.reasons import BindTargetGone, PartiallyBound, PodNotInCache, WaitingForMembers
 from coscheduling.resources import sub
 from tests.builders import node, pod
+from tests.invariants import check_invariants
 from tests.unit.test_core import add, cluster
 
 
@@ -111,7 +112,7 @@ def test_case4_node_relist_drops_the_topology_domain_index() -> None:
     add(core, *members)
     assert filt(core, "t0") == []  # four racks of one node: no rack holds the gang
     # A relist (after 410 Gone) shows the nodes relabelled into one rack.
-    core.replace_nodes([node_from_json(node(f"n{i}").gpus(8).rack("big").build())
+    core.replace(ingest.NODES, [node_from_json(node(f"n{i}").gpus(8).rack("big").build())
                         for i in range(4)])
     assert len(filt(core, "t0")) == 1
     check_invariants(core)
@@ -137,7 +138,7 @@ def test_case6_node_gone_before_quorum_is_never_bound_and_partial_is_reported() 
     where = {i: filt(core, f"p{i}")[0] for i in range(3)}
     assert isinstance(core.bind(pod_key("default", "p0"), where[0], 1.0), Park)
     assert isinstance(core.bind(pod_key("default", "p1"), where[1], 1.0), Park)
-    core.delete_node(where[1])  # p1's target node disappears while p1 is parked
+    core.delete(ingest.NODES, where[1])  # p1's target node disappears while p1 is parked
     let_go = core.drain_unparked()
     assert [(list(u.pods), type(u.reason)) for u in let_go] == [
         ([pod_key("default", "p1")], BindTargetGone)]
@@ -231,10 +232,10 @@ def test_volcano_pods_with_only_the_group_name_are_gated_on_their_podgroup() -> 
         gang_key("default", "pg"), "scheduling.volcano.sh")
     pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
           "metadata": {"name": "pg", "namespace": "default"}, "spec": {"minMember": 3}}
-    core.upsert_volcano_podgroup(volcano_podgroup_from_json(pg))
+    core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(pg))
     assert core.drain_requeue() == [pod_key("default", "w0")]  # woken: no pod event would
     assert core.filter(p, [NodeName("n0")], 0.0).passed == ["n0"]
     check_invariants(core)
-    core.delete_volcano_podgroup(gang_key("default", "pg"))
+    core.delete(ingest.VOLCANO_PODGROUPS, gang_key("default", "pg"))
     assert core.reserved_gpus() == 0
     check_invariants(core)

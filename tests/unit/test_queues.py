@@ -1,5 +1,6 @@
 """Volcano queues: a Volcano gang enters its Queue only while the queue is Open and its
-capability has room (``coscheduling.queues``, gated in admission and in the enqueue status)."""
+capability has room (``coscheduling.conventions.volcano_queues``, gated in admission and in
+the enqueue status)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from coscheduling import (
     pod_key,
 )
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
+from coscheduling.conventions.volcano_queues import QueueRecord, QueueUse, demand, queue_from_json
 from coscheduling.podgroup import gang_key
-from coscheduling.queues import QueueRecord, QueueUse, demand, queue_from_json
 from coscheduling.reasons import QueueFull, QueueNotFound, QueueNotOpen
 from tests.builders import node, pod
 
@@ -113,8 +114,8 @@ def test_podgroup_queue_defaults_to_default() -> None:
 
 def core_with(*queues: dict[str, Any], gpus: int = 8) -> Coscheduler:
     core = Coscheduler(Settings(backoff_seconds=10))
-    core.upsert_node(node_from_json(node("n0").gpus(gpus // 2).build()))
-    core.upsert_node(node_from_json(node("n1").gpus(gpus - gpus // 2).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n0").gpus(gpus // 2).build()))
+    core.upsert(ingest.NODES, node_from_json(node("n1").gpus(gpus - gpus // 2).build()))
     core.replace(ingest.QUEUES, [queue_from_json(q) for q in queues])
     return core
 

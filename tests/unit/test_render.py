@@ -10,9 +10,8 @@ import typing
 import pytest
 
 from app.render import render
-from coscheduling.nofit import NoFit
 from coscheduling.podgroup import InvalidGang
-from coscheduling.reasons import Reason, TimedOut
+from coscheduling.reasons import NoFit, Reason, TimedOut
 
 SAMPLES: dict[str, object] = {
     "int": 3, "float": 1.5, "str": "default/p", "GangKey": "default/g", "PodKey": "default/p",

@@ -12,6 +12,7 @@ from coscheduling import (
     Coscheduler,
     Settings,
     gang_key,
+    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -19,7 +20,7 @@ from coscheduling import (
 )
 from coscheduling.planner import Member
 from coscheduling.preempting import LIST_COST, _candidates, candidate_steps
-from coscheduling.preemption import (
+from coscheduling.preemption.victims import (
     Preemptor,
     Unfinished,
     Victims,
@@ -51,8 +52,9 @@ def _full_cluster() -> Coscheduler:
     fifth node and the next; pending pods beside them (read, never candidates)."""
     core = Coscheduler(Settings(backoff_seconds=5))
     for i in range(NODES):
-        core.upsert_node(node_from_json(node(f"n{i:03d}").gpus(PER_NODE).rack(f"r{i // 20}")
-                                        .build()))
+        core.upsert(ingest.NODES,
+                    node_from_json(node(f"n{i:03d}").gpus(PER_NODE).rack(f"r{i // 20}")
+                                   .build()))
     for i in range(NODES):
         used = 0
         if i % 5 == 0:
@@ -184,8 +186,8 @@ def test_no_piece_of_a_search_reads_more_candidates_than_its_grain(
     ``UNIT_GRAIN`` candidates. A budget of 1 runs one piece per slice, so each slice's work
     is one piece's."""
     from benchmarks.victims import _pod, cluster
-    from coscheduling import preemption
     from coscheduling.keys import GangKey
+    from coscheduling.preemption import victims as preemption
     from coscheduling.topology import DEFAULT_LEVELS
 
     monkeypatch.setattr(preemption, "UNIT_GRAIN", 50)

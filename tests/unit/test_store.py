@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coscheduling import Coscheduler, Settings, gang_key, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, gang_key, ingest, node_from_json, pod_from_json
 from tests.builders import node, pod
 
 
@@ -10,7 +10,8 @@ def racks(count: int) -> Coscheduler:
     core = Coscheduler(Settings())
     for r in range(count):
         for i in range(4):
-            core.upsert_node(node_from_json(node(f"r{r}-n{i}").gpus(8).rack(f"r{r}").build()))
+            core.upsert(ingest.NODES,
+                        node_from_json(node(f"r{r}-n{i}").gpus(8).rack(f"r{r}").build()))
     return core
 
 
@@ -52,8 +53,8 @@ def test_the_tightest_domain_follows_reservations_and_releases() -> None:
 def test_an_unchanged_node_is_a_heartbeat_and_bumps_nothing() -> None:
     core = racks(1)
     epoch = core.store.epoch
-    core.upsert_node(node_from_json(node("r0-n0").gpus(8).rack("r0").build()))
+    core.upsert(ingest.NODES, node_from_json(node("r0-n0").gpus(8).rack("r0").build()))
     assert core.store.epoch == epoch
-    core.upsert_node(node_from_json(node("r0-n0").gpus(4).rack("r0").build()))
+    core.upsert(ingest.NODES, node_from_json(node("r0-n0").gpus(4).rack("r0").build()))
     assert core.store.epoch > epoch
     assert core.capacity.free_gpus("r0-n0") == 4  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 
@@ -23,7 +23,7 @@ NAMES = [f"n{i}" for i in range(4)]
 def service() -> Lockstep:
     core = Coscheduler(Settings(backoff_seconds=5))
     for i, n in enumerate(NAMES):  # two racks of two 4-GPU nodes, one NVSwitch domain each
-        core.upsert_node(node_from_json(node(n).gpus(4).rack(f"r{i // 2}")
+        core.upsert(ingest.NODES, node_from_json(node(n).gpus(4).rack(f"r{i // 2}")
                                         .interconnect("nvlink-pairs")
                                         .label("nvidia.com/gpu.clique", f"c{i // 2}")
                                         .label("lockstep.dev/numa-nodes", "2")

@@ -14,7 +14,7 @@ import pytest
 
 from app.cache import ClusterCache
 from app.kube import KubeClient, KubeConfig
-from coscheduling import Coscheduler, GangPhase, Settings, gang_key, node_from_json, pod_key
+from coscheduling import Coscheduler, GangPhase, Settings, gang_key, ingest, node_from_json, pod_key
 from coscheduling.conventions.upstream import (
     Condition,
     ConditionUpdate,
@@ -363,7 +363,7 @@ def six_gpus(**labels: str) -> Coscheduler:
         for k, v in labels.items():
             b.label(k, v)
         b.label("topology.kubernetes.io/zone", f"z{i % 2}")
-        core.upsert_node(node_from_json(b.build()))
+        core.upsert(ingest.NODES, node_from_json(b.build()))
     return core
 
 
@@ -375,14 +375,14 @@ def test_pods_before_their_podgroup_wait_then_are_woken_when_it_arrives() -> Non
     d = core.filter(w0, sorted(core.nodes), 0.0)
     assert d.unresolvable == PodGroupNotFound(KEY, "scheduling.k8s.io")
     core.drain_requeue()
-    core.upsert_upstream_podgroup(upstream_podgroup_from_json(podgroup(), "v1beta1"))
+    core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(podgroup(), "v1beta1"))
     assert pod_key("default", "w0") in core.drain_requeue()  # woken, as for Volcano
     assert len(core.filter(w0, sorted(core.nodes), 1.0).passed) == 1
 
 
 def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
     core = six_gpus()
-    core.upsert_upstream_podgroup(upstream_podgroup_from_json(podgroup(), "v1beta1"))
+    core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(podgroup(), "v1beta1"))
     for i in range(3):
         core.upsert_pod(member(f"w{i}"))
     w0 = core.pods[pod_key("default", "w0")]
@@ -391,14 +391,14 @@ def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
     written = podgroup(status={"conditions": [{"type": "PodGroupInitiallyScheduled",
                                                 "status": "False", "reason": "Unschedulable",
                                                 "message": "x"}]})
-    core.upsert_upstream_podgroup(upstream_podgroup_from_json(written, "v1beta1"))
+    core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(written, "v1beta1"))
     assert core.drain_requeue() == []
     assert core.store.upstream[KEY].condition is not None
 
 
 def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
     core = six_gpus()  # zones: n0, n2 in z0 (4 GPUs), n1 in z1 (2 GPUs)
-    core.upsert_upstream_podgroup(upstream_podgroup_from_json(podgroup(
+    core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(podgroup(
         min_count=3, topology=[{"key": "topology.kubernetes.io/zone"}]), "v1beta1"))
     for i in range(3):
         core.upsert_pod(member(f"w{i}"))
@@ -411,10 +411,11 @@ def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
 
 def test_podgroup_deleted_turns_members_back_to_missing() -> None:
     core = six_gpus()
-    core.upsert_upstream_podgroup(upstream_podgroup_from_json(podgroup(min_count=1), "v1beta1"))
+    core.upsert(ingest.UPSTREAM_PODGROUPS,
+                upstream_podgroup_from_json(podgroup(min_count=1), "v1beta1"))
     core.upsert_pod(member("w0"))
     assert isinstance(core.membership(pod_key("default", "w0")), GangSpec)
-    core.replace_upstream_podgroups([])
+    core.replace(ingest.UPSTREAM_PODGROUPS, [])
     assert core.membership(pod_key("default", "w0")) == MissingPodGroup(KEY, "scheduling.k8s.io")
 
 

@@ -14,14 +14,14 @@ import orjson
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
 from app.verbs import VerbsApp
-from coscheduling import Coscheduler, Settings, node_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json
 from tests.builders import node, pod
 
 
 def _filter(p: dict[str, Any]) -> tuple[int, dict[str, Any], float]:
     async def go() -> tuple[int, dict[str, Any], float]:
         core = Coscheduler(Settings())
-        core.upsert_node(node_from_json(node("n1").gpus(8).build()))
+        core.upsert(ingest.NODES, node_from_json(node("n1").gpus(8).build()))
         service = Lockstep(core, KubeClient(KubeConfig("http://127.0.0.1:9")))
         transport = httpx.ASGITransport(app=VerbsApp(service))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:

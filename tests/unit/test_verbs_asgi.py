@@ -19,7 +19,7 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
 from app.verbs import VerbsApp
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 
@@ -28,7 +28,7 @@ from tests.fakeapi import Wire
 def service() -> Lockstep:
     core = Coscheduler(Settings(backoff_seconds=5))
     for i in range(3):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(2).build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(2).build()))
     kube = KubeClient(KubeConfig("http://api.test"),
                       connect=Wire(lambda _: httpx.Response(201, json={})))
     return Lockstep(core, kube)

@@ -24,11 +24,11 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
 from app.webhook import create_webhook_app
-from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
+from coscheduling import Coscheduler, NodeName, Settings, gang_key, ingest, node_from_json, pod_key
 from coscheduling.gating import GANG_GATE, pinned_node
-from coscheduling.invariants import check_invariants
 from tests.builders import node
 from tests.fakeapi import Wire
+from tests.invariants import check_invariants
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -42,7 +42,7 @@ class NoAPI:
 def make_service(*gpus: int, synced: bool = True) -> Lockstep:
     core = Coscheduler(Settings())
     for i, n in enumerate(gpus):
-        core.upsert_node(node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").gpus(n).rack("r0").build()))
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(NoAPI())))
     for res in service.cache.resources.values():
         res.synced = synced
@@ -161,7 +161,7 @@ async def test_the_pin_narrows_the_authors_own_terms(
         client: httpx.AsyncClient, service: Lockstep) -> None:
     own = [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]},
            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]}]
-    service.core.upsert_node(node_from_json(
+    service.core.upsert(ingest.NODES, node_from_json(
         node("n9").gpus(4).rack("r0").label("pool", "b").build()))
     obj = member("w-0", size=1, affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": own},
                                                           "preferred": "kept"}})
@@ -240,10 +240,11 @@ async def test_a_pin_reviewed_again_after_a_later_webhook_narrowed_the_pod_is_ta
     """Found: a later webhook added a nodeSelector the pinned node does not
     meet, and the reinvocation kept the pin: the pod was stuck for good, its slot held until
     the gang's deadline. Now the pin comes off, the gate goes on, the slot goes back."""
-    service.core.upsert_node(node_from_json(
+    service.core.upsert(ingest.NODES, node_from_json(
         node("t0").gpus(4).rack("r0").taint("dedicated").build()))
     for n in ("n0", "n1"):
-        service.core.delete_node(NodeName(n))  # the pod can only go to t0, which it tolerates
+        # the pod can only go to t0, which it tolerates
+        service.core.delete(ingest.NODES, NodeName(n))
     obj = member("w-0", size=1, tolerations=[{"key": "dedicated", "operator": "Exists",
                                              "effect": "NoSchedule"}])
     pinned = apply(obj, await mutate(client, obj))

@@ -15,7 +15,7 @@ from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from app.wire import BindingArgs, ExtenderArgs
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
 from tests.builders import node
 from tests.fakeapi import Wire
 
@@ -40,7 +40,7 @@ def test_captured_bodies_use_capitalised_keys_and_node_names() -> None:
 async def client() -> AsyncIterator[tuple[httpx.AsyncClient, Lockstep]]:
     core = Coscheduler(Settings())
     for name in captured("filter")["NodeNames"]:
-        core.upsert_node(node_from_json(node(name).gpus(2).build()))
+        core.upsert(ingest.NODES, node_from_json(node(name).gpus(2).build()))
     core.upsert_pod(pod_from_json(captured("filter")["Pod"]))  # the pod watch came first
     calls: list[str] = []
 

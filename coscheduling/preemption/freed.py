@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from .planner import CapacityView
-from .records import NodeName, NodeRecord
-from .resources import Resources, add
-from .topology import GPU, Level, domain_of
+from ..planner import CapacityView
+from ..records import NodeName, NodeRecord
+from ..resources import Resources, add
+from ..topology import GPU, Level, domain_of
 
 __all__ = ["FreedView", "Leaving", "Region", "freed_view"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .records import NodeName, PodKey
-from .resources import Resources, add, sub
+from ..records import NodeName, PodKey
+from ..resources import Resources, add, sub
 
 __all__ = ["BIND_WITHIN", "Nomination", "Nominations"]
 

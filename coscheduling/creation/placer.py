@@ -41,18 +41,17 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 
-from .admission import try_admit
-from .gang import Gang, GangPhase
-from .gating import pinned_node, pinned_terms
-from .ingest import delete_pod, upsert_pod
-from .membership import countable, meets_quorum, resolve_pod
-from .placement import Answer, AwaitQuorum, GateAtCreation, Held, PinAtCreation, Placement
-from .podgroup import GangKey, GangSpec
-from .records import NodeName, PodKey, PodRecord
-from .state import CoreState
+from ..admission import try_admit
+from ..decisions import Answer, AwaitQuorum, GateAtCreation, PinAtCreation, Placement
+from ..gang import Gang, GangPhase
+from ..gating import pinned_node, pinned_terms
+from ..ingest import delete_pod, upsert_pod
+from ..membership import countable, meets_quorum, resolve_pod
+from ..podgroup import GangKey, GangSpec
+from ..records import NodeName, PodKey, PodRecord
+from ..state import CoreState, HeldReviews
 
 __all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECONDS",
-           "Answer", "AwaitQuorum", "GateAtCreation", "Held", "PinAtCreation", "Placement",
            "drain_answers",
            "expire_holds", "expire_provisional", "landed", "next_hold_deadline",
            "next_provisional_deadline", "pinned_at_creation", "place_at_creation",
@@ -113,7 +112,7 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
     return _hold(st, spec, rec, len(live) + len(under_review) + 1, now)
 
 
-def _agreeing_hold(st: CoreState, key: GangKey, spec: GangSpec | None) -> Held | None:
+def _agreeing_hold(st: CoreState, key: GangKey, spec: GangSpec | None) -> HeldReviews | None:
     """The reviews held for gang ``key``, when they agree with its gang's ``spec``.
 
     Reviews held before the gang existed agree with the first held one; the gang may since
@@ -148,7 +147,7 @@ def _hold(st: CoreState, spec: GangSpec, rec: PodRecord, have: int, now: float
         return GateAtCreation(f"its gang misses {missing} members: more than the "
                               f"{HOLD_LIMIT} a review waits for")
     if hold is None:
-        hold = st.holds[key] = Held(spec, now, now)
+        hold = st.holds[key] = HeldReviews(spec, now, now)
     hold.pods[rec.key] = rec
     hold.until = min(hold.first + HOLD_MAX_SECONDS, now + HOLD_SECONDS)
     return AwaitQuorum(key, hold.until)

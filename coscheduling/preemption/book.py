@@ -1,6 +1,6 @@
 """Preemptions in flight: what was evicted for whom, and until when the freed room is held.
 
-Deciding victims is :mod:`coscheduling.preemption`; this is what the core remembers between
+Deciding victims is :mod:`coscheduling.preemption.victims`; this is what the core remembers between
 the eviction and the preemptor's admission. Pure: the core holds one :class:`PreemptionBook`,
 passes ``now`` in and acts on what comes back (evict, reserve, give back, re-plan).
 
@@ -8,8 +8,8 @@ The lifecycle of one record::
 
     start ──> in flight ──(every victim gone)──> Completed: admit the preemptor into its
                   │                              reservation (re-plan if a slot is lost)
-                  └──(deadline passed)─────────> Expired: give the reservation back and
-                                                 re-plan the gang from scratch
+                  └──(deadline passed)─────────> PreemptionExpired: give the reservation
+                                                 back and re-plan the gang from scratch
 
 Rules the book enforces:
 
@@ -24,7 +24,7 @@ Rules the book enforces:
   victim grace period plus :data:`DEFAULT_MARGIN`.
 
 Two gangs cannot evict each other in a loop: every eviction edge goes from a higher to a
-strictly lower priority (:mod:`coscheduling.preemption`), so a chain of them never returns
+strictly lower priority (:mod:`coscheduling.preemption.victims`), so a chain of them never returns
 to where it began.
 """
 
@@ -34,10 +34,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from .keys import GangKey
-from .preemption import SEARCH_BUDGET, Victims, VictimSearch
-from .records import NodeName, PodKey
-from .resources import Resources
+from ..keys import GangKey
+from ..records import NodeName, PodKey
+from ..resources import Resources
+from .victims import SEARCH_BUDGET, Victims, VictimSearch
 
 __all__ = [
     "DEFAULT_MARGIN",
@@ -46,9 +46,9 @@ __all__ = [
     "AlreadyInFlight",
     "BeingEvicted",
     "Completed",
-    "Expired",
     "InFlight",
     "PreemptionBook",
+    "PreemptionExpired",
     "PreemptorId",
     "Searching",
     "Slot",
@@ -146,7 +146,7 @@ class Completed:
 
 
 @dataclass(frozen=True, slots=True)
-class Expired:
+class PreemptionExpired:
     """The victims outlived the deadline: give the slots back and re-plan the preemptor."""
 
     record: InFlight
@@ -163,8 +163,8 @@ SEARCH_IDLE = 5.0
 
 @dataclass(slots=True)
 class Searching:
-    """A victim search under way (:class:`~coscheduling.preemption.VictimSearch`), resumed by
-    the next sweep."""
+    """A victim search under way (:class:`~coscheduling.preemption.victims.VictimSearch`),
+    resumed by the next sweep."""
 
     search: VictimSearch
     key: tuple[object, ...]
@@ -291,14 +291,14 @@ class PreemptionBook:
                 done.append(Completed(rec))
         return done
 
-    def expire(self, now: float) -> list[Expired]:
+    def expire(self, now: float) -> list[PreemptionExpired]:
         """Preemptions past their deadline leave the book: give their room back."""
         out = []
         for who in sorted(self.by_preemptor):
             rec = self.by_preemptor[who]
             if rec.deadline <= now:
                 self._drop(rec)
-                out.append(Expired(rec, rec.waiting_for))
+                out.append(PreemptionExpired(rec, rec.waiting_for))
         return out
 
     def next_deadline(self) -> float | None:

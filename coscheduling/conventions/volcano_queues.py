@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .podgroup import GangKey
-from .reasons import QueueFull, QueueNotFound, QueueNotOpen
-from .resources import CPU, Resources, add, resource_list
+from ..podgroup import GangKey
+from ..reasons import QueueFull, QueueNotFound, QueueNotOpen
+from ..resources import CPU, Resources, add, resource_list
 
 __all__ = [
     "DEFAULT_QUEUE",

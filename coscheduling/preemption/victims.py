@@ -54,7 +54,7 @@ knapsack problem; like kube-scheduler's ``SelectVictimsOnNode`` this does not se
   the final pass (which re-tries only units refused before a later reprieve):
   O(DOMAINS_TRIED x units per domain) plans, each over one domain's nodes. Only a spread
   gang plans over the whole cluster, once per unit on the planned nodes. What-if capacity
-  is :class:`~coscheduling.freed.FreedView`.
+  is :class:`~coscheduling.preemption.freed.FreedView`.
 
 Bounded work per call (issue 32): the search is a generator of pieces of work, each
 announced with its cost (a plan: its nodes times the members; arithmetic:
@@ -75,12 +75,12 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TypeVar
 
+from ..keys import GangKey
+from ..planner import CapacityView, Member, NoFit, Plan, plan_gang
+from ..records import NodeName, PodKey
+from ..resources import PODS, Resources, add, sub
+from ..topology import GPU, Level
 from .freed import FreedView, Region
-from .keys import GangKey
-from .planner import CapacityView, Member, NoFit, Plan, plan_gang
-from .records import NodeName, PodKey
-from .resources import PODS, Resources, add, sub
-from .topology import GPU, Level
 
 __all__ = [
     "BOOK_COST",

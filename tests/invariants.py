@@ -51,17 +51,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .core import Coscheduler
-from .eligibility import eligible
-from .enqueue import holds, queue_of
-from .gang import Gang, GangPhase
-from .gating import pinned_node
-from .keys import GangKey
-from .ledger import LedgerDrift, check_ledger
-from .reasons import Preempting
-from .records import NodeName, PodKey, PodRecord
-from .resources import Resources, add, sub
-from .topology import domain_of
+from coscheduling.core import Coscheduler
+from coscheduling.eligibility import eligible
+from coscheduling.enqueue import holds, queue_of
+from coscheduling.gang import Gang, GangPhase
+from coscheduling.gating import pinned_node
+from coscheduling.keys import GangKey
+from coscheduling.ledger import LedgerDrift, check_ledger
+from coscheduling.reasons import Preempting
+from coscheduling.records import NodeName, PodKey, PodRecord
+from coscheduling.resources import Resources, add, sub
+from coscheduling.topology import domain_of
 
 __all__ = ["InvariantBroken", "check_invariants", "cluster_facts"]
 

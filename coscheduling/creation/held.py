@@ -8,23 +8,23 @@ the gate, and the node each is pinned to (``coscheduling.gating``).
 
 from __future__ import annotations
 
-from .admission import (
+from ..admission import (
     admit_by_preemption,
     pinned_pending,
     try_admit,
     turn_away,
     yield_to_higher_priority,
 )
-from .decisions import Lift
-from .expected import adopt
-from .gang import GangPhase
-from .membership import countable, meets_quorum
-from .podgroup import GangKey, InvalidGang, MissingPodGroup
-from .preempting import preempt_for_plain
-from .preemption_state import PreemptorId
-from .reasons import WaitingForMembers
-from .records import PodKey
-from .state import CoreState
+from ..decisions import Lift
+from ..expected import adopt
+from ..gang import GangPhase
+from ..membership import countable, meets_quorum
+from ..podgroup import GangKey, InvalidGang, MissingPodGroup
+from ..preempting import preempt_for_plain
+from ..preemption.book import PreemptorId
+from ..reasons import WaitingForMembers
+from ..records import PodKey
+from ..state import CoreState
 
 __all__ = ["HELD_RETRY_SECONDS", "admit_held", "drain_lift", "lift_target", "queue_order"]
 

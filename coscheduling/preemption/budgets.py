@@ -1,11 +1,11 @@
 """PodDisruptionBudgets as preemption reads them: which pods evicting would violate one.
 
 kube-scheduler's preemption prefers victims whose eviction keeps every PodDisruptionBudget
-within ``status.disruptionsAllowed``; Lockstep's (``coscheduling.preemption``) orders victim
+within ``status.disruptionsAllowed``; Lockstep's (``coscheduling.preemption.victims``) orders victim
 sets by the same count first. Each candidate carries the budgets selecting it with what they
 allow now (:func:`selecting`), and a victim set spends them: every victim takes one from
 each of its budgets, and the victims that take one below zero are the set's violations
-(``preemption.pdb_violations``).
+(``victims.pdb_violations``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .eligibility import match_expression
-from .records import PodRecord, RecordError
+from ..eligibility import match_expression
+from ..records import PodRecord, RecordError
 
 __all__ = ["Budget", "budget_from_json", "selecting"]
 
