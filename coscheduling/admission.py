@@ -20,7 +20,7 @@ from .gating import pinned_node
 from .membership import countable, departed, meets_quorum, pick
 from .planner import Member, Plan, plan_gang
 from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
-from .preempting import blocked, preempting_reason, try_preempt
+from .preempting import blocked, preempting_reason, try_preempt, victims_hold
 from .preemption.book import PreemptorId
 from .reasons import (
     BackingOff,
@@ -196,6 +196,9 @@ def admit(st: CoreState, g: Gang, spec: GangSpec, pod: PodRecord,
     node = outcome[pod.key]
     if node not in candidates and (waits := preempting_reason(st, g)) is not None:
         # Admitted by a preemption onto a node its victims still hold.
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
+    if (waits := victims_hold(st, g, node)) is not None:
+        # kube-scheduler found room there, but not counting all its holders.
         return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
     return FilterDecision([node])
 

@@ -18,7 +18,7 @@ from .gang import Gang, GangPhase
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup
-from .preempting import blocked, preempting_reason
+from .preempting import blocked, preempting_reason, victims_hold
 from .reasons import (
     BackingOff,
     InvalidDeclaration,
@@ -89,11 +89,12 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
     planned = g.plan.get(pod.key)
     if planned is not None:
         # The plan holds this pod's slot: hand out exactly that node (idempotent).
-        if planned in candidates:
+        if planned in candidates and victims_hold(st, g, planned) is None:
             return FilterDecision([planned])
         if (preempting := preempting_reason(st, g)) is not None:
-            # Its victims still hold the planned node: kube-scheduler's own filters said
-            # so. The slot stays; the member is woken when the victims are gone.
+            # Its victims still hold the planned node (kube-scheduler's own filters said
+            # so, or Lockstep's book does). The slot stays; the member is woken when the
+            # victims are gone.
             return FilterDecision([], unresolvable=turn_away(st, pod.key, g, preempting))
         return replan(st, g, pod, candidates)
     if g.phase is GangPhase.RELEASED:

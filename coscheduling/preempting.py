@@ -68,7 +68,7 @@ from .state import CoreState
 from .topology import GPU, Level
 
 __all__ = ["blocked", "displaced", "expired", "nominated_pod_done", "preempt_for_plain",
-           "preempting_reason", "try_preempt", "victims_gone"]
+           "preempting_reason", "try_preempt", "victims_gone", "victims_hold"]
 
 
 
@@ -90,6 +90,24 @@ def preempting_reason(st: CoreState, g: Gang) -> Preempting | None:
     if rec is None:
         return None
     return _reason(g.key, rec)
+
+
+def victims_hold(st: CoreState, g: Gang, node: NodeName) -> Preempting | None:
+    """The gang's preemption in flight, as a reason, while one of its victims still holds
+    ``node``; else None.
+
+    kube-scheduler's own filters do not see every holder of a node (a binding Lockstep
+    issued and the API does not show yet): they may find room there while a victim still
+    runs. A member bound then shares the node with its victim, and if the victim outlives
+    the deadline the two (and the binding in flight) overcommit it."""
+    rec = st.preemptions.get(PreemptorId.of_gang(g.key))
+    if rec is None:
+        return None
+    for k in rec.waiting_for:
+        p = st.store.pods.get(k)
+        if p is not None and p.node_name == node and p.holds_capacity:
+            return _reason(g.key, rec)
+    return None
 
 
 def _reason(gang: GangKey, rec: InFlight) -> Preempting:

@@ -97,3 +97,23 @@ def test_replay_a_gang_that_gave_its_room_back_is_told_when_its_victims_outlive_
     _replay_more(m, *[("advance_time", 8.0)] * 4)
     assert not m.core.state.preemptions.by_preemptor, "the preemption did not expire: stale"
     assert isinstance(d.reason, PreemptionStalled), d.reason
+
+
+def test_replay_a_preemptor_does_not_bind_onto_room_its_victims_still_hold() -> None:
+    """UP's bindings to n0 are in flight (2 of its 4 GPUs, not yet in the API, so
+    kube-scheduler's own filters do not count them); gang a holds the other 2. Gang c
+    (2 x 2 GPUs) evicts a and is planned on n0 and n1; kube-scheduler found room on n0 and
+    c-0 was handed n0 while a still ran there. a never went, c's preemption expired, and
+    a + c + UP overcommitted n0. A preemptor's member waits for the victims on its planned
+    node to go, whatever kube-scheduler's filters say."""
+    m = _replay(PreemptionModel, ("relist_pods",),
+                ("low_then_high", UP, "c", "", _Script(False, "n0", False, False, "n0",
+                                                      False, True)),
+                ("add_or_relabel_node", 1, 2, "r0"), ("advance_time", 0.5),
+                ("low_then_high", "a", "c", "",
+                 _Script("n0", False, False, "n0", False, False,
+                         "n0", False, False, "n1", False, False)))
+    assert m.core.state.preemptions.by_preemptor, "c preempted nothing: stale replay"
+    assert not m.pods[PodKey("default/c-0")]["spec"].get("nodeName"), \
+        "c-0 bound on n0 while its victims still hold it"
+    _replay_more(m, ("advance_time", 25.0), ("advance_time", 8.0))
