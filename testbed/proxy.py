@@ -267,7 +267,7 @@ class FaultProxy:
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
             pass
         finally:
-            _abort(writer)
+            await _closed(writer)
 
     async def _forward(self, req: _Request, reader: asyncio.StreamReader,
                        writer: asyncio.StreamWriter, *, lose: bool) -> None:
@@ -312,7 +312,7 @@ class FaultProxy:
         finally:
             if entry is not None:
                 self._streams.discard(entry)
-            _abort(up_w)
+            await _closed(up_w)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
@@ -361,3 +361,12 @@ async def _gone(writer: asyncio.StreamWriter) -> None:
 def _abort(writer: Any) -> None:
     with contextlib.suppress(Exception):
         writer.transport.abort()
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Abort ``writer``'s connection and wait until its socket is closed, even when the task
+    is being cancelled (the proxy stopping): a socket left for the garbage collector
+    surfaces as an unraisable ResourceWarning in whichever test runs next."""
+    _abort(writer)
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(writer.wait_closed(), 1.0)
