@@ -29,7 +29,6 @@ from types import MappingProxyType
 from typing import Any
 
 from . import binding, deadlines, filtering, ingest, views
-from .conventions.base import PodGroupRecord
 from .conventions.scheduler_plugins import PodGroupStatus
 from .conventions.upstream import UpstreamPodGroup
 from .conventions.volcano import VolcanoStatus
@@ -206,38 +205,6 @@ class Coscheduler:
     def delete_pod(self, key: PodKey, uid: str = "") -> None:
         """The pod is gone; a ``uid`` that is not the cached pod's is a stale event, ignored."""
         ingest.delete_pod(self.state, key, uid)
-
-    # Test-only shorthands for upsert/delete/replace, left for tests/unit/test_model.py's
-    # GangModel alone: its derandomized runs are seeded from the class's source, and the runs
-    # any edit of it draws reach a priority inversion not yet fixed (an upstream group's
-    # priority-1000 pod evicted for a priority-100 gang). Convert it and delete these then.
-
-    def replace_pods(self, pods: Iterable[PodRecord]) -> None:
-        self.replace(ingest.PODS, pods)
-
-    def upsert_node(self, node: NodeRecord) -> None:
-        self.upsert(ingest.NODES, node)
-
-    def delete_node(self, name: NodeName) -> None:
-        self.delete(ingest.NODES, name)
-
-    def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
-        self.replace(ingest.NODES, nodes)
-
-    def upsert_podgroup(self, pg: PodGroupRecord) -> None:
-        self.upsert(ingest.SP_PODGROUPS, pg)
-
-    def delete_podgroup(self, key: GangKey) -> None:
-        self.delete(ingest.SP_PODGROUPS, key)
-
-    def upsert_upstream_podgroup(self, pg: UpstreamPodGroup) -> None:
-        self.upsert(ingest.UPSTREAM_PODGROUPS, pg)
-
-    def delete_upstream_podgroup(self, key: GangKey) -> None:
-        self.delete(ingest.UPSTREAM_PODGROUPS, key)
-
-    def replace_upstream_podgroups(self, groups: Iterable[UpstreamPodGroup]) -> None:
-        self.replace(ingest.UPSTREAM_PODGROUPS, groups)
 
     # ------------------------------------------------------------------ the verbs
 

@@ -331,7 +331,7 @@ class GangModel(RuleBasedStateMachine):
         obj = node(name).gpus(gpus).rack(rack).build()
         self.nodes[name] = obj
         self.sizes[name] = gpus
-        self.core.upsert_node(node_from_json(obj))
+        self.core.upsert(ingest.NODES, node_from_json(obj))
 
     def _put_pod(self, obj: dict[str, Any], lag: bool = False) -> None:
         """The API server stores ``obj``; the core hears of it now, or (``lag``) when the
@@ -596,7 +596,7 @@ class GangModel(RuleBasedStateMachine):
 
     def _drop_node(self, name: str) -> None:
         del self.nodes[name]
-        self.core.delete_node(NodeName(name))
+        self.core.delete(ingest.NODES, NodeName(name))
         for key in [k for k, p in self.pods.items() if p["spec"].get("nodeName") == name]:
             self._delete_pod(key)  # the pod GC deletes pods bound to a deleted node
 
@@ -624,7 +624,7 @@ class GangModel(RuleBasedStateMachine):
 
     @rule()
     def relist_nodes(self) -> None:
-        self.core.replace_nodes([node_from_json(n) for n in self.nodes.values()])
+        self.core.replace(ingest.NODES, [node_from_json(n) for n in self.nodes.values()])
         self._answered()
 
     # ------------------------------------------------------------------ pods
@@ -957,10 +957,19 @@ class GangModel(RuleBasedStateMachine):
         of 100 because its PodGroup was made basic, or a gang of 1000, while it goes)."""
         key = gang_key("default", gang)
         book = self.core.state.preemptions
-        going = book.terminating()
         return book.evicting(key) is not None or any(
             r.gang == key for r in book.by_preemptor.values()) or any(
-            k in going for k, p in self.pods.items() if self._gang(p) == gang)
+            self._unit_of(k) == gang for k in book.terminating())
+
+    def _unit_of(self, key: PodKey) -> str:
+        """The unit of a pod, from the API's object; a pod the API no longer has (its node
+        was deleted) while the core's watch is behind, and its book still waits for it, by
+        its name: every pod the model creates is named after its unit."""
+        obj = self.pods.get(key)
+        if obj is not None:
+            return self._gang(obj)
+        part = key.split("/", 1)[-1].rsplit("-", 1)[0]
+        return KG if part in ("k1", "k2") else part
 
     @precondition(lambda self: self.QUEUES_ON)
     @rule(gang=st.sampled_from(sorted(VOLCANO)), cls=st.sampled_from([None, "high", "low"]))
@@ -993,7 +1002,7 @@ class GangModel(RuleBasedStateMachine):
             basic = "basic" in self.upstream["spec"]["schedulingPolicy"]
         if delete and self.upstream is not None:
             self.upstream = None
-            self.core.delete_upstream_podgroup(gang_key("default", UP))
+            self.core.delete(ingest.UPSTREAM_PODGROUPS, gang_key("default", UP))
         else:
             policy = {"basic": {}} if basic else {"gang": {"minCount": count}}
             spec: dict[str, Any] = {"schedulingPolicy": policy}
@@ -1008,7 +1017,7 @@ class GangModel(RuleBasedStateMachine):
             self.upstream = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
                              "metadata": {"name": UP, "namespace": "default", "generation": 1},
                              "spec": spec}
-            self.core.upsert_upstream_podgroup(
+            self.core.upsert(ingest.UPSTREAM_PODGROUPS,
                 upstream_podgroup_from_json(self.upstream, "v1beta1"))
         self._answered()
 
@@ -1089,7 +1098,7 @@ class GangModel(RuleBasedStateMachine):
     @rule()
     def relist_pods(self) -> None:
         self.lagging, self.behind = [], False  # the list is the API server's state now
-        self.core.replace_pods([pod_from_json(p) for p in self.pods.values()])
+        self.core.replace(ingest.PODS, [pod_from_json(p) for p in self.pods.values()])
         self.core.pods_listed(self.revision)
         self._answered()
 
@@ -1114,10 +1123,10 @@ class GangModel(RuleBasedStateMachine):
             self.disrupted.add(PG)
         if delete and self.podgroup is not None:
             self.podgroup = None
-            self.core.delete_podgroup(gang_key("default", PG))
+            self.core.delete(ingest.SP_PODGROUPS, gang_key("default", PG))
         else:
             self.podgroup = podgroup(PG, mm, timeout=20)
-            self.core.upsert_podgroup(podgroup_from_json(self.podgroup))
+            self.core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(self.podgroup))
         self._answered()
 
     # ------------------------------------------------------------------ kube-scheduler
@@ -1401,16 +1410,16 @@ class GangModel(RuleBasedStateMachine):
     def _rebuilt(self) -> Coscheduler:
         fresh = Coscheduler(SETTINGS)
         fresh.replace(ingest.PRIORITY_CLASSES, [PriorityClass(n, v) for n, v in CLASSES.items()])
-        fresh.replace_nodes([node_from_json(n) for n in self.nodes.values()])
+        fresh.replace(ingest.NODES, [node_from_json(n) for n in self.nodes.values()])
         if self.podgroup is not None:
             fresh.replace(ingest.SP_PODGROUPS, [podgroup_from_json(self.podgroup)])
         if self.upstream is not None:
-            fresh.replace_upstream_podgroups(
+            fresh.replace(ingest.UPSTREAM_PODGROUPS,
                 [upstream_podgroup_from_json(self.upstream, "v1beta1")])
         fresh.replace(ingest.QUEUES, [queue_from_json(self.queue)])
         fresh.replace(ingest.VOLCANO_PODGROUPS,
                       [volcano_podgroup_from_json(o) for o in self.volcano])
-        fresh.replace_pods([pod_from_json(p) for p in self.pods.values()])
+        fresh.replace(ingest.PODS, [pod_from_json(p) for p in self.pods.values()])
         return fresh
 
 

@@ -117,3 +117,21 @@ def test_replay_a_preemptor_does_not_bind_onto_room_its_victims_still_hold() -> 
     assert not m.pods[PodKey("default/c-0")]["spec"].get("nodeName"), \
         "c-0 bound on n0 while its victims still hold it"
     _replay_more(m, ("advance_time", 25.0), ("advance_time", 8.0))
+
+
+def test_replay_victims_gone_from_the_api_keep_their_measure_while_the_watch_is_behind() -> None:
+    """UP's PodGroup is basic: gang c (100) evicts its pods (plain, at 0) with the watch
+    behind; their node is deleted, so the API has them no more, but the core's book still
+    waits for them. The model then made UP a gang of 1000 (its guard against editing a
+    measure under an eviction looked only at the API's pods), and the core's victims
+    measured above their preemptor: the user's edit, not the core's choice."""
+    m = _replay(GangModel, ("low_then_high", UP, "c", "",
+                            _Script(False, *("n0", False, False) * 2, *("n1", False, False) * 2)),
+                ("delete_node", _Script("n1")), ("change_upstream_podgroup", 1, True, False, ""),
+                ("watch_falls_behind",),
+                ("low_then_high", "b", "c", "", _Script("n2", False, False, "n0", False, False)),
+                ("delete_node", _Script("n0")))
+    going = m.core.state.preemptions.terminating()
+    assert going and not going & set(m.pods), "victims not gone from the API: stale replay"
+    _replay_more(m, ("change_upstream_podgroup", 1, False, False, "1000"))
+    assert m.upstream is not None and "basic" in m.upstream["spec"]["schedulingPolicy"]
