@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 from coscheduling.capacity import Capacity
-from coscheduling.keys import GangKey
 from coscheduling.ledger import Ledger
 from coscheduling.planner import Member
 from coscheduling.preemption.victims import (
@@ -37,7 +36,7 @@ from coscheduling.preemption.victims import (
     choose_victims,
     describe,
 )
-from coscheduling.records import NodeName, PodRecord, node_from_json
+from coscheduling.records import GangKey, NodeName, PodRecord, node_from_json
 from coscheduling.store import ClusterStore
 from coscheduling.topology import DEFAULT_LEVELS, GPU, level_by_name
 

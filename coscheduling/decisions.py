@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .keys import GangKey
 from .reasons import GangReason, NodeReason, TimedOut
-from .records import NodeName, PodKey
+from .records import GangKey, NodeName, PodKey
 
 __all__ = [
     "Answer",

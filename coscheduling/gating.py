@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .conventions import declaring_keys
-from .keys import GANG_GATE
+from .records import GANG_GATE
 
 __all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node", "pinned_terms",
            "unpinned_terms"]

@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .decisions import Eviction, Notice, NoticeKind, Unparked
-from .keys import GangKey
 from .reasons import GangReason
-from .records import PodKey, PodRecord
+from .records import GangKey, PodKey, PodRecord
 
 __all__ = ["Outbox"]
 

@@ -5,7 +5,7 @@ module under ``coscheduling.conventions``, where the resolver also lives); which
 the result is one of the values here: a :class:`GangSpec`, an :class:`InvalidGang` naming the
 field to fix, or a :class:`MissingPodGroup` the gang waits for. The core, the reasons and the
 app read only these, so none of them needs to know which convention a gang came from beyond
-``GangSpec.source``. (``GangKey`` and ``gang_key`` live in the ``keys`` leaf and are
+``GangSpec.source``. (``GangKey`` and ``gang_key`` live in the ``records`` leaf and are
 exported here too, beside the values keyed by them.)
 
 A bad value is never defaulted: the pod gets an :class:`InvalidGang` naming the field, which
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .keys import GangKey, gang_key
+from .records import GangKey, gang_key
 from .resources import Resources
 
 __all__ = [

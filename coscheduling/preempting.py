@@ -41,7 +41,6 @@ from .conventions.kueue import quota_line
 from .decisions import Eviction, NoticeKind
 from .eligibility import affinity_problem
 from .gang import Gang
-from .keys import GangKey
 from .membership import gang_key
 from .planner import Member, Plan, plan_gang
 from .preemption.book import InFlight, PreemptionExpired, PreemptorId, Searching
@@ -62,7 +61,7 @@ from .preemption.victims import (
     describe,
 )
 from .reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
-from .records import NodeName, PodKey, PodRecord
+from .records import GangKey, NodeName, PodKey, PodRecord
 from .resources import Resources, add, fits
 from .state import CoreState
 from .topology import GPU, Level

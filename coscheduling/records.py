@@ -1,4 +1,8 @@
-"""Slim records parsed once from raw Kubernetes JSON.
+"""The names every module shares, and the slim records parsed once from raw Kubernetes JSON.
+
+The names (a gang's and a pod's ``namespace/name`` key, a node's name, Lockstep's scheduling
+gate) sit here, in this leaf module, so the pod record, the webhook's decision, the lift and
+the gang declaration can all use them without importing behaviour.
 
 The cache and the planner work on these, never on the full objects: a 15,000-node cluster
 then costs a few dicts per node, and nothing on the hot path walks nested JSON again.
@@ -13,10 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NewType
 
-from .keys import GANG_GATE
 from .resources import Resources, pod_requests, resource_list
 
 __all__ = [
+    "GANG_GATE",
+    "GangKey",
     "NodeName",
     "NodeRecord",
     "PodKey",
@@ -24,15 +29,27 @@ __all__ = [
     "PriorityClass",
     "RecordError",
     "Toleration",
+    "gang_key",
     "node_from_json",
     "pod_from_json",
     "pod_key",
     "priority_class_from_json",
 ]
 
+GANG_GATE = "lockstep.dev/gang"
+"""Lockstep's scheduling gate: a member carrying it waits outside kube-scheduler's queue until
+Lockstep admits its gang and lifts it."""
+
+GangKey = NewType("GangKey", str)
+"""``namespace/name`` of a gang."""
+
 PodKey = NewType("PodKey", str)
 """``namespace/name``: how kube-scheduler's bind call names a pod."""
 NodeName = NewType("NodeName", str)
+
+
+def gang_key(namespace: str, name: str) -> GangKey:
+    return GangKey(f"{namespace}/{name}")
 
 
 def pod_key(namespace: str, name: str) -> PodKey:

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from .conventions.base import PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload
 from .conventions.volcano_queues import QueueRecord
-from .keys import GangKey
 from .numa import NumaZones
-from .records import NodeName, NodeRecord, PodKey, PodRecord
+from .records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, sub
 from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout
 

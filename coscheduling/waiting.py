@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .keys import GangKey
-from .records import NodeName, PodKey
+from .records import GangKey, NodeName, PodKey
 
 __all__ = ["WaitingMap"]
 

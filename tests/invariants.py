@@ -56,10 +56,9 @@ from coscheduling.eligibility import eligible
 from coscheduling.enqueue import holds, queue_of
 from coscheduling.gang import Gang, GangPhase
 from coscheduling.gating import pinned_node
-from coscheduling.keys import GangKey
 from coscheduling.ledger import LedgerDrift, check_ledger
 from coscheduling.reasons import Preempting
-from coscheduling.records import NodeName, PodKey, PodRecord
+from coscheduling.records import GangKey, NodeName, PodKey, PodRecord
 from coscheduling.resources import Resources, add, sub
 from coscheduling.topology import domain_of
 

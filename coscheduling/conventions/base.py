@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..keys import gang_key
 from ..podgroup import GangKey, GangSpec, InvalidGang, MissingPodGroup, Source
-from ..records import PodRecord
+from ..records import PodRecord, gang_key
 from ..resources import Resources
 
 __all__ = [

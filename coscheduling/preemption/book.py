@@ -34,8 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ..keys import GangKey
-from ..records import NodeName, PodKey
+from ..records import GangKey, NodeName, PodKey
 from ..resources import Resources
 from .victims import SEARCH_BUDGET, Victims, VictimSearch
 

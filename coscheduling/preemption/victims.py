@@ -75,9 +75,8 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TypeVar
 
-from ..keys import GangKey
 from ..planner import CapacityView, Member, NoFit, Plan, plan_gang
-from ..records import NodeName, PodKey
+from ..records import GangKey, NodeName, PodKey
 from ..resources import PODS, Resources, add, sub
 from ..topology import GPU, Level
 from .freed import FreedView, Region

@@ -186,8 +186,8 @@ def test_no_piece_of_a_search_reads_more_candidates_than_its_grain(
     ``UNIT_GRAIN`` candidates. A budget of 1 runs one piece per slice, so each slice's work
     is one piece's."""
     from benchmarks.victims import _pod, cluster
-    from coscheduling.keys import GangKey
     from coscheduling.preemption import victims as preemption
+    from coscheduling.records import GangKey
     from coscheduling.topology import DEFAULT_LEVELS
 
     monkeypatch.setattr(preemption, "UNIT_GRAIN", 50)
