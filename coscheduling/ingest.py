@@ -24,7 +24,6 @@ from .enqueue import queue_freed, wake_queued
 from .gang import Gang
 from .gating import pinned_node
 from .membership import gang_key, refresh_spec, resolve_pod
-from .numa import NumaZones
 from .podgroup import GangKey, GangSpec, InvalidGang
 from .preempting import displaced, nominated_pod_done, victims_gone
 from .preemption.book import PreemptorId
@@ -32,6 +31,7 @@ from .preemption.budgets import Budget
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .state import CoreState
+from .topology import NumaZones
 
 __all__ = [
     "KINDS",

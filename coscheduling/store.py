@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from .conventions.base import PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload
 from .conventions.volcano_queues import QueueRecord
-from .numa import NumaZones
 from .records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, sub
-from .topology import GPU, GpuLayout, Level, domain_of, gpu_layout
+from .topology import GPU, GpuLayout, Level, NumaZones, domain_of, gpu_layout
 
 __all__ = ["ClusterStore", "PodChange"]
 

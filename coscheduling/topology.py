@@ -8,14 +8,24 @@ and in block b2 are different domains.
 Inside a node, no Kubernetes standard exists; the ``lockstep.dev/`` labels written by
 ``lockstep label-node`` describe NVLink islands and NUMA nodes. A node without them is treated
 as one island of all its GPUs: plain bin-packing, never an error.
+
+Per-NUMA free GPUs also come from ``NodeResourceTopology`` objects (``topology.node.k8s.io``,
+:class:`NumaZones`). Clusters running Node Feature Discovery's topology updater (or the
+NFD-like exporters that scheduler-plugins' NodeResourceTopologyMatch and KAI read) publish one
+object per node, with a zone per NUMA node and, for each resource, what is still *available*
+there. When present, that live figure beats anything Lockstep can infer from labels; when
+absent, the labels and bin-packing model stand in. Both are where a node's GPUs sit, so they
+are one module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from .records import NodeRecord
+from .records import NodeName, NodeRecord
+from .resources import QuantityError, parse_quantity
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -27,11 +37,13 @@ __all__ = [
     "NUMA_NODES_LABEL",
     "GpuLayout",
     "Level",
+    "NumaZones",
     "Score",
     "domain_of",
     "explain_score",
     "gpu_layout",
     "level_by_name",
+    "nrt_from_json",
     "pack_islands",
 ]
 
@@ -250,3 +262,39 @@ def explain_score(
         why += f"; NUMA free {list(numa_free)}"
     score = max(0, min(10, round(0.5 * pack + 0.5 * locality)))
     return Score(score, round(pack, 1), round(locality, 1), why)
+
+
+@dataclass(frozen=True, slots=True)
+class NumaZones:
+    node: NodeName
+    gpus_available: tuple[int, ...]
+    """Available GPUs per NUMA zone, in the object's zone order."""
+
+    def best_fit(self, gpus: int) -> int | None:
+        """Free GPUs left in the tightest zone that holds ``gpus``; None if none does."""
+        fitting = [a - gpus for a in self.gpus_available if a >= gpus]
+        return min(fitting) if fitting else None
+
+
+def nrt_from_json(obj: Mapping[str, Any]) -> NumaZones | None:
+    """NUMA zones of one NodeResourceTopology; None when it says nothing about GPUs."""
+    name = (obj.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    zones = []
+    seen = False
+    for zone in obj.get("zones") or ():
+        if not isinstance(zone, Mapping) or zone.get("type", "Node") != "Node":
+            continue
+        available = 0
+        for res in zone.get("resources") or ():
+            if isinstance(res, Mapping) and res.get("name") == GPU:
+                seen = True
+                try:
+                    available = parse_quantity(res.get("available", res.get("allocatable", 0)))
+                except QuantityError:
+                    return None
+        zones.append(available)
+    if not seen:
+        return None
+    return NumaZones(NodeName(name), tuple(zones))

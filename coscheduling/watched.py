@@ -16,9 +16,9 @@ from . import ingest
 from .conventions import scheduler_plugins, upstream, volcano
 from .conventions.base import Watch
 from .ingest import Kind
-from .numa import nrt_from_json
 from .preemption.budgets import budget_from_json
 from .records import NodeName, node_from_json, pod_from_json, pod_key, priority_class_from_json
+from .topology import nrt_from_json
 
 __all__ = ["WATCHED", "Watched"]
 

@@ -11,7 +11,7 @@ import httpx
 from app.cache import ClusterCache
 from app.kube import KubeClient, KubeConfig
 from coscheduling import Coscheduler, ingest, node_from_json
-from coscheduling.numa import nrt_from_json
+from coscheduling.topology import nrt_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 

@@ -257,7 +257,7 @@ def test_a_gang_that_never_fits_does_not_block_others() -> None:
 
 
 def test_node_resource_topology_steers_pods_to_a_numa_zone_that_holds_them() -> None:
-    from coscheduling.numa import NumaZones
+    from coscheduling.topology import NumaZones
 
     core = cluster(node("split").gpus(4).build(), node("whole").gpus(4).build())
     add(core, pod("p").gpu(2).build())
