@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from coscheduling.capacity import Capacity
+from coscheduling.cluster import ClusterStore
 from coscheduling.ledger import Ledger
 from coscheduling.planner import Member
 from coscheduling.preemption.victims import (
@@ -37,7 +38,6 @@ from coscheduling.preemption.victims import (
     describe,
 )
 from coscheduling.records import GangKey, NodeName, PodRecord, node_from_json
-from coscheduling.store import ClusterStore
 from coscheduling.topology import DEFAULT_LEVELS, GPU, level_by_name
 
 __all__ = ["CASES", "TABLE_COLUMNS", "run"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from .cluster import ClusterStore
 from .ledger import Ledger
 from .preemption.nominations import Nominations
 from .records import NodeName, NodeRecord, PodKey
 from .resources import Resources, add, sub
-from .store import ClusterStore
 from .topology import GPU, Score, explain_score
 
 __all__ = ["Capacity"]

@@ -5,7 +5,7 @@ The rule modules (``ingest``, ``admission``, ``creation.held``, ``filtering``, `
 :class:`~coscheduling.core.Coscheduler` facade owns it and routes cluster events and verbs to
 them. Three owners keep their own invariants inside it:
 
-* :class:`~coscheduling.store.ClusterStore` holds what the API server sent and every cache
+* :class:`~coscheduling.cluster.ClusterStore` holds what the API server sent and every cache
   derived from it;
 * :class:`~coscheduling.ledger.Ledger` holds one reservation per planned pod;
 * :class:`~coscheduling.gang.Gang` is each gang's state machine, the only code that reserves
@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .capacity import Capacity
+from .cluster import ClusterStore
 from .decisions import Answer, NoticeKind, Unparked
 from .gang import Gang
 from .ledger import Ledger
@@ -29,7 +30,6 @@ from .preemption.budgets import Budget
 from .preemption.nominations import Nominations
 from .reasons import BindTargetGone, GangReason, NodeReason
 from .records import NodeName, PodKey, PodRecord, PriorityClass
-from .store import ClusterStore
 from .topology import DEFAULT_LEVELS, Level
 from .waiting import WaitingMap
 

@@ -10,10 +10,10 @@ import pytest
 
 from coscheduling import planner
 from coscheduling.capacity import Capacity
+from coscheduling.cluster import ClusterStore
 from coscheduling.ledger import Ledger
 from coscheduling.planner import Member, NoFit, plan_gang
 from coscheduling.records import node_from_json, pod_from_json
-from coscheduling.store import ClusterStore
 from coscheduling.topology import DEFAULT_LEVELS
 from tests.builders import node, pod
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from benchmarks import victims as bench_victims
 from coscheduling.capacity import Capacity
+from coscheduling.cluster import ClusterStore
 from coscheduling.ledger import Ledger, Reservation
 from coscheduling.planner import Member, NoFit, Plan, plan_gang
 from coscheduling.podgroup import GangKey
@@ -45,7 +46,6 @@ from coscheduling.preemption.victims import (
     describe,
 )
 from coscheduling.records import NodeName, PodKey, PodRecord, node_from_json, pod_key
-from coscheduling.store import ClusterStore
 from coscheduling.topology import DEFAULT_LEVELS, GPU, domain_of, level_by_name
 from tests.builders import node
 

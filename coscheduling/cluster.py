@@ -1,4 +1,6 @@
-"""The cluster store: what the API server said, and every cache derived from it.
+"""The cluster as the API server showed it (:class:`ClusterStore`), and every cache derived
+from it. (The module was ``store``; ``cluster`` says which store it is, beside the core's own
+state in ``corestate`` and the record types in ``records``.)
 
 Nodes, pods, PodGroups and NUMA zones arrive by watch event or by relist; both paths go
 through the same ``put_*`` / ``drop_*`` methods here, so each derived cache (bound usage per
