@@ -12,6 +12,7 @@ written). ``app`` imports nothing else (an import-linter contract in ``pyproject
 
 from .conventions.scheduler_plugins import podgroup_from_json
 from .core import Coscheduler
+from .corestate import PlainVerdict, Settings
 from .decisions import (
     AwaitQuorum,
     BindFailed,
@@ -56,7 +57,6 @@ from .records import (
     priority_class_from_json,
 )
 from .resources import QuantityError, Resources, format_resources
-from .state import PlainVerdict, Settings
 from .topology import DEFAULT_LEVELS, Level
 from .views import STATES as GANG_STATES
 from .views import GangView

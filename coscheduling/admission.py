@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from . import expected
+from .corestate import CoreState
 from .decisions import FilterDecision, NoticeKind, Unparked
 from .eligibility import eligible
 from .enqueue import queue_gate
@@ -37,7 +38,6 @@ from .reasons import (
 )
 from .records import NodeName, PodKey, PodRecord
 from .resources import Resources, add, fits, sub
-from .state import CoreState
 from .topology import GPU, Level, level_by_name
 
 __all__ = [
@@ -321,7 +321,7 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
 
 def _preemptible(st: CoreState, g: Gang) -> Resources:
     """What every pod strictly below ``g`` holds, each measured as preemption measures it
-    (:meth:`~coscheduling.state.CoreState.unit_priority`): the most evictions could free
+    (:meth:`~coscheduling.corestate.CoreState.unit_priority`): the most evictions could free
     for ``g``. An upper bound, cheap (one pass over the pods), used only to refuse a
     preemption that could never make a group's ``minResources`` fit."""
     below = st.gang_priority(g)

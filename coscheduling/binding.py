@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from . import expected
 from .admission import reconcile
+from .corestate import CoreState
 from .decisions import (
     BindDecision,
     BindFailed,
@@ -44,7 +45,6 @@ from .reasons import (
 )
 from .records import NodeName, PodKey, PodRecord
 from .resources import fits, shortfall
-from .state import CoreState
 from .topology import GPU
 
 __all__ = ["bind", "bind_outcomes"]

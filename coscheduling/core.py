@@ -1,6 +1,6 @@
 """The coscheduler facade: cluster events in, typed verb decisions out.
 
-It owns one :class:`~coscheduling.state.CoreState` and routes each cluster event and verb to
+It owns one :class:`~coscheduling.corestate.CoreState` and routes each cluster event and verb to
 the module that holds its rules:
 
 * ``ingest``: cluster events, one table entry per resource kind;
@@ -32,6 +32,7 @@ from . import binding, deadlines, filtering, ingest, views
 from .conventions.scheduler_plugins import PodGroupStatus
 from .conventions.upstream import UpstreamPodGroup
 from .conventions.volcano import VolcanoStatus
+from .corestate import CoreState, PlainVerdict, Settings
 from .creation import held, placer
 from .decisions import (
     Answer,
@@ -53,7 +54,6 @@ from .preemption.book import InFlight
 from .reasons import PartiallyBound
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources
-from .state import CoreState, PlainVerdict, Settings
 from .topology import GPU, GpuLayout, Score
 from .views import GangView
 

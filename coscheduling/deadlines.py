@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import expected, preempting
 from .admission import fall_back
+from .corestate import CoreState
 from .creation.held import HELD_RETRY_SECONDS
 from .creation.placer import expire_provisional, next_provisional_deadline
 from .decisions import GangExpired, NoticeKind
@@ -13,7 +14,6 @@ from .enqueue import queue_freed
 from .gang import GangPhase
 from .podgroup import Mode
 from .reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
-from .state import CoreState
 
 __all__ = ["expire", "next_deadline"]
 

@@ -21,9 +21,9 @@ never bound, never evicted, never nudged and get no Event.
 
 from __future__ import annotations
 
+from .corestate import CoreState
 from .gang import Gang, GangPhase
 from .records import NodeName, PodKey, PodRecord
-from .state import CoreState
 
 __all__ = ["EXPECTED_MARK", "adopt", "forget", "is_expected", "shape"]
 

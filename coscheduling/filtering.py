@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from itertools import filterfalse
 
 from .admission import admit, extend, replan, turn_away
+from .corestate import CoreState
 from .decisions import FilterDecision
 from .enqueue import queue_gate
 from .expected import adopt
@@ -30,7 +31,6 @@ from .reasons import (
 )
 from .records import NodeName, PodRecord
 from .resources import fits, shortfall
-from .state import CoreState
 
 __all__ = ["filter_plain", "filter_pod"]
 

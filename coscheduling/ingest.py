@@ -19,6 +19,7 @@ from .conventions import points_at_object, scheduler_plugins, volcano
 from .conventions.base import MAX_GANG_SIZE_FLAG, PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .conventions.volcano_queues import QueueRecord
+from .corestate import CoreState
 from .decisions import NoticeKind, Unparked
 from .enqueue import queue_freed, wake_queued
 from .gang import Gang
@@ -30,7 +31,6 @@ from .preemption.book import PreemptorId
 from .preemption.budgets import Budget
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
-from .state import CoreState
 from .topology import NumaZones
 
 __all__ = [

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from .conventions import resolve
 from .conventions.upstream import combine, resolve_upstream
+from .corestate import CoreState
 from .gang import Gang
 from .podgroup import (
     GangKey,
@@ -25,7 +26,6 @@ from .podgroup import (
     MissingPodGroup,
 )
 from .records import PodKey, PodRecord
-from .state import CoreState
 
 __all__ = [
     "bound_count",

@@ -20,7 +20,7 @@ to the core state:
 Two rules make "no loop, no partial gang" hold by construction:
 
 * One measure on both sides: a victim gang member is measured by its gang's priority
-  (:meth:`~coscheduling.state.CoreState.unit_priority`, the group's when the group names
+  (:meth:`~coscheduling.corestate.CoreState.unit_priority`, the group's when the group names
   one), exactly as the preemptor gang is (``gang_priority``); a plain pod by its own. Every
   eviction then goes strictly down one order, and no chain of them returns.
 * A gang with a binding in flight (``Gang.binding``: a BindGroup issued, or a released
@@ -38,6 +38,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
 
 from .conventions.kueue import quota_line
+from .corestate import CoreState
 from .decisions import Eviction, NoticeKind
 from .eligibility import affinity_problem
 from .gang import Gang
@@ -63,7 +64,6 @@ from .preemption.victims import (
 from .reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
 from .records import GangKey, NodeName, PodKey, PodRecord
 from .resources import Resources, add, fits
-from .state import CoreState
 from .topology import GPU, Level
 
 __all__ = ["blocked", "displaced", "expired", "nominated_pod_done", "preempt_for_plain",
@@ -417,7 +417,7 @@ def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Cand
     5,000-node cluster holds tens of thousands of pods, and reading them all in one piece
     held the event loop for a quarter of a second before the search's budget began.
 
-    Every pod is measured as :meth:`~coscheduling.state.CoreState.unit_priority` measures
+    Every pod is measured as :meth:`~coscheduling.corestate.CoreState.unit_priority` measures
     it: a gang member by its gang's priority (the group's when it names one), a plain pod by
     its own. The preemptor is measured the same way, so one number stands on both sides of
     every comparison and an eviction always goes strictly down.

@@ -8,12 +8,12 @@ gated members lifted once their gang is admitted.
   call, and which held pods lose the gate, pinned to which node.
 
 The two are independent of each other; both are rules over
-:class:`~coscheduling.state.CoreState` (admission, membership) and nothing below the facade
+:class:`~coscheduling.corestate.CoreState` (admission, membership) and nothing below the facade
 imports them but ``core`` and ``deadlines``. What stays outside, and why:
 
 * the webhook's answers (``PinAtCreation``, ``AwaitQuorum``, ``GateAtCreation``) are
   :mod:`coscheduling.decisions`, beside the other decisions the app acts on, and the reviews
-  being held are :class:`~coscheduling.state.HeldReviews`: the core's state names both, so
+  being held are :class:`~coscheduling.corestate.HeldReviews`: the core's state names both, so
   in this package they would close an import circle (the state imports them, the placer
   imports the state);
 * the gate itself is :mod:`coscheduling.gating`: the records, ingest and admission read it,

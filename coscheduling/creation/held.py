@@ -15,6 +15,7 @@ from ..admission import (
     turn_away,
     yield_to_higher_priority,
 )
+from ..corestate import CoreState
 from ..decisions import Lift
 from ..expected import adopt
 from ..gang import GangPhase
@@ -24,7 +25,6 @@ from ..preempting import preempt_for_plain
 from ..preemption.book import PreemptorId
 from ..reasons import WaitingForMembers
 from ..records import PodKey
-from ..state import CoreState
 
 __all__ = ["HELD_RETRY_SECONDS", "admit_held", "drain_lift", "lift_target", "queue_order"]
 

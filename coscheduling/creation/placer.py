@@ -42,6 +42,7 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from ..admission import try_admit
+from ..corestate import CoreState, HeldReviews
 from ..decisions import Answer, AwaitQuorum, GateAtCreation, PinAtCreation, Placement
 from ..gang import Gang, GangPhase
 from ..gating import pinned_node, pinned_terms
@@ -49,7 +50,6 @@ from ..ingest import delete_pod, upsert_pod
 from ..membership import countable, meets_quorum, resolve_pod
 from ..podgroup import GangKey, GangSpec
 from ..records import NodeName, PodKey, PodRecord
-from ..state import CoreState, HeldReviews
 
 __all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECONDS",
            "drain_answers",

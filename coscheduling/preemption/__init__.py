@@ -18,5 +18,5 @@ those above it, and the core's values: records, resources, topology, the planner
 Carrying a preemption out in the core's state (``try_preempt``, evictions, victims gone,
 expiry) is :mod:`coscheduling.preempting`, at the rules level beside ``admission``: the
 core's state holds the book, the budgets and the nominations, so a module here that read
-:class:`~coscheduling.state.CoreState` would close an import circle (the acyclic contract).
+:class:`~coscheduling.corestate.CoreState` would close an import circle (the acyclic contract).
 """

@@ -18,6 +18,7 @@ from coscheduling import (
     pod_key,
     preempting,
 )
+from coscheduling.corestate import CoreState
 from coscheduling.planner import Member
 from coscheduling.preempting import LIST_COST, _candidates, candidate_steps
 from coscheduling.preemption.victims import (
@@ -27,7 +28,6 @@ from coscheduling.preemption.victims import (
     VictimSearch,
     choose_victims,
 )
-from coscheduling.state import CoreState
 from tests.builders import node, pod
 
 NODES = 60

@@ -1,4 +1,6 @@
-"""Everything the gang rules read and change, held in one place the rule modules share.
+"""The core's state (:class:`CoreState`): everything the gang rules read and change, held in
+one place the rule modules share. (The module was ``state``; ``corestate`` names the class it
+holds, apart from the cluster as the API server showed it, ``cluster``.)
 
 The rule modules (``ingest``, ``admission``, ``creation.held``, ``filtering``, ``binding``,
 ``deadlines``, ``views``) are functions over one :class:`CoreState`; the
