@@ -10,10 +10,7 @@ and ``coscheduling.conventions`` (each convention's objects and how their status
 written). ``app`` imports nothing else (an import-linter contract in ``pyproject.toml``).
 """
 
-from .conventions.scheduler_plugins import podgroup_from_json
-from .core import Coscheduler
-from .corestate import PlainVerdict, Settings
-from .decisions import (
+from .actions import (
     AwaitQuorum,
     BindFailed,
     BindGroup,
@@ -32,6 +29,9 @@ from .decisions import (
     Reject,
     Unparked,
 )
+from .conventions.scheduler_plugins import podgroup_from_json
+from .core import Coscheduler
+from .corestate import PlainVerdict, Settings
 from .eligibility import affinity_problem, eligible
 from .gang import GangPhase
 from .gating import (

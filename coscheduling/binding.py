@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import expected
-from .admission import reconcile
-from .corestate import CoreState
-from .decisions import (
+from .actions import (
     BindDecision,
     BindFailed,
     BindGroup,
@@ -26,8 +24,10 @@ from .decisions import (
     Reject,
     Unparked,
 )
+from .corestate import CoreState
 from .filtering import filter_pod
 from .gang import Gang, GangPhase
+from .gang_admission import reconcile
 from .ingest import assume_bound, forget_assumed
 from .membership import bound_count, gang_key, meets_quorum
 from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, MissingPodGroup

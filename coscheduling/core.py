@@ -5,7 +5,7 @@ the module that holds its rules:
 
 * ``ingest``: cluster events, one table entry per resource kind;
 * ``membership``: which gang a pod is in, and quorum;
-* ``admission``: plan a gang whole and reserve it, keep its plan whole, or give it all back;
+* ``gang_admission``: plan a gang whole and reserve it, keep its plan whole, or give it all back;
 * ``creation.held``: gangs behind Lockstep's gate, admitted without a filter call, and gate
   lifts; ``creation.placer``: placement at creation, the webhook's question;
 * ``filtering`` and ``binding``: the verbs; ``deadlines``: time; ``views``: read models.
@@ -29,12 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import binding, deadlines, filtering, ingest, views
-from .conventions.scheduler_plugins import PodGroupStatus
-from .conventions.upstream import UpstreamPodGroup
-from .conventions.volcano import VolcanoStatus
-from .corestate import CoreState, PlainVerdict, Settings
-from .creation import held, placer
-from .decisions import (
+from .actions import (
     Answer,
     BindDecision,
     BindOutcome,
@@ -46,6 +41,11 @@ from .decisions import (
     Placement,
     Unparked,
 )
+from .conventions.scheduler_plugins import PodGroupStatus
+from .conventions.upstream import UpstreamPodGroup
+from .conventions.volcano import VolcanoStatus
+from .corestate import CoreState, PlainVerdict, Settings
+from .creation import held, placer
 from .gang import Gang
 from .ingest import Kind
 from .membership import gang_key, meets_quorum

@@ -2,7 +2,7 @@
 one place the rule modules share. (The module was ``state``; ``corestate`` names the class it
 holds, apart from the cluster as the API server showed it, ``cluster``.)
 
-The rule modules (``ingest``, ``admission``, ``creation.held``, ``filtering``, ``binding``,
+The rule modules (``ingest``, ``gang_admission``, ``creation.held``, ``filtering``, ``binding``,
 ``deadlines``, ``views``) are functions over one :class:`CoreState`; the
 :class:`~coscheduling.core.Coscheduler` facade owns it and routes cluster events and verbs to
 them. Three owners keep their own invariants inside it:
@@ -20,9 +20,9 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .actions import Answer, NoticeKind, Unparked
 from .capacity import Capacity
 from .cluster import ClusterStore
-from .decisions import Answer, NoticeKind, Unparked
 from .gang import Gang
 from .ledger import Ledger
 from .outbox import Outbox
@@ -45,7 +45,7 @@ VERDICTS_REMEMBERED = 10000
 @dataclass(slots=True)
 class HeldReviews:
     """The reviews of one gang the webhook is holding, waiting for the ones that complete its
-    quorum (:class:`~coscheduling.decisions.AwaitQuorum`, ``coscheduling.creation.placer``)."""
+    quorum (:class:`~coscheduling.actions.AwaitQuorum`, ``coscheduling.creation.placer``)."""
 
     spec: GangSpec
     first: float

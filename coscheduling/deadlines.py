@@ -5,13 +5,13 @@ gangs backing off get another try when their backoff ends. The app's timer calls
 from __future__ import annotations
 
 from . import expected, preempting
-from .admission import fall_back
+from .actions import GangExpired, NoticeKind
 from .corestate import CoreState
 from .creation.held import HELD_RETRY_SECONDS
 from .creation.placer import expire_provisional, next_provisional_deadline
-from .decisions import GangExpired, NoticeKind
 from .enqueue import queue_freed
 from .gang import GangPhase
+from .gang_admission import fall_back
 from .podgroup import Mode
 from .reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import filterfalse
 
-from .admission import admit, extend, replan, turn_away
+from .actions import FilterDecision
 from .corestate import CoreState
-from .decisions import FilterDecision
 from .enqueue import queue_gate
 from .expected import adopt
 from .gang import Gang, GangPhase
+from .gang_admission import admit, extend, replan, turn_away
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup

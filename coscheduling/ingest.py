@@ -14,15 +14,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from .admission import reconcile
+from .actions import NoticeKind, Unparked
 from .conventions import points_at_object, scheduler_plugins, volcano
 from .conventions.base import MAX_GANG_SIZE_FLAG, PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .conventions.volcano_queues import QueueRecord
 from .corestate import CoreState
-from .decisions import NoticeKind, Unparked
 from .enqueue import queue_freed, wake_queued
 from .gang import Gang
+from .gang_admission import reconcile
 from .gating import pinned_node
 from .membership import gang_key, refresh_spec, resolve_pod
 from .podgroup import GangKey, GangSpec, InvalidGang

@@ -1,7 +1,7 @@
 """What the core asks the app to do outside a verb's own answer.
 
 Three queues, each drained by the app after every verb and cache event: Events a person should
-see (:class:`~coscheduling.decisions.Notice`), pods to nudge back into kube-scheduler's active
+see (:class:`~coscheduling.actions.Notice`), pods to nudge back into kube-scheduler's active
 queue (no API event would wake them: a gang was admitted, a backoff ended, a pod a verb asked
 about arrived), and parked bind calls let go of by cluster events (:class:`Unparked`).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .decisions import Eviction, Notice, NoticeKind, Unparked
+from .actions import Eviction, Notice, NoticeKind, Unparked
 from .reasons import GangReason
 from .records import GangKey, PodKey, PodRecord
 

@@ -8,7 +8,7 @@ to the core state:
 * :func:`try_preempt` is asked by admission when a gang's whole plan does not fit. It builds
   the candidates (every bound pod, each gang's bound members together), asks
   :func:`~coscheduling.preemption.victims.choose_victims`, records the preemption in the book and
-  queues one :class:`~coscheduling.decisions.Eviction` per victim. It returns the plan the
+  queues one :class:`~coscheduling.actions.Eviction` per victim. It returns the plan the
   gang is admitted into at once: the ledger reserves the victims' room for the preemptor
   while they terminate, so no third gang or plain pod can take it (the victims still count
   as usage until the watch shows them gone, so that room is counted twice, never lent).
@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
 
+from .actions import Eviction, NoticeKind
 from .conventions.kueue import quota_line
 from .corestate import CoreState
-from .decisions import Eviction, NoticeKind
 from .eligibility import affinity_problem
 from .gang import Gang
 from .membership import gang_key

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .admission import free_outside_reservations
 from .conventions.scheduler_plugins import PodGroupStatus, podgroup_status
 from .conventions.volcano import VolcanoStatus, volcano_statuses
 from .corestate import CoreState
 from .enqueue import queue_use
 from .gang import Gang, GangPhase
+from .gang_admission import free_outside_reservations
 from .membership import part_of
 from .podgroup import GangKey, GangSpec, InvalidGang, Source
 from .reasons import GangReason, InvalidDeclaration, PartiallyBound

@@ -8,17 +8,17 @@ the gate, and the node each is pinned to (``coscheduling.gating``).
 
 from __future__ import annotations
 
-from ..admission import (
+from ..actions import Lift
+from ..corestate import CoreState
+from ..expected import adopt
+from ..gang import GangPhase
+from ..gang_admission import (
     admit_by_preemption,
     pinned_pending,
     try_admit,
     turn_away,
     yield_to_higher_priority,
 )
-from ..corestate import CoreState
-from ..decisions import Lift
-from ..expected import adopt
-from ..gang import GangPhase
 from ..membership import countable, meets_quorum
 from ..podgroup import GangKey, InvalidGang, MissingPodGroup
 from ..preempting import preempt_for_plain

@@ -41,10 +41,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 
-from ..admission import try_admit
+from ..actions import Answer, AwaitQuorum, GateAtCreation, PinAtCreation, Placement
 from ..corestate import CoreState, HeldReviews
-from ..decisions import Answer, AwaitQuorum, GateAtCreation, PinAtCreation, Placement
 from ..gang import Gang, GangPhase
+from ..gang_admission import try_admit
 from ..gating import pinned_node, pinned_terms
 from ..ingest import delete_pod, upsert_pod
 from ..membership import countable, meets_quorum, resolve_pod

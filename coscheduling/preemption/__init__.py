@@ -16,7 +16,7 @@ those above it, and the core's values: records, resources, topology, the planner
   evicting, waiting for victims to go; :class:`PreemptionExpired` when a deadline passes).
 
 Carrying a preemption out in the core's state (``try_preempt``, evictions, victims gone,
-expiry) is :mod:`coscheduling.preempting`, at the rules level beside ``admission``: the
+expiry) is :mod:`coscheduling.preempting`, at the rules level beside ``gang_admission``: the
 core's state holds the book, the budgets and the nominations, so a module here that read
 :class:`~coscheduling.corestate.CoreState` would close an import circle (the acyclic contract).
 """

@@ -27,6 +27,7 @@ from app.render import render, render_notice
 from app.service import Lockstep
 from app.status_writer import StatusWriter
 from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
+from coscheduling.actions import NoticeKind
 from coscheduling.conventions import resolve
 from coscheduling.conventions.koordinator import GROUPS, MAX_GROUP_GANGS
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
@@ -37,7 +38,6 @@ from coscheduling.conventions.upstream import (
 )
 from coscheduling.conventions.volcano import volcano_podgroup_from_json, volcano_statuses
 from coscheduling.conventions.volcano_queues import QueueUse, demand, queue_from_json
-from coscheduling.decisions import NoticeKind
 from coscheduling.podgroup import (
     DEFAULT_MAX_GANG_SIZE,
     GangDefaults,

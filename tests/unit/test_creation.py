@@ -27,8 +27,8 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
+from coscheduling.actions import Answer
 from coscheduling.creation.placer import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
-from coscheduling.decisions import Answer
 from coscheduling.gating import pinned_node, pinned_terms
 from coscheduling.reasons import DoesNotFit, HigherPriorityPodsWaiting
 from tests.builders import node, pod, podgroup

@@ -17,7 +17,7 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
-from coscheduling.decisions import NoticeKind
+from coscheduling.actions import NoticeKind
 from coscheduling.gating import GANG_GATE, lift_patch, pinned_node
 from coscheduling.reasons import DoesNotFit, WaitingForMembers
 from tests.builders import node, pod

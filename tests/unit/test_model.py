@@ -103,11 +103,11 @@ from coscheduling import (
     pod_key,
     podgroup_from_json,
 )
+from coscheduling.actions import Answer, AwaitQuorum
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.conventions.volcano_queues import queue_from_json
 from coscheduling.creation.placer import PROVISIONAL_SECONDS
-from coscheduling.decisions import Answer, AwaitQuorum
 from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass

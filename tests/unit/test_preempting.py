@@ -18,10 +18,10 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
+from coscheduling.actions import BindGroup, Reject
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
-from coscheduling.decisions import BindGroup, Reject
 from coscheduling.ingest import (
     PDBS,
     PRIORITY_CLASSES,

@@ -1,4 +1,8 @@
-"""Admission: a gang is planned whole and reserved at once, or told why not.
+"""Gang admission: a gang is planned whole and reserved at once, or told why not.
+
+Admission in Kueue's and Volcano's sense (a gang let into reserved capacity), not Kubernetes'
+admission webhook, which is the placement-at-creation wing (``creation/``); the module was
+``admission`` and is named for the gang so the two cannot be taken for each other.
 
 Deadlock freedom comes from here: a gang is admitted only when all of it fits in capacity no
 other gang holds, and an admitted gang always holds a whole plan. A lost member or node is
@@ -12,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from . import expected
+from .actions import FilterDecision, NoticeKind, Unparked
 from .corestate import CoreState
-from .decisions import FilterDecision, NoticeKind, Unparked
 from .eligibility import eligible
 from .enqueue import queue_gate
 from .gang import Gang, GangPhase
