@@ -29,8 +29,8 @@ from .filtering import filter_pod
 from .gang import Gang, GangPhase
 from .gang_admission import reconcile
 from .ingest import assume_bound, forget_assumed
-from .membership import bound_count, gang_key, meets_quorum
-from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, MissingPodGroup
+from .membership import bound_count, meets_quorum
+from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, MissingPodGroup, gang_of
 from .reasons import (
     BeingPreempted,
     BindTargetGone,
@@ -240,7 +240,7 @@ def bind_outcomes(st: CoreState, outcomes: Sequence[BindOutcome]) -> PartiallyBo
     by_gang: dict[GangKey, list[BindOutcome]] = {}
     stranded: set[GangKey] = set()
     for o in outcomes:
-        gang = gang_key(st.membership.get(o.pod))
+        gang = gang_of(st.membership.get(o.pod))
         g = st.gangs.get(gang) if gang is not None else None
         if g is None:
             continue

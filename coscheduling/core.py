@@ -48,8 +48,8 @@ from .corestate import CoreState, PlainVerdict, Settings
 from .creation import held, placer
 from .gang import Gang
 from .ingest import Kind
-from .membership import gang_key, meets_quorum
-from .podgroup import GangKey, GangSpec, InvalidGang, Membership
+from .membership import meets_quorum
+from .podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_of
 from .preemption.book import InFlight
 from .reasons import PartiallyBound
 from .records import NodeName, NodeRecord, PodKey, PodRecord
@@ -155,7 +155,7 @@ class Coscheduler:
         return self.state.plain_verdicts.get(pod)
 
     def gang_of(self, pod: PodKey) -> GangKey | None:
-        return gang_key(self.state.membership.get(pod))
+        return gang_of(self.state.membership.get(pod))
 
     def meets_quorum(self, spec: GangSpec, keys: Iterable[PodKey]) -> bool:
         return meets_quorum(self.state, spec, keys)

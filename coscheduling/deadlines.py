@@ -4,7 +4,7 @@ gangs backing off get another try when their backoff ends. The app's timer calls
 
 from __future__ import annotations
 
-from . import expected, preempting
+from . import expected
 from .actions import GangExpired, NoticeKind
 from .corestate import CoreState
 from .creation.held import HELD_RETRY_SECONDS
@@ -13,6 +13,7 @@ from .enqueue import queue_freed
 from .gang import GangPhase
 from .gang_admission import fall_back
 from .podgroup import Mode
+from .preemption import carry
 from .reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
 
 __all__ = ["expire", "next_deadline"]
@@ -36,7 +37,7 @@ def expire(st: CoreState, now: float) -> list[GangExpired]:
     """Time out admitted gangs past their deadline and end finished backoffs."""
     out = []
     expire_provisional(st, now)
-    for stalled in preempting.expired(st, now):
+    for stalled in carry.expired(st, now):
         # Victims outlived their grace period: the held room goes back, the gang plans anew.
         g = st.gangs.get(stalled.record.gang) if stalled.record.gang is not None else None
         if g is not None and g.phase is GangPhase.ADMITTED and not g.binding:

@@ -19,7 +19,7 @@ from .gang_admission import admit, extend, replan, turn_away
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup
-from .preempting import blocked, preempting_reason, victims_hold
+from .preemption.carry import blocked, preempting_reason, victims_hold
 from .reasons import (
     BackingOff,
     InvalidDeclaration,

@@ -25,8 +25,8 @@ from .gating import pinned_node
 from .membership import countable, departed, meets_quorum, pick
 from .planner import Member, Plan, plan_gang
 from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
-from .preempting import blocked, preempting_reason, try_preempt, victims_hold
 from .preemption.book import PreemptorId
+from .preemption.carry import blocked, preempting_reason, try_preempt, victims_hold
 from .reasons import (
     BackingOff,
     DoesNotFit,

@@ -24,11 +24,11 @@ from .enqueue import queue_freed, wake_queued
 from .gang import Gang
 from .gang_admission import reconcile
 from .gating import pinned_node
-from .membership import gang_key, refresh_spec, resolve_pod
-from .podgroup import GangKey, GangSpec, InvalidGang
-from .preempting import displaced, nominated_pod_done, victims_gone
+from .membership import refresh_spec, resolve_pod
+from .podgroup import GangKey, GangSpec, InvalidGang, gang_of
 from .preemption.book import PreemptorId
 from .preemption.budgets import Budget
+from .preemption.carry import displaced, nominated_pod_done, victims_gone
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
 from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .topology import NumaZones
@@ -238,8 +238,8 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
         _pod_left(st, change.replaced)
     old = change.old
     membership = resolve_pod(st, pod)
-    old_gang = gang_key(st.membership.get(pod.key))
-    new_gang = gang_key(membership)
+    old_gang = gang_of(st.membership.get(pod.key))
+    new_gang = gang_of(membership)
     st.membership[pod.key] = membership
     carried: NodeName | None = None
     if old_gang is not None and old_gang != new_gang:
@@ -429,7 +429,7 @@ def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
             upsert_pod(st, p)
         # A (re)list may follow a restart: members the previous process turned away
         # carry kube-scheduler's Unschedulable condition, and only a nudge wakes them.
-        gang = st.gangs.get(gang_key(st.membership.get(p.key)) or GangKey(""))
+        gang = st.gangs.get(gang_of(st.membership.get(p.key)) or GangKey(""))
         if gang is not None and p.unschedulable and p.node_name is None and p.active:
             gang.turned_away.add(p.key)
 
@@ -442,7 +442,7 @@ def _pod_left(st: CoreState, rec: PodRecord) -> None:
     st.plain_tried.pop(rec.key, None)
     if st.pending_plain.pop(rec.key, None) is not None:
         _wake_deferred(st)
-    gang = gang_key(st.membership.pop(rec.key, None))
+    gang = gang_of(st.membership.pop(rec.key, None))
     if gang is not None:
         _leave(st, gang, rec.key)
 

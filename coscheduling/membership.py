@@ -20,10 +20,8 @@ from .gang import Gang
 from .podgroup import (
     GangKey,
     GangSpec,
-    InvalidGang,
     MatchPolicy,
     Membership,
-    MissingPodGroup,
 )
 from .records import PodKey, PodRecord
 
@@ -31,19 +29,12 @@ __all__ = [
     "bound_count",
     "countable",
     "departed",
-    "gang_key",
     "meets_quorum",
     "part_of",
     "pick",
     "refresh_spec",
     "resolve_pod",
 ]
-
-
-def gang_key(m: Membership) -> GangKey | None:
-    if isinstance(m, GangSpec | MissingPodGroup | InvalidGang):
-        return m.key
-    return None
 
 
 def resolve_pod(st: CoreState, pod: PodRecord) -> Membership:

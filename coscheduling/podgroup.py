@@ -41,6 +41,7 @@ __all__ = [
     "Mode",
     "Source",
     "gang_key",
+    "gang_of",
     "int_field",
     "name_field",
     "seconds_field",
@@ -166,6 +167,14 @@ class MissingPodGroup:
 
 
 Membership = GangSpec | InvalidGang | MissingPodGroup | None
+
+
+def gang_of(m: Membership) -> GangKey | None:
+    """The gang a pod's membership names (valid, invalid or waiting for its PodGroup); None
+    for a pod outside any gang. (``gang_key`` builds a key from a namespace and a name.)"""
+    if isinstance(m, GangSpec | MissingPodGroup | InvalidGang):
+        return m.key
+    return None
 
 
 def shown(raw: object) -> str:

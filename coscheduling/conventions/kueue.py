@@ -32,7 +32,7 @@ def quota_line(namespace: str, labels: Mapping[str, str]) -> str | None:
     ClusterQueue, named on the pods of every job it admitted; a pod naming only its
     LocalQueue (a plain pod group) is under ``namespace/queue``. Two pods that name their
     line differently never evict each other: where Lockstep cannot tell, it stays out.
-    Preemption asks it (:mod:`coscheduling.preempting`): Kueue preempts for quota itself."""
+    Preemption asks it (:mod:`coscheduling.preemption.carry`): Kueue preempts for quota itself."""
     cq = labels.get(CLUSTER_QUEUE)
     if cq:
         return f"clusterqueue/{cq}"

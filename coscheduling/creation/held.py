@@ -21,8 +21,8 @@ from ..gang_admission import (
 )
 from ..membership import countable, meets_quorum
 from ..podgroup import GangKey, InvalidGang, MissingPodGroup
-from ..preempting import preempt_for_plain
 from ..preemption.book import PreemptorId
+from ..preemption.carry import preempt_for_plain
 from ..reasons import WaitingForMembers
 from ..records import PodKey
 

@@ -1,5 +1,6 @@
-"""Preemption's pure parts: which victims, what is in flight, what they free, what may be
-disrupted, and who was promised the room. Nothing here reads the core's state.
+"""Preemption: its pure parts (which victims, what is in flight, what they free, what may be
+disrupted, and who was promised the room), and carrying one out in the core's state. Nothing
+here imports the core's state.
 
 One module per concern, listed in the order they depend on each other (each imports only
 those above it, and the core's values: records, resources, topology, the planner):
@@ -15,8 +16,12 @@ those above it, and the core's values: records, resources, topology, the planner
 * :mod:`~coscheduling.preemption.book`: the book of preemptions in flight (searching,
   evicting, waiting for victims to go; :class:`PreemptionExpired` when a deadline passes).
 
-Carrying a preemption out in the core's state (``try_preempt``, evictions, victims gone,
-expiry) is :mod:`coscheduling.preempting`, at the rules level beside ``gang_admission``: the
-core's state holds the book, the budgets and the nominations, so a module here that read
-:class:`~coscheduling.corestate.CoreState` would close an import circle (the acyclic contract).
+The carry part, :mod:`~coscheduling.preemption.carry`, carries a preemption out in the core's
+state (``try_preempt``, evictions, victims gone, expiry), asked by ``gang_admission``, the
+creation wing and the timers. The core's state holds this wing's book, budgets and
+nominations, so importing :class:`~coscheduling.corestate.CoreState` here would close an
+import circle (the acyclic contract): the carry part is handed the state and types it with
+its own protocol, :class:`~coscheduling.preemption.carry.CoreView`, which lists every field it
+reads or changes. The pure parts above never see the state at all (an import-linter contract
+each, in ``pyproject.toml``).
 """

@@ -454,7 +454,7 @@ pieces whether to go on now or later (:class:`VictimSearch`)."""
 
 Listing = Steps[Sequence[Candidate]]
 """The candidates of a search, listed in pieces of work announced as the search's are
-(``coscheduling.preempting`` lists the bound pods so)."""
+(``coscheduling.preemption.carry`` lists the bound pods so)."""
 
 
 def _plan_cost(members: Sequence[Member], view: CapacityView) -> int:
@@ -749,7 +749,7 @@ class VictimSearch:
 
     The search reads the capacity view as it is when each piece runs: between slices the
     cluster may change, so the caller checks a decided set against the cluster of the
-    moment before it evicts (``coscheduling.preempting``).
+    moment before it evicts (``coscheduling.preemption.carry``).
 
     ``candidates`` is the list of candidates, or a function that returns a
     :data:`Listing`: the candidates listed in pieces of bounded work, as the search's own

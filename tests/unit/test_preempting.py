@@ -30,9 +30,9 @@ from coscheduling.ingest import (
     VOLCANO_PODGROUPS,
 )
 from coscheduling.planner import Member
-from coscheduling.preempting import _candidates, _recheck
 from coscheduling.preemption.book import PreemptorId
 from coscheduling.preemption.budgets import budget_from_json
+from coscheduling.preemption.carry import _candidates, _recheck
 from coscheduling.preemption.victims import Preemptor, Victims, choose_victims
 from coscheduling.reasons import (
     BeingPreempted,

@@ -16,11 +16,11 @@ from coscheduling import (
     node_from_json,
     pod_from_json,
     pod_key,
-    preempting,
 )
 from coscheduling.corestate import CoreState
 from coscheduling.planner import Member
-from coscheduling.preempting import LIST_COST, _candidates, candidate_steps
+from coscheduling.preemption import carry
+from coscheduling.preemption.carry import LIST_COST, _candidates, candidate_steps
 from coscheduling.preemption.victims import (
     Preemptor,
     Unfinished,
@@ -96,7 +96,7 @@ def test_no_sweep_of_a_victim_search_reads_more_pods_than_its_budget(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Before, the first slice listed every bound pod (and measured each twice) before the
     budget began: O(cluster) work in one call, a quarter of a second at 5,000 nodes."""
-    monkeypatch.setattr(preempting, "LIST_GRAIN", GRAIN)
+    monkeypatch.setattr(carry, "LIST_GRAIN", GRAIN)
     core = _full_cluster()
     st = core.state
     pods = len(st.store.pods)
@@ -131,7 +131,7 @@ def test_the_listing_in_pieces_finds_what_one_go_finds(monkeypatch: pytest.Monke
     core = _full_cluster()
     st = core.state
     whole = _candidates(st, 100)
-    monkeypatch.setattr(preempting, "LIST_GRAIN", 7)
+    monkeypatch.setattr(carry, "LIST_GRAIN", 7)
     steps = candidate_steps(st, 100)
     pieces = []
     try:
@@ -141,12 +141,12 @@ def test_the_listing_in_pieces_finds_what_one_go_finds(monkeypatch: pytest.Monke
         sliced = done.value
     assert sliced == whole
     assert len(whole) == NODES * PER_NODE  # every bound pod, pairs whole; pending left out
-    assert max(pieces) <= 7 * preempting.RECORD_COST and len(pieces) > len(st.store.pods) // 7
+    assert max(pieces) <= 7 * carry.RECORD_COST and len(pieces) > len(st.store.pods) // 7
 
 
 def test_a_pod_gone_between_two_pieces_is_not_a_candidate(monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    monkeypatch.setattr(preempting, "LIST_GRAIN", 10)
+    monkeypatch.setattr(carry, "LIST_GRAIN", 10)
     core = _full_cluster()
     st = core.state
     steps = candidate_steps(st, 100)

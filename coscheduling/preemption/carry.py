@@ -3,7 +3,7 @@ gangs and plain pods, and holds the room they free until they are gone.
 
 :mod:`coscheduling.preemption.victims` decides *which* victims (pure, over a capacity view);
 :mod:`coscheduling.preemption.book` remembers preemptions in flight. This module joins them
-to the core state:
+to the core's state, which it is handed as a :class:`CoreView` (it never imports it):
 
 * :func:`try_preempt` is asked by admission when a gang's whole plan does not fit. It builds
   the candidates (every bound pod, each gang's bound members together), asks
@@ -34,21 +34,27 @@ Two rules make "no loop, no partial gang" hold by construction:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
-from .actions import Eviction, NoticeKind
-from .conventions.kueue import quota_line
-from .corestate import CoreState
-from .eligibility import affinity_problem
-from .gang import Gang
-from .membership import gang_key
-from .planner import Member, Plan, plan_gang
-from .preemption.book import InFlight, PreemptionExpired, PreemptorId, Searching
-from .preemption.budgets import Budget, selecting
-from .preemption.freed import freed_view
-from .preemption.nominations import BIND_WITHIN, Nomination
-from .preemption.victims import (
+from ..actions import Eviction, NoticeKind
+from ..cluster import ClusterStore
+from ..conventions.kueue import quota_line
+from ..eligibility import affinity_problem
+from ..gang import Gang
+from ..outbox import Outbox
+from ..planner import CapacityView, Member, Plan, plan_gang
+from ..podgroup import Membership, gang_of
+from ..reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
+from ..records import GangKey, NodeName, PodKey, PodRecord
+from ..resources import Resources, add, fits
+from ..topology import GPU, Level
+from .book import InFlight, PreemptionBook, PreemptionExpired, PreemptorId, Searching
+from .budgets import Budget, selecting
+from .freed import freed_view
+from .nominations import BIND_WITHIN, Nomination, Nominations
+from .victims import (
     BOOK_COST,
     AlreadyFits,
     Candidate,
@@ -61,17 +67,85 @@ from .preemption.victims import (
     VictimSearch,
     describe,
 )
-from .reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
-from .records import GangKey, NodeName, PodKey, PodRecord
-from .resources import Resources, add, fits
-from .topology import GPU, Level
 
-__all__ = ["blocked", "displaced", "expired", "nominated_pod_done", "preempt_for_plain",
-           "preempting_reason", "try_preempt", "victims_gone", "victims_hold"]
+__all__ = ["CoreView", "blocked", "displaced", "expired", "nominated_pod_done",
+           "preempt_for_plain", "preempting_reason", "try_preempt", "victims_gone",
+           "victims_hold"]
 
 
+class Switches(Protocol):
+    """The settings carrying a preemption out reads (:class:`~coscheduling.corestate.Settings`)."""
 
-def blocked(st: CoreState, g: Gang) -> GangReason | None:
+    @property
+    def preemption(self) -> bool: ...
+
+    @property
+    def levels(self) -> tuple[Level, ...]: ...
+
+
+class CoreView(Protocol):
+    """The core's state as carrying a preemption out reads and changes it.
+
+    :class:`~coscheduling.corestate.CoreState` is the one implementation; mypy checks it
+    against this at every call. Why a protocol and not the class: the core's state holds this
+    wing's book, budgets and nominations, so importing it here would close an import circle
+    (the acyclic contract in ``pyproject.toml``). It also writes down which of the state's
+    fields preemption owns (``preemptions``, ``nominations``, ``preempt_tried``,
+    ``plain_tried``; it adds to ``held_touched`` and the outbox) and which it only reads."""
+
+    @property
+    def settings(self) -> Switches: ...
+
+    @property
+    def store(self) -> ClusterStore: ...
+
+    @property
+    def capacity(self) -> CapacityView: ...
+
+    @property
+    def gangs(self) -> Mapping[GangKey, Gang]: ...
+
+    @property
+    def membership(self) -> Mapping[PodKey, Membership]: ...
+
+    @property
+    def budgets(self) -> Mapping[str, Budget]: ...
+
+    @property
+    def unschedulable_plain(self) -> Mapping[PodKey, int]: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
+
+    @property
+    def preemptions(self) -> PreemptionBook: ...
+
+    @property
+    def nominations(self) -> Nominations: ...
+
+    @property
+    def preempt_tried(self) -> dict[GangKey, tuple[int, str]]: ...
+
+    @property
+    def plain_tried(self) -> dict[PodKey, int]: ...
+
+    @property
+    def held_touched(self) -> set[GangKey]: ...
+
+    def gang_priority(self, g: Gang) -> int: ...
+
+    def unit_priority(self, pod: PodRecord, cache: dict[GangKey, int] | None = None) -> int: ...
+
+    def live(self, g: Gang) -> list[PodRecord]: ...
+
+    def notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
+               reason: GangReason | None = None, detail: str = "") -> None: ...
+
+    def verdict(self, pod: PodKey, **changes: object) -> None: ...
+
+
+
+def blocked(st: CoreView, g: Gang) -> GangReason | None:
     """Why the gang may not be admitted now because of a preemption, or None.
 
     A gang being evicted waits (its recreated members must not race the preemptor for the
@@ -82,7 +156,7 @@ def blocked(st: CoreState, g: Gang) -> GangReason | None:
     return None
 
 
-def preempting_reason(st: CoreState, g: Gang) -> Preempting | None:
+def preempting_reason(st: CoreView, g: Gang) -> Preempting | None:
     """The gang's preemption in flight, as a reason (for members whose planned node still
     holds victims), or None."""
     rec = st.preemptions.get(PreemptorId.of_gang(g.key))
@@ -91,7 +165,7 @@ def preempting_reason(st: CoreState, g: Gang) -> Preempting | None:
     return _reason(g.key, rec)
 
 
-def victims_hold(st: CoreState, g: Gang, node: NodeName) -> Preempting | None:
+def victims_hold(st: CoreView, g: Gang, node: NodeName) -> Preempting | None:
     """The gang's preemption in flight, as a reason, while one of its victims still holds
     ``node``; else None.
 
@@ -115,7 +189,7 @@ def _reason(gang: GangKey, rec: InFlight) -> Preempting:
                       len(rec.waiting_for))
 
 
-def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: Level | None,
+def try_preempt(st: CoreView, g: Gang, members: Sequence[PodRecord], required: Level | None,
                 now: float) -> Plan | GangReason | str | None:
     """Evict for ``g`` so that ``members`` fit, and return the plan to admit them into.
 
@@ -165,7 +239,7 @@ def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: 
     return found.plan
 
 
-def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
+def _decide(st: CoreView, me: PreemptorId, preemptor: Preemptor, now: float
             ) -> Victims | NoPreemption | Unfinished:
     """One slice of ``me``'s victim search, within what is left of this sweep's budget.
 
@@ -207,7 +281,7 @@ def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
     return got
 
 
-def _recheck(st: CoreState, found: Victims, pre: Preemptor) -> Victims | None:
+def _recheck(st: CoreView, found: Victims, pre: Preemptor) -> Victims | None:
     """``found`` as it stands in the cluster of now, or None when it no longer holds: every
     victim still bound where it was, not terminating, below the preemptor; every victim
     gang with no member bound outside the set and no binding in flight; and the preemptor
@@ -238,7 +312,7 @@ def _unfinished(u: Unfinished) -> str:
             f"{u.slices} sweep(s) so far; each sweep does at most a bounded share)")
 
 
-def _resume_searches(st: CoreState, now: float) -> None:
+def _resume_searches(st: CoreView, now: float) -> None:
     """The deadline timer: searches due for their next slice go back into the sweep (a
     gang's through ``held_touched``; a plain pod is in every sweep while unschedulable)."""
     book = st.preemptions
@@ -250,7 +324,7 @@ def _resume_searches(st: CoreState, now: float) -> None:
                 st.held_touched.add(GangKey(who.name))
 
 
-def _evict(st: CoreState, found: Victims, preemptor: str, by: str, priority: int) -> None:
+def _evict(st: CoreView, found: Victims, preemptor: str, by: str, priority: int) -> None:
     for c in found.evict:
         st.outbox.evictions.append(Eviction(c.key, st.store.pods[c.key].uid, c.node,
                                             preemptor, priority, c.gang))
@@ -261,7 +335,7 @@ def _evict(st: CoreState, found: Victims, preemptor: str, by: str, priority: int
         st.notice(NoticeKind.PREEMPTED, None, (key,), detail=by)
 
 
-def preempt_for_plain(st: CoreState, now: float) -> None:
+def preempt_for_plain(st: CoreView, now: float) -> None:
     """Plain pods of Lockstep's schedulers that kube-scheduler found no node for look for
     victims, highest priority first (its own filters failed everywhere, so no filter call
     comes: this runs in the sweep after cluster events, as ``admit_by_preemption`` does
@@ -277,7 +351,7 @@ def preempt_for_plain(st: CoreState, now: float) -> None:
         _preempt_for_plain(st, pod, now)
 
 
-def _preempt_for_plain(st: CoreState, pod: PodRecord, now: float) -> None:
+def _preempt_for_plain(st: CoreView, pod: PodRecord, now: float) -> None:
     policy = (PreemptionPolicy.NEVER if pod.preempt_never
               else PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
     preemptor = Preemptor(str(pod.key), (Member(pod),), pod.priority, policy,
@@ -310,14 +384,14 @@ def _preempt_for_plain(st: CoreState, pod: PodRecord, now: float) -> None:
         f"is held for this pod"))
 
 
-def nominated_pod_done(st: CoreState, pod: PodRecord) -> None:
+def nominated_pod_done(st: CoreView, pod: PodRecord) -> None:
     """The pod bound, finished or left: its nomination (and a preemption still in flight
     for it) ends."""
     if st.nominations.remove(pod.key) is not None:
         st.preemptions.cancel(PreemptorId.of_pod(pod.key))
 
 
-def displaced(st: CoreState, node: NodeName, by: PodKey) -> None:
+def displaced(st: CoreView, node: NodeName, by: PodKey) -> None:
     """A pod bound on ``node`` (kube-scheduler placed it: a higher-priority pod may take a
     nomination's room). Nominations whose victims are gone and whose room is no longer
     there are given back, lowest priority first, and their pods tried again."""
@@ -337,7 +411,7 @@ def displaced(st: CoreState, node: NodeName, by: PodKey) -> None:
             st.outbox.requeue.add(n.pod)
 
 
-def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
+def victims_gone(st: CoreView, pods: Iterable[PodKey]) -> None:
     """The watch showed these pods gone (deleted or finished)."""
     if not len(st.preemptions):
         return
@@ -357,7 +431,7 @@ def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
         st.held_touched.add(g.key)
 
 
-def _no_longer_preempting(st: CoreState, g: Gang, reason: GangReason | None) -> None:
+def _no_longer_preempting(st: CoreView, g: Gang, reason: GangReason | None) -> None:
     """The gang's own preemption ended (its victims went, or outlived the deadline): a
     "Preempting" reason it was told from that record goes with it. A gang that had given its
     room back (a member left) and was told it waits on the record would otherwise say so
@@ -367,7 +441,7 @@ def _no_longer_preempting(st: CoreState, g: Gang, reason: GangReason | None) -> 
         st.outbox.requeue.update(g.wake())
 
 
-def expired(st: CoreState, now: float) -> list[PreemptionExpired]:
+def expired(st: CoreView, now: float) -> list[PreemptionExpired]:
     """Preemptions whose victims outlived the deadline; the caller gives a gang's room back,
     a plain pod's nomination is dropped here. Nominations whose pod never came to bind
     end too."""
@@ -394,7 +468,7 @@ RECORD_COST = 2 * BOOK_COST
 """Units charged per candidate built (its gang, priority, budgets and quota are read)."""
 
 
-def _candidates(st: CoreState, below: int) -> list[Candidate]:
+def _candidates(st: CoreView, below: int) -> list[Candidate]:
     """:func:`candidate_steps` in one go, however long it takes."""
     steps = candidate_steps(st, below)
     try:
@@ -405,12 +479,12 @@ def _candidates(st: CoreState, below: int) -> list[Candidate]:
         return out
 
 
-def _listing(st: CoreState, below: int) -> Callable[[], Listing]:
+def _listing(st: CoreView, below: int) -> Callable[[], Listing]:
     """The candidates of a victim search, listed as its first budgeted pieces."""
     return lambda: candidate_steps(st, below)
 
 
-def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Candidate]]:
+def candidate_steps(st: CoreView, below: int) -> Generator[int, None, list[Candidate]]:
     """Every bound pod that could be a victim, each gang's bound members all together,
     listed in pieces of at most :data:`LIST_GRAIN` pods, each announced with its cost as
     a victim search's pieces are (:class:`~coscheduling.preemption.victims.VictimSearch`): a
@@ -444,7 +518,7 @@ def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Cand
             if p is None or not p.holds_capacity or k in terminating \
                     or st.unit_priority(p, prio) >= below:
                 continue
-            if (g := gang_key(st.membership.get(k))) is None:
+            if (g := gang_of(st.membership.get(k))) is None:
                 plain.append(p)
             else:
                 gangs_low.add(g)
@@ -459,14 +533,14 @@ def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Cand
         some = pods[i:i + LIST_GRAIN]
         yield len(some) * RECORD_COST
         out += [Candidate(p.key, p.node_name, p.requests, st.unit_priority(p, prio),
-                          gang_key(st.membership.get(p.key)), p.started,
+                          gang_of(st.membership.get(p.key)), p.started,
                           selecting(p, budgets.get(p.namespace, ())), p.grace_seconds,
                           quota_line(p.namespace, p.labels))
                 for p in some if p.node_name is not None]
     return out
 
 
-def _gang_members(st: CoreState, gangs: Sequence[GangKey], terminating: frozenset[PodKey]
+def _gang_members(st: CoreView, gangs: Sequence[GangKey], terminating: frozenset[PodKey]
                   ) -> Generator[int, None, list[PodRecord]]:
     """Every bound member of ``gangs`` not terminating, gang by gang, members by key;
     gangs with a binding in flight left out. Pieces of about :data:`LIST_GRAIN` members."""
