@@ -64,135 +64,138 @@ class Coscheduler:
     """Cluster state plus the gang rules; one instance per Lockstep process."""
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.state = st = CoreState(settings or Settings())
-        self.settings, self.store, self.ledger = st.settings, st.store, st.ledger
-        self.capacity, self.waiting, self.outbox = st.capacity, st.waiting, st.outbox
+        self._state = st = CoreState(settings or Settings())
+        """Private: ``app`` reads the core through the methods here (tests reach it through
+        ``tests/internals.state_of``, in one place)."""
+        self.settings = st.settings
+        self._store, self._ledger = st.store, st.ledger
+        self._capacity, self._waiting, self._outbox = st.capacity, st.waiting, st.outbox
 
     @property
     def partial_gangs(self) -> int:
         """Gangs left partly bound by a permanently failed binding (for metrics)."""
-        return self.state.partial_gangs
+        return self._state.partial_gangs
 
     # ------------------------------------------------------------------ read-only views
 
     @property
     def pods(self) -> Mapping[PodKey, PodRecord]:
-        return MappingProxyType(self.store.pods)
+        return MappingProxyType(self._store.pods)
 
     @property
     def nodes(self) -> Mapping[NodeName, NodeRecord]:
-        return MappingProxyType(self.store.nodes)
+        return MappingProxyType(self._store.nodes)
 
     def pod(self, key: PodKey) -> PodRecord | None:
-        return self.store.pods.get(key)
+        return self._store.pods.get(key)
 
     def node(self, name: NodeName) -> NodeRecord | None:
-        return self.store.nodes.get(name)
+        return self._store.nodes.get(name)
 
     def has_node(self, name: str) -> bool:
-        return name in self.store.nodes
+        return name in self._store.nodes
 
     def node_names(self) -> list[NodeName]:
-        return sorted(self.store.nodes)
+        return sorted(self._store.nodes)
 
     def node_count(self) -> int:
-        return len(self.store.nodes)
+        return len(self._store.nodes)
 
     def pod_count(self) -> int:
-        return len(self.store.pods)
+        return len(self._store.pods)
 
     def free(self, node: NodeName) -> Resources:
-        return self.store.free(node)
+        return self._store.free(node)
 
     def used(self, node: NodeName) -> Resources:
         """What the pods bound to ``node`` request (empty when none is)."""
-        return self.store.used.get(node, {})
+        return self._store.used.get(node, {})
 
     def gpu_totals(self) -> tuple[int, int]:
         """(allocatable, used) GPUs over the cached nodes: one pass, ~1 ms at 5,000 nodes."""
-        used_by_node = self.store.used
+        used_by_node = self._store.used
         allocatable = used = 0
-        for name, node in self.store.nodes.items():
+        for name, node in self._store.nodes.items():
             allocatable += node.allocatable.get(GPU, 0)
             used += used_by_node.get(name, {}).get(GPU, 0)
         return allocatable, used
 
     def domains(self, level: int) -> Mapping[tuple[str, ...], list[NodeName]]:
         """The nodes of each domain of topology level ``level`` (its index in the levels)."""
-        return self.store.domains(level)
+        return self._store.domains(level)
 
     def layout(self, node: NodeName) -> GpuLayout:
         """``node``'s GPUs: their NVLink islands and NUMA zones."""
-        return self.store.layout(node)
+        return self._store.layout(node)
 
     def free_unreserved(self, node: NodeName) -> Resources:
         """Free capacity on ``node`` that no gang holds."""
-        return self.capacity.free_for_gang(node)
+        return self._capacity.free_for_gang(node)
 
     def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
-        return self.ledger.by_gang_on(node)
+        return self._ledger.by_gang_on(node)
 
     def reserved_gpus(self) -> int:
-        return sum(r.get(GPU, 0) for r in self.ledger.total.values())
+        return sum(r.get(GPU, 0) for r in self._ledger.total.values())
 
     def reserved_total(self) -> dict[NodeName, dict[GangKey, Resources]]:
-        return {n: self.ledger.by_gang_on(n) for n in self.ledger.nodes()}
+        return {n: self._ledger.by_gang_on(n) for n in self._ledger.nodes()}
 
     def is_parked(self, pod: PodKey) -> bool:
-        return self.waiting.is_parked(pod)
+        return self._waiting.is_parked(pod)
 
     def parked_total(self) -> int:
-        return self.waiting.total()
+        return self._waiting.total()
 
     def members_of(self, gang: GangKey) -> list[PodRecord]:
-        return views.members_of(self.state, gang)
+        return views.members_of(self._state, gang)
 
     def membership(self, pod: PodKey) -> Membership:
-        return self.state.membership.get(pod)
+        return self._state.membership.get(pod)
 
     def plain_verdict(self, pod: PodKey) -> PlainVerdict | None:
         """The last filter and bind answers for a pod outside any gang."""
-        return self.state.plain_verdicts.get(pod)
+        return self._state.plain_verdicts.get(pod)
 
     def gang_of(self, pod: PodKey) -> GangKey | None:
-        return gang_of(self.state.membership.get(pod))
+        return gang_of(self._state.membership.get(pod))
 
     def meets_quorum(self, spec: GangSpec, keys: Iterable[PodKey]) -> bool:
-        return meets_quorum(self.state, spec, keys)
+        return meets_quorum(self._state, spec, keys)
 
     def gangs(self) -> Mapping[GangKey, Gang]:
-        return MappingProxyType(self.state.gangs)
+        return MappingProxyType(self._state.gangs)
 
     def plans(self) -> dict[GangKey, dict[PodKey, NodeName]]:
-        return {k: dict(g.plan) for k, g in self.state.gangs.items() if g.plan}
+        return {k: dict(g.plan) for k, g in self._state.gangs.items() if g.plan}
 
     def explain_score(self, n: NodeName, gpus: int, own: PodKey | None = None) -> Score:
-        return self.capacity.explain_score(n, gpus, own)
+        return self._capacity.explain_score(n, gpus, own)
 
     # ------------------------------------------------------------------ cluster events
 
     def upsert(self, kind: Kind[Any, Any], record: Any) -> None:
         if kind is ingest.PODS:
-            placer.landed(self.state, record.key)
-        kind.upsert(self.state, record)
+            placer.landed(self._state, record.key)
+        kind.upsert(self._state, record)
 
     def delete(self, kind: Kind[Any, Any], key: Any) -> None:
-        kind.delete(self.state, key)
+        kind.delete(self._state, key)
 
     def replace(self, kind: Kind[Any, Any], records: Iterable[Any]) -> None:
         """After a relist: exactly ``records`` of ``kind``, deletions included."""
-        if kind is ingest.PODS and self.state.holds:
+        if kind is ingest.PODS and self._state.holds:
             records = list(records)
             for r in records:
-                placer.landed(self.state, r.key)
-        kind.replace(self.state, records)
+                placer.landed(self._state, r.key)
+        kind.replace(self._state, records)
 
     def unserved(self, kind: Kind[Any, Any]) -> None:
         """``kind``'s CRD is not installed: an empty set, unless the kind says more."""
         if kind.unserved is not None:
-            kind.unserved(self.state)
+            kind.unserved(self._state)
         else:
-            kind.replace(self.state, [])
+            kind.replace(self._state, [])
 
     def upsert_pod(self, pod: PodRecord) -> None:
         """A pod as the watch delivers it."""
@@ -200,130 +203,130 @@ class Coscheduler:
 
     def pods_listed(self, revision: int) -> None:
         """The pod list or a watch bookmark reached ``revision``."""
-        ingest.pods_listed(self.state, revision)
+        ingest.pods_listed(self._state, revision)
 
     def delete_pod(self, key: PodKey, uid: str = "") -> None:
         """The pod is gone; a ``uid`` that is not the cached pod's is a stale event, ignored."""
-        ingest.delete_pod(self.state, key, uid)
+        ingest.delete_pod(self._state, key, uid)
 
     # ------------------------------------------------------------------ the verbs
 
     def filter(self, pod: PodRecord, candidates: Sequence[NodeName], now: float
                ) -> FilterDecision:
         """Which candidates ``pod`` may use; for gang pods exactly the planned node."""
-        return filtering.filter_pod(self.state, pod, candidates, now)
+        return filtering.filter_pod(self._state, pod, candidates, now)
 
     def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[int]:
         """A 0..10 score for each of ``nodes``, in the same order."""
         own = pod.key if self.gang_of(pod.key) is not None else None
-        return self.capacity.scores(nodes, pod.requests.get(GPU, 0), own)
+        return self._capacity.scores(nodes, pod.requests.get(GPU, 0), own)
 
     def bind(self, key: PodKey, node: NodeName, now: float, uid: str = "") -> BindDecision:
-        return binding.bind(self.state, key, node, now, uid)
+        return binding.bind(self._state, key, node, now, uid)
 
     def bind_outcomes(self, outcomes: Sequence[BindOutcome]) -> PartiallyBound | None:
         """What the API said to bindings the core asked for; a partial gang is reported."""
-        return binding.bind_outcomes(self.state, outcomes)
+        return binding.bind_outcomes(self._state, outcomes)
 
     def abandon(self, key: PodKey) -> None:
         """kube-scheduler gave up on a parked call (connection closed): unpark it."""
-        self.waiting.remove(key)
+        self._waiting.remove(key)
 
     # ------------------------------------------------------------------ held gangs, time
 
     def place_at_creation(self, pod: PodRecord, now: float) -> Placement:
         """The webhook's question for a member being created: pin it, or gate it."""
-        return placer.place_at_creation(self.state, pod, now)
+        return placer.place_at_creation(self._state, pod, now)
 
     def pinned_at_creation(self, key: PodKey) -> NodeName | None:
         """The node a pod being created was pinned to, until the watch shows it."""
-        return placer.pinned_at_creation(self.state, key)
+        return placer.pinned_at_creation(self._state, key)
 
     def withdraw_creation(self, key: PodKey) -> None:
         """A pin given at creation taken back by the webhook (another party's gate)."""
-        placer.withdraw(self.state, key)
+        placer.withdraw(self._state, key)
 
     def drain_creation_answers(self) -> dict[PodKey, Answer]:
         """Answers for reviews the webhook held, decided since the last drain."""
-        return placer.drain_answers(self.state)
+        return placer.drain_answers(self._state)
 
     def next_hold_deadline(self) -> float | None:
         """When the earliest held review's window closes."""
-        return placer.next_hold_deadline(self.state)
+        return placer.next_hold_deadline(self._state)
 
     def expire_holds(self, now: float) -> None:
         """Held reviews whose window closed without their quorum are gated."""
-        placer.expire_holds(self.state, now)
+        placer.expire_holds(self._state, now)
 
     def release_hold(self, key: PodKey) -> None:
         """The webhook gave up on a held review (it answered it itself)."""
-        placer.release_hold(self.state, key)
+        placer.release_hold(self._state, key)
 
     def admit_held(self, now: float) -> None:
-        held.admit_held(self.state, now)
+        held.admit_held(self._state, now)
 
     def lift_target(self, key: PodKey) -> Lift | None:
-        return held.lift_target(self.state, key)
+        return held.lift_target(self._state, key)
 
     def next_deadline(self) -> float | None:
-        return deadlines.next_deadline(self.state)
+        return deadlines.next_deadline(self._state)
 
     def expire(self, now: float) -> list[GangExpired]:
         """Time out admitted gangs past their deadline and end finished backoffs."""
-        return deadlines.expire(self.state, now)
+        return deadlines.expire(self._state, now)
 
     # ------------------------------------------------------------------ what the app acts on
 
     def drain_notices(self) -> list[Notice]:
-        return self.outbox.drain_notices()
+        return self._outbox.drain_notices()
 
     def drain_requeue(self) -> list[PodKey]:
         """Pods kube-scheduler should look at again (no API event would wake them)."""
-        return self.outbox.drain_requeue(self.store.pods)
+        return self._outbox.drain_requeue(self._store.pods)
 
     def drain_unparked(self) -> list[Unparked]:
         """Parked calls let go of by cluster events; the app answers each with its reason."""
-        return self.outbox.drain_unparked()
+        return self._outbox.drain_unparked()
 
     def drain_evictions(self) -> list[Eviction]:
         """Victims of preemptions decided since the last drain: the app evicts them."""
-        return self.state.outbox.drain_evictions()
+        return self._state.outbox.drain_evictions()
 
     def drain_lift(self) -> list[Lift]:
         """Held pods whose gate comes off now (decided now, from the current plan)."""
-        return held.drain_lift(self.state)
+        return held.drain_lift(self._state)
 
     # ------------------------------------------------------------------ read models
 
     def gang_view(self, key: GangKey) -> GangView | None:
-        return views.gang_view(self.state, key)
+        return views.gang_view(self._state, key)
 
     def gang_state(self, key: GangKey) -> str | None:
         """What a person calls the gang's state (one of ``views.STATES``), or None."""
-        g = self.state.gangs.get(key)
-        return views.gang_state(self.state, g) if g is not None else None
+        g = self._state.gangs.get(key)
+        return views.gang_state(self._state, g) if g is not None else None
 
     def preemptions_in_flight(self) -> list[InFlight]:
         """Each preemption whose victims are still going, oldest first."""
-        return sorted(self.state.preemptions.by_preemptor.values(), key=lambda r: r.started)
+        return sorted(self._state.preemptions.by_preemptor.values(), key=lambda r: r.started)
 
     def invalid_podgroups(self) -> dict[GangKey, InvalidGang]:
         """scheduler-plugins PodGroups whose own fields are out of range, and why."""
-        return {k: r.error for k, r in self.store.podgroups.items() if r.error is not None}
+        return {k: r.error for k, r in self._store.podgroups.items() if r.error is not None}
 
     def upstream_podgroups(self) -> Mapping[GangKey, UpstreamPodGroup]:
         """The upstream ``scheduling.k8s.io`` PodGroups in the cache."""
-        return MappingProxyType(self.store.upstream)
+        return MappingProxyType(self._store.upstream)
 
     def gang_views(self) -> list[GangView]:
-        found = (views.gang_view(self.state, k) for k in sorted(self.state.gangs))
+        found = (views.gang_view(self._state, k) for k in sorted(self._state.gangs))
         return [v for v in found if v is not None]
 
     def podgroup_status(self, key: GangKey) -> PodGroupStatus | None:
-        return views.podgroup_status_of(self.state, key)
+        return views.podgroup_status_of(self._state, key)
 
     def podgroup_statuses(self) -> dict[GangKey, PodGroupStatus]:
-        return views.podgroup_statuses(self.state)
+        return views.podgroup_statuses(self._state)
 
     def volcano_statuses(self) -> dict[GangKey, VolcanoStatus]:
-        return views.volcano_status_map(self.state)
+        return views.volcano_status_map(self._state)

@@ -61,6 +61,7 @@ from coscheduling.reasons import Preempting
 from coscheduling.records import GangKey, NodeName, PodKey, PodRecord
 from coscheduling.resources import Resources, add, sub
 from coscheduling.topology import domain_of
+from tests.internals import state_of
 
 __all__ = ["InvariantBroken", "check_invariants", "cluster_facts"]
 
@@ -73,26 +74,26 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     """Raise :class:`InvariantBroken` for the first broken rule; ``now`` (the model's clock)
     lets rule 10 tell a creation still in flight from one that never landed."""
     try:
-        check_ledger(core.ledger, core.plans())
+        check_ledger(state_of(core).ledger, core.plans())
     except LedgerDrift as e:
         raise InvariantBroken(f"reservations != plans: {e}") from None
-    store = core.store
-    leaving = core.state.preemptions.terminating()
+    store = state_of(core).store
+    leaving = state_of(core).preemptions.terminating()
     _check_preemptions(core)
     _check_queues(core)
     _check_expected(core)
     _check_gangs_exist(core, now)
-    nominations = core.state.nominations
+    nominations = state_of(core).nominations
     flying = {k for g in core.gangs().values() for k in g.binding}
-    for n in sorted({*core.ledger.nodes(), *nominations.total}):
+    for n in sorted({*state_of(core).ledger.nodes(), *nominations.total}):
         if n not in store.nodes:
             if n in nominations.total or any(r.pod not in flying
-                                             for r in core.ledger.on_node(n)):
+                                             for r in state_of(core).ledger.on_node(n)):
                 raise InvariantBroken(f"reservation on node {n} that is not in the store")
             continue  # 14: bindings in flight to a deleted node keep their room
         # Victims of a preemption in flight still count as usage; their room is reserved
         # for the preemptor already (counted twice, never lent to a third party).
-        holding = add(core.ledger.reserved_on(n), nominations.held_on(n))
+        holding = add(state_of(core).ledger.reserved_on(n), nominations.held_on(n))
         left = sub(sub(store.nodes[n].allocatable, store.used.get(n, {})), holding)
         for k in leaving:
             p = store.pods.get(k)
@@ -102,7 +103,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
             if amount > 0 and left.get(res, 0) < 0:
                 raise InvariantBroken(
                     f"node {n}: usage + reservations exceed allocatable {res} by "
-                    f"{-left[res]} (reserved {core.ledger.by_gang_on(n)}, nominated "
+                    f"{-left[res]} (reserved {state_of(core).ledger.by_gang_on(n)}, nominated "
                     f"{[x.pod for x in nominations.on(n)]})")
     for key, g in core.gangs().items():
         live = {p.key: p for p in core.members_of(key) if p.active}
@@ -142,9 +143,9 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
                     f"bound < minMember {g.spec.min_member}")
             if g.deadline is None:
                 raise InvariantBroken(f"gang {key} admitted without a deadline")
-    for gang in core.waiting.gangs():
+    for gang in state_of(core).waiting.gangs():
         owner = core.gangs().get(gang)
-        for pod, node in core.waiting.parked(gang).items():
+        for pod, node in state_of(core).waiting.parked(gang).items():
             if owner is None or owner.phase is not GangPhase.ADMITTED:
                 raise InvariantBroken(f"{pod} parked for gang {gang}, which is not admitted")
             held = store.pods.get(pod)
@@ -159,8 +160,8 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
                 raise InvariantBroken(f"stale cached score for {n} ({gpus} GPU)")
     def fresh_free_gpus(n: NodeName) -> int:
         return store.nodes[n].allocatable.get("nvidia.com/gpu", 0) - store.used.get(
-            n, {}).get("nvidia.com/gpu", 0) - core.ledger.reserved_on(n).get(
-            "nvidia.com/gpu", 0) - core.state.nominations.held_on(n).get("nvidia.com/gpu", 0)
+            n, {}).get("nvidia.com/gpu", 0) - state_of(core).ledger.reserved_on(n).get(
+            "nvidia.com/gpu", 0) - state_of(core).nominations.held_on(n).get("nvidia.com/gpu", 0)
 
     for n, cached_gpus in store.free_gpu.items():
         if n in store.nodes:
@@ -177,13 +178,13 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
         if {d: list(ns) for d, ns in store.domains(index).items()} != fresh:
             raise InvariantBroken(f"stale topology domains at level {index}")
         fresh_ranked = sorted((sum(map(fresh_free_gpus, ns)), d) for d, ns in fresh.items())
-        if list(core.capacity.domains_by_free_gpus(index)) != fresh_ranked:
+        if list(state_of(core).capacity.domains_by_free_gpus(index)) != fresh_ranked:
             raise InvariantBroken(f"stale free GPUs per domain at level {index}")
 
 
 def _check_expected(core: Coscheduler) -> None:
     """9. expected members only inside admitted plans, never a whole gang of them."""
-    st = core.state
+    st = state_of(core)
     per_gang: dict[GangKey, int] = {}
     for key, gang in st.expected.items():
         g = st.gangs.get(gang)
@@ -211,7 +212,7 @@ def _check_expected(core: Coscheduler) -> None:
 
 def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
     """10. no empty gang; 11. nothing reserved for a gang with no member that exists."""
-    st = core.state
+    st = state_of(core)
 
     def exists(k: PodKey) -> bool:
         p = st.store.pods.get(k)
@@ -229,7 +230,7 @@ def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
             raise InvariantBroken(f"gang {key} survives with no member that exists "
                                   f"(members {sorted(g.members)}, phase {g.phase.value})")
     reserving: dict[GangKey, str] = {}
-    for r in core.ledger.by_pod.values():
+    for r in state_of(core).ledger.by_pod.values():
         reserving.setdefault(r.gang, f"a reservation for {r.pod} on {r.node}")
     for k, gang in st.expected.items():
         reserving.setdefault(gang, f"an expected slot {k}")
@@ -253,18 +254,18 @@ def group_priority(core: Coscheduler, g: Gang, pods: Mapping[PodKey, PodRecord] 
     if spec is not None and spec.priority is not None:
         return spec.priority
     if spec is not None and spec.priority_class is not None:
-        pc = core.state.priority_classes.get(spec.priority_class)
+        pc = state_of(core).priority_classes.get(spec.priority_class)
         if pc is not None:
             return pc.value
-    among = core.store.pods if pods is None else pods
+    among = state_of(core).store.pods if pods is None else pods
     return max((p.priority for k in g.members if (p := among.get(k)) is not None), default=0)
 
 
 def cluster_facts(core: Coscheduler) -> dict[str, Any]:
     """Everything that follows from the API server's objects alone (no reservations,
     parked calls or timers): a rebuilt core must compute exactly these."""
-    store = core.store
-    st = core.state
+    store = state_of(core).store
+    st = state_of(core)
     pods = {k: p for k, p in store.pods.items()
             if k not in st.expected and k not in st.provisional}  # not created yet
     # Bindings Lockstep assumed (in flight, not shown by the watch yet) are its own, not
@@ -289,7 +290,7 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
         "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
                     for i in range(len(core.settings.levels))],
         "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
-                   if not core.reserved_on(n) and n not in core.state.nominations.total
+                   if not core.reserved_on(n) and n not in state_of(core).nominations.total
                    and all(p.node_name != n for p in assumed.values())},
     }
 
@@ -300,12 +301,12 @@ def _check_preemptions(core: Coscheduler) -> None:
     victim gang is evicted whole: none of its members is bound and running, or has its
     binding in flight, outside the victim set; a gang told it is preempting has a preemption
     of its own in flight."""
-    store = core.store
-    st = core.state
+    store = state_of(core).store
+    st = state_of(core)
     for rec in st.preemptions.by_preemptor.values():
         for k in rec.waiting_for:
             p = store.pods.get(k)
-            if p is not None and (prio := core.state.unit_priority(p)) >= rec.priority:
+            if p is not None and (prio := state_of(core).unit_priority(p)) >= rec.priority:
                 raise InvariantBroken(f"{k} (priority {prio}) evicted for "
                                       f"{rec.preemptor} (priority {rec.priority})")
         for victim in rec.victim_gangs:
@@ -332,7 +333,7 @@ def _check_preemptions(core: Coscheduler) -> None:
                 and key not in own:
             raise InvariantBroken(f"gang {key} is told it is preempting, with no preemption "
                                   f"of its own in flight (another preemptor's record?)")
-    for n in core.state.nominations.by_pod.values():
+    for n in state_of(core).nominations.by_pod.values():
         p = store.pods.get(n.pod)
         if p is None or p.node_name is not None or not p.active \
                 or core.gang_of(n.pod) is not None:
@@ -344,7 +345,7 @@ def _check_preemptions(core: Coscheduler) -> None:
 
 def _check_queues(core: Coscheduler) -> None:
     """8. no Volcano queue's gangs hold more than its capability."""
-    st = core.state
+    st = state_of(core)
     if st.store.queues is None:
         return
     held: dict[str, Resources] = {}

@@ -31,6 +31,7 @@ from coscheduling.eligibility import (
 from coscheduling.reasons import DoesNotFit
 from coscheduling.records import PodRecord
 from tests.builders import node, pod
+from tests.internals import state_of
 
 
 def _with_terms(obj: dict[str, Any], terms: list[Any]) -> dict[str, Any]:
@@ -148,5 +149,5 @@ def test_a_gang_over_an_affinity_limit_tries_no_placement_and_searches_no_victim
     assert AFFINITY_FIELD in " ".join(d.unresolvable.nofit.notes)
     assert "no eviction can place default/g-0" in d.unresolvable.preemption
     assert f"at most {MAX_AFFINITY_TERMS}" in d.unresolvable.preemption
-    assert core.state.preemptions.searches == {} and core.drain_evictions() == []
-    assert core.state.preemptions.get(PreemptorId.of_gang(gang_key("default", "g"))) is None
+    assert state_of(core).preemptions.searches == {} and core.drain_evictions() == []
+    assert state_of(core).preemptions.get(PreemptorId.of_gang(gang_key("default", "g"))) is None

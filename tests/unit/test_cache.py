@@ -14,6 +14,7 @@ from coscheduling import Coscheduler, ingest, node_from_json
 from coscheduling.topology import nrt_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
+from tests.internals import state_of
 
 
 def pod_json(name: str, rv: str) -> dict[str, Any]:
@@ -215,10 +216,10 @@ async def test_a_crd_established_after_start_wakes_its_resource_at_once() -> Non
             crd_events.put_nowait(json.dumps({"type": "MODIFIED", "object": ev}).encode()
                                   + b"\n")
         for _ in range(300):
-            if "default/pg" in core.store.volcano:
+            if "default/pg" in state_of(core).store.volcano:
                 break
             await asyncio.sleep(0.01)
-        assert "default/pg" in core.store.volcano
+        assert "default/pg" in state_of(core).store.volcano
         assert lists and lists[0] - t0 < 2.0
         loop_task.cancel()
     finally:
@@ -258,9 +259,9 @@ async def test_volcano_queues_are_read_and_their_absence_means_no_gating() -> No
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
     res = cache.resources["volcano-queues"]
     await run_until(cache, "volcano-queues", lambda: res.synced)
-    assert core.store.queues is None  # no CRD: nothing is gated
+    assert state_of(core).store.queues is None  # no CRD: nothing is gated
     served = True  # the CRD is installed; the loop lists again
     await run_until(cache, "volcano-queues", lambda: res.relists >= 1)
-    assert core.store.queues is not None
-    q = core.store.queues["team"]
+    assert state_of(core).store.queues is not None
+    q = state_of(core).store.queues["team"]
     assert (q.capability, q.state) == ({"nvidia.com/gpu": 4}, "Closed")

@@ -112,6 +112,7 @@ from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass
 from tests.builders import node, pod, podgroup, reset_uids
+from tests.internals import state_of
 from tests.invariants import check_invariants, cluster_facts
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
@@ -466,7 +467,7 @@ class GangModel(RuleBasedStateMachine):
                    if p["spec"].get("nodeName") == name
                    and p["status"]["phase"] not in ("Failed", "Succeeded"))
         for k in self.parked:
-            at = self.core.waiting.node(k)
+            at = state_of(self.core).waiting.node(k)
             if at == name and k in self.pods:
                 used += gpu(self.pods[k])
         return int(self.nodes[name]["status"]["allocatable"].get("nvidia.com/gpu", 0)) - used
@@ -532,7 +533,7 @@ class GangModel(RuleBasedStateMachine):
         plain = PodKey(pre)
         if plain in self.pods and self.core.gang_of(plain) is None:
             saw("Preempted:for-plain-pod")
-            nominated = self.core.state.nominations.get(plain)
+            nominated = state_of(self.core).nominations.get(plain)
             if nominated is None or self.pods[plain]["spec"].get("nodeName"):
                 raise AssertionError(f"evicted for plain pod {plain}, which holds no room")
             freed = sum(gpu(self.pods[k]) for k in keys if k in self.pods
@@ -956,7 +957,7 @@ class GangModel(RuleBasedStateMachine):
         eviction is the user's doing, not the core's: a victim at 0 when chosen is not one
         of 100 because its PodGroup was made basic, or a gang of 1000, while it goes)."""
         key = gang_key("default", gang)
-        book = self.core.state.preemptions
+        book = state_of(self.core).preemptions
         return book.evicting(key) is not None or any(
             r.gang == key for r in book.by_preemptor.values()) or any(
             self._unit_of(k) == gang for k in book.terminating())
@@ -1221,7 +1222,7 @@ class GangModel(RuleBasedStateMachine):
             saw("Reject:ReservedForGangs")
             prio = int(self.pods[key]["spec"].get("priority") or 0)
             holders: dict[str, int] = {
-                g: self.core.state.gang_priority(self.core.state.gangs[g])
+                g: state_of(self.core).gang_priority(state_of(self.core).gangs[g])
                 for g in d.reason.gangs}
             holders.update({n: int(self.pods[n]["spec"].get("priority") or 0)
                             for n in d.reason.nominated if n in self.pods})
@@ -1375,17 +1376,17 @@ class GangModel(RuleBasedStateMachine):
         fit every node that holds a reservation: a pod Lockstep bound is never planned over,
         even before the watch shows it."""
         api_bound = {k for k, p in self.pods.items() if p["spec"].get("nodeName")}
-        for n in self.core.ledger.nodes():
+        for n in state_of(self.core).ledger.nodes():
             if n not in self.nodes:
                 continue
             reserved = sum(r.requests.get("nvidia.com/gpu", 0)
-                           for r in self.core.ledger.on_node(n) if r.pod not in api_bound)
+                           for r in state_of(self.core).ledger.on_node(n) if r.pod not in api_bound)
             # Room a preemption frees is reserved for its preemptor while victims go.
-            reserved -= sum(gpu(self.pods[k]) for k in self.core.state.preemptions.terminating()
+            reserved -= sum(gpu(self.pods[k]) for k in state_of(self.core).preemptions.terminating()
                             if k in self.pods and self.pods[k]["spec"].get("nodeName") == n)
             if reserved and self._raw_free(n) + sum(
                     gpu(self.pods[k]) for k in self.parked
-                    if self.core.waiting.node(k) == n and k in self.pods) < reserved:
+                    if state_of(self.core).waiting.node(k) == n and k in self.pods) < reserved:
                 raise AssertionError(
                     f"node {n}: {reserved} GPUs reserved but only {self._raw_free(n)} free at "
                     f"the API server (a binding counted twice, or not at all)")
@@ -1395,7 +1396,8 @@ class GangModel(RuleBasedStateMachine):
         ``PROVISIONAL_SECONDS`` have passed (the core's timer has run since)."""
         for key, asked in self.never_landed.items():
             if self.now >= asked + PROVISIONAL_SECONDS and key not in self.pods:
-                assert self.core.ledger.get(key) is None, f"{key} never created, still holds"
+                assert state_of(self.core).ledger.get(key) is None, \
+                    f"{key} never created, still holds"
                 assert key not in self.core.pods, f"{key} never created, still counted"
 
     @invariant()
@@ -1529,7 +1531,7 @@ def test_replay_a_plain_pod_named_like_a_gang_preempts_on_its_own_record() -> No
                 ("schedule_gang", "a", 0, _Script()),
                 ("create_namesake_plain", "d", 4, False), ("create_whole_gang", "d", False),
                 ("schedule_gang", "d", 0, _Script()))
-    assert m.core.state.preemptions.by_preemptor, "nothing preempted: the replay is stale"
+    assert state_of(m.core).preemptions.by_preemptor, "nothing preempted: the replay is stale"
 
 
 def test_replay_members_disagreeing_on_min_member_hold_no_extra_slots() -> None:

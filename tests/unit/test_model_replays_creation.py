@@ -22,6 +22,7 @@ from coscheduling import (
     pod_key,
 )
 from tests.builders import PodBuilder, node, pod
+from tests.internals import state_of
 from tests.invariants import check_invariants
 from tests.unit.test_model import GangModel, _replay, _Script, gpu
 
@@ -222,7 +223,7 @@ def test_replay_a_member_rejoining_its_gang_with_its_binding_in_flight_stays_ass
                 ("schedule_gang", "up", 1, s("n0", True, "n0", True)),
                 ("change_upstream_podgroup", 2, True, False, ""),
                 ("change_upstream_podgroup", 2, False, False, ""))
-    assert m.core.state.assumed, "nothing assumed: stale replay"
+    assert state_of(m.core).assumed, "nothing assumed: stale replay"
     _replay_more(m, ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, s()),
                  ("group_binding_lands", s(0), 0), ("group_binding_lands", s(0), 0))
     assert _gpus_bound(m, "n0") <= _allocatable(m, "n0"), \

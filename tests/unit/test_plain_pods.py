@@ -28,6 +28,7 @@ from coscheduling.reasons import (
     ReservedForGangs,
 )
 from tests.builders import node, pod
+from tests.internals import state_of
 
 
 def cluster(*gpus: int) -> Coscheduler:
@@ -69,7 +70,7 @@ def test_a_pod_lockstep_bound_is_counted_before_the_watch_shows_it() -> None:
     assert core.free(NodeName("n0")).get("nvidia.com/gpu") == 0
     # The watch confirms it, then the pod finishes: the room is free again.
     add(core, pod("web").gpu(2).on("n0").build() | {"metadata": web["metadata"]})
-    assert core.state.assumed == {}
+    assert state_of(core).assumed == {}
     done = pod("web").gpu(2).on("n0", phase="Succeeded").build()
     add(core, done | {"metadata": web["metadata"]})
     core.admit_held(2.0)
@@ -81,11 +82,11 @@ def test_an_assumption_ends_when_the_pod_is_replaced_or_deleted() -> None:
     web = add(core, pod("web").gpu(2).build())
     bind_plain(core, web, "n0")
     add(core, pod("web").gpu(2).build())  # recreated under the same name: a new UID
-    assert core.state.assumed == {}
+    assert state_of(core).assumed == {}
     assert core.pod(pod_key("default", "web")).node_name is None  # type: ignore[union-attr]
     bind_plain(core, core_pod_json(core, "web"), "n0")
     core.delete_pod(pod_key("default", "web"))
-    assert core.state.assumed == {} and core.free(NodeName("n0")).get("nvidia.com/gpu") == 2
+    assert state_of(core).assumed == {} and core.free(NodeName("n0")).get("nvidia.com/gpu") == 2
 
 
 def core_pod_json(core: Coscheduler, name: str) -> dict[str, Any]:
@@ -197,7 +198,7 @@ def test_a_plain_bind_is_refused_for_a_reservation_only_of_its_priority_or_highe
     if gang_priority < pod_priority:
         # A gang of lower priority is admitted over a pending pod only when Lockstep did
         # not know the pod was pending (its filter went to a replica that has since died).
-        core.state.pending_plain.clear()
+        state_of(core).pending_plain.clear()
     held_gang(core, "g", 2, gpus=2, priority=gang_priority)
     core.admit_held(0.0)
     gang = core.gang_view(gang_key("default", "g"))

@@ -29,6 +29,7 @@ from coscheduling.preemption.victims import (
     choose_victims,
 )
 from tests.builders import node, pod
+from tests.internals import state_of
 
 NODES = 60
 PER_NODE = 4
@@ -98,7 +99,7 @@ def test_no_sweep_of_a_victim_search_reads_more_pods_than_its_budget(
     budget began: O(cluster) work in one call, a quarter of a second at 5,000 nodes."""
     monkeypatch.setattr(carry, "LIST_GRAIN", GRAIN)
     core = _full_cluster()
-    st = core.state
+    st = state_of(core)
     pods = len(st.store.pods)
     assert pods > 5 * 2 * GRAIN  # the listing alone takes several sweeps
     st.preemptions.budget = BUDGET
@@ -129,7 +130,7 @@ def test_no_sweep_of_a_victim_search_reads_more_pods_than_its_budget(
 def test_the_listing_in_pieces_finds_what_one_go_finds(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
     core = _full_cluster()
-    st = core.state
+    st = state_of(core)
     whole = _candidates(st, 100)
     monkeypatch.setattr(carry, "LIST_GRAIN", 7)
     steps = candidate_steps(st, 100)
@@ -148,7 +149,7 @@ def test_a_pod_gone_between_two_pieces_is_not_a_candidate(monkeypatch: pytest.Mo
                                                            ) -> None:
     monkeypatch.setattr(carry, "LIST_GRAIN", 10)
     core = _full_cluster()
-    st = core.state
+    st = state_of(core)
     steps = candidate_steps(st, 100)
     next(steps)
     gone = pod_key("default", "p59-3")  # among the last pods listed
@@ -164,7 +165,7 @@ def test_a_pod_gone_between_two_pieces_is_not_a_candidate(monkeypatch: pytest.Mo
 
 def test_a_search_given_a_listing_decides_as_one_given_the_list() -> None:
     core = _full_cluster()
-    st = core.state
+    st = state_of(core)
     _ask(core)
     members = tuple(Member(p) for p in st.live(st.gangs[gang_key("default", "high")]))
     pre = Preemptor("default/high", members, 100, gang=gang_key("default", "high"))

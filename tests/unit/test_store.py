@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coscheduling import Coscheduler, Settings, gang_key, ingest, node_from_json, pod_from_json
 from tests.builders import node, pod
+from tests.internals import state_of
 
 
 def racks(count: int) -> Coscheduler:
@@ -26,13 +27,13 @@ def test_planning_asks_only_touched_nodes_for_their_free_gpus() -> None:
     core = racks(50)  # 200 nodes
     admit(core, "a", 2, 8)  # builds the per-domain totals: every node asked once
     asked: list[str] = []
-    real = core.capacity.free_gpus
+    real = state_of(core).capacity.free_gpus
 
     def counting(n: str, own: object = None) -> int:
         asked.append(n)
         return real(n, own)  # type: ignore[arg-type]
 
-    core.capacity.free_gpus = counting  # type: ignore[method-assign]
+    state_of(core).capacity.free_gpus = counting  # type: ignore[method-assign]
     admit(core, "b", 2, 8)
     plan_a = set(core.gangs()[gang_key("default", "a")].plan.values())
     assert len(asked) < 20, f"{len(asked)} nodes asked; only the {plan_a} reserved changed"
@@ -52,9 +53,9 @@ def test_the_tightest_domain_follows_reservations_and_releases() -> None:
 
 def test_an_unchanged_node_is_a_heartbeat_and_bumps_nothing() -> None:
     core = racks(1)
-    epoch = core.store.epoch
+    epoch = state_of(core).store.epoch
     core.upsert(ingest.NODES, node_from_json(node("r0-n0").gpus(8).rack("r0").build()))
-    assert core.store.epoch == epoch
+    assert state_of(core).store.epoch == epoch
     core.upsert(ingest.NODES, node_from_json(node("r0-n0").gpus(4).rack("r0").build()))
-    assert core.store.epoch > epoch
-    assert core.capacity.free_gpus("r0-n0") == 4  # type: ignore[arg-type]
+    assert state_of(core).store.epoch > epoch
+    assert state_of(core).capacity.free_gpus("r0-n0") == 4  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ from coscheduling.records import PodRecord, pod_from_json
 from coscheduling.topology import DEFAULT_LEVELS
 from tests.builders import node, pod
 from tests.fakeapi import Wire
+from tests.internals import state_of
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
 KEY = gang_key("default", "train")
@@ -393,7 +394,7 @@ def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
                                                 "message": "x"}]})
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(written, "v1beta1"))
     assert core.drain_requeue() == []
-    assert core.store.upstream[KEY].condition is not None
+    assert state_of(core).store.upstream[KEY].condition is not None
 
 
 def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
@@ -482,11 +483,11 @@ async def test_podgroups_are_found_by_discovery_or_synced_empty(
     try:
         await until(lambda: res.synced)
         if want_version:
-            await until(lambda: KEY in core.store.upstream)
-            assert core.store.upstream[KEY].version == want_version
+            await until(lambda: KEY in state_of(core).store.upstream)
+            assert state_of(core).store.upstream[KEY].version == want_version
             assert res.path == f"/apis/scheduling.k8s.io/{want_version}/podgroups"
         else:
-            assert core.store.upstream == {} and res.version == ""
+            assert state_of(core).store.upstream == {} and res.version == ""
         assert not task.done()  # never fails, never exits
     finally:
         task.cancel()

@@ -28,6 +28,7 @@ from coscheduling import Coscheduler, NodeName, Settings, gang_key, ingest, node
 from coscheduling.gating import GANG_GATE, pinned_node
 from tests.builders import node
 from tests.fakeapi import Wire
+from tests.internals import state_of
 from tests.invariants import check_invariants
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
@@ -121,7 +122,7 @@ def gates(obj: dict[str, Any]) -> list[str]:
 
 def reserved(service: Lockstep) -> int:
     return sum(r.requests.get("nvidia.com/gpu", 0)
-               for r in service.core.state.ledger.by_pod.values())
+               for r in state_of(service.core).ledger.by_pod.values())
 
 
 def counted(service: Lockstep, decision: str) -> float:
@@ -138,7 +139,7 @@ async def test_members_created_together_are_pinned_with_no_gate(
     nodes = {pinned_node(tuple(terms(out))) for out in outs}
     assert len(nodes) == 1 and nodes <= {"n0", "n1"}
     # The whole gang's plan is held from this moment: 3 GPUs, on the pinned node.
-    assert reserved(service) == 3 and service.core.state.expected == {}
+    assert reserved(service) == 3 and state_of(service.core).expected == {}
     assert service.core.gangs()[gang_key("ml", "g")].phase.value == "Admitted"
     assert counted(service, "pinned") == 3
     check_invariants(service.core)
@@ -154,7 +155,7 @@ async def test_a_member_created_alone_is_held_a_moment_then_gated(
     assert 0.2 <= time.monotonic() - start < 10.0
     assert gates(out) == [GANG_GATE] and terms(out) == []
     assert reserved(service) == 0 and service.core.pods == {}
-    assert service.core.state.holds == {}
+    assert state_of(service.core).holds == {}
 
 
 async def test_the_pin_narrows_the_authors_own_terms(
