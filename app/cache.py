@@ -32,12 +32,12 @@ from typing import Any
 
 from coscheduling import (
     PODS,
-    WATCHED,
     Coscheduler,
     Kind,
     QuantityError,
     RecordError,
     pod_key,
+    watched_table,
 )
 
 from .errors import APIError, APIUnreachable, Gone, NotFound
@@ -104,7 +104,7 @@ class ClusterCache:
     resources: dict[str, Resource] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for w in WATCHED:
+        for w in watched_table():
             r = Resource(w.watch.name, w.watch.path, w.kind, w.watch.parse, w.watch.key_of,
                          optional=w.watch.optional, discover=w.watch.discover,
                          protobuf=decode_node_list if w.protobuf else None,

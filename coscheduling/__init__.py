@@ -60,14 +60,14 @@ from .resources import QuantityError, Resources, format_resources
 from .topology import DEFAULT_LEVELS, Level
 from .views import STATES as GANG_STATES
 from .views import GangView
-from .watched import WATCHED, Watched
+from .watched import Watched
+from .watched import table as watched_table
 
 __all__ = [
     "DEFAULT_LEVELS",
     "GANG_GATE",
     "GANG_STATES",
     "PODS",
-    "WATCHED",
     "AwaitQuorum",
     "BindFailed",
     "BindGroup",
@@ -121,4 +121,5 @@ __all__ = [
     "podgroup_from_json",
     "priority_class_from_json",
     "unpinned_terms",
+    "watched_table",
 ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .conventions.base import PodGroupRecord
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload
 from .conventions.volcano_queues import QueueRecord
+from .podgroup import Source
 from .records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources, add, sub
 from .topology import GPU, GpuLayout, Level, NumaZones, domain_of, gpu_layout
@@ -44,9 +45,9 @@ class ClusterStore:
     levels: tuple[Level, ...]
     nodes: dict[NodeName, NodeRecord] = field(default_factory=dict)
     pods: dict[PodKey, PodRecord] = field(default_factory=dict)
-    podgroups: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
-    volcano: dict[GangKey, PodGroupRecord] = field(default_factory=dict)
-    """Volcano PodGroups (scheduling.volcano.sh/v1beta1), a separate API of the same name."""
+    groups: dict[Source, dict[GangKey, PodGroupRecord]] = field(default_factory=dict)
+    """Each convention's PodGroup objects (``Watch.into == "groups"``), by the convention
+    whose API they belong to: what the resolver reads (``conventions.resolve``)."""
     queues: dict[str, QueueRecord] | None = None
     """Volcano Queues by name; None while their CRD is not served (then nothing is gated)."""
     upstream: dict[GangKey, UpstreamPodGroup] = field(default_factory=dict)
@@ -75,6 +76,23 @@ class ClusterStore:
     _dom_counted: dict[NodeName, int] = field(default_factory=dict)
     _dom_stale: set[NodeName] = field(default_factory=set)
     _layouts: dict[NodeName, tuple[NodeRecord, GpuLayout]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ PodGroups
+
+    def groups_of(self, source: Source) -> dict[GangKey, PodGroupRecord]:
+        """The PodGroup objects of one convention (empty until one comes)."""
+        return self.groups.setdefault(source, {})
+
+    @property
+    def podgroups(self) -> dict[GangKey, PodGroupRecord]:
+        """scheduler-plugins PodGroups (scheduling.x-k8s.io)."""
+        return self.groups_of(Source.SCHEDULER_PLUGINS)
+
+    @property
+    def volcano(self) -> dict[GangKey, PodGroupRecord]:
+        """Volcano PodGroups (scheduling.volcano.sh/v1beta1), a separate API of the same
+        name."""
+        return self.groups_of(Source.VOLCANO)
 
     # ------------------------------------------------------------------ nodes
 

@@ -2,21 +2,26 @@
 
 Every kind has the same three events: an object came or changed (``upsert``), went
 (``delete``), or the whole set was listed again after a watch expired (``replace``, which must
-work out the deletions). :data:`KINDS` maps each kind to its entry; the facade routes to it and
-the app's watches feed it. What an event means for the gangs is here too: a lost node gives
-back the slots on it, a PodGroup that came or went re-resolves its pods, a pod that changed
-gang leaves the old one.
+work out the deletions). Kubernetes' own kinds are entries here (:data:`NODES`, :data:`PODS`,
+...); each convention's objects get theirs from what the convention declares
+(:func:`kind_of` its :class:`~coscheduling.conventions.base.Watch`, by ``into``), so the
+registry (``coscheduling.conventions.REGISTRY``) is the one list of them: a convention with
+a PodGroup object like scheduler-plugins' needs nothing here. The facade routes events to the
+entries and the app's watches feed them (``coscheduling.watched``). What an event means for
+the gangs is here too: a lost node gives back the slots on it, a PodGroup that came or went
+re-resolves its pods, a pod that changed gang leaves the old one.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .actions import NoticeKind, Unparked
 from .conventions import points_at_object, scheduler_plugins, volcano
-from .conventions.base import MAX_GANG_SIZE_FLAG, PodGroupRecord
+from .conventions.base import MAX_GANG_SIZE_FLAG, Convention, PodGroupRecord, Watch
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .conventions.volcano_queues import QueueRecord
 from .corestate import CoreState
@@ -34,7 +39,6 @@ from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .topology import NumaZones
 
 __all__ = [
-    "KINDS",
     "NODES",
     "NUMA",
     "PDBS",
@@ -49,6 +53,7 @@ __all__ = [
     "assume_bound",
     "delete_pod",
     "forget_assumed",
+    "kind_of",
     "learn_newer",
     "pods_listed",
     "upsert_pod",
@@ -475,10 +480,6 @@ NUMA: Kind[NodeName, NumaZones] = Kind(
     "noderesourcetopologies", lambda st: st.store.numa, lambda z: z.node,
     lambda st, z: st.store.put_numa(z), lambda st, n: st.store.drop_numa(n),
     lambda st, items: st.store.replace_numa(items))
-SP_PODGROUPS = _group_kind("podgroups.scheduling.x-k8s.io", lambda st: st.store.podgroups,
-                           scheduler_plugins.SIZE_FIELD)
-VOLCANO_PODGROUPS = _group_kind("podgroups.scheduling.volcano.sh",
-                                lambda st: st.store.volcano, volcano.SIZE_FIELD)
 UPSTREAM_PODGROUPS: Kind[GangKey, UpstreamPodGroup] = Kind(
     "podgroups.scheduling.k8s.io", lambda st: st.store.upstream, lambda pg: pg.key,
     _upsert_upstream, _delete_upstream)
@@ -544,7 +545,28 @@ PODS: Kind[PodKey, PodRecord] = Kind(
     "pods", lambda st: st.store.pods, lambda p: p.key, watched_pod,
     delete_pod, _replace_pods)
 
-KINDS: dict[str, Kind[Any, Any]] = {k.name: k for k in (
-    NODES, NUMA, SP_PODGROUPS, VOLCANO_PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, PDBS,
-    PRIORITY_CLASSES, PODS, QUEUES)}
-"""Every kind the core reads, by its resource name."""
+_OWN_RULES: dict[str, Kind[Any, Any]] = {
+    "upstream-podgroups": UPSTREAM_PODGROUPS,
+    "upstream-workloads": WORKLOADS,
+    "volcano-queues": QUEUES,
+}
+"""The entries of the objects one convention has its own rules for (``Watch.into``)."""
+
+
+@functools.cache
+def kind_of(conv: Convention, watch: Watch) -> Kind[Any, Any]:
+    """The entry the events of one of a convention's watched objects go to: for ``groups``
+    (PodGroup objects), the convention's PodGroups in the store, pods re-resolved as they
+    come and go, one above ``--max-gang-size`` kept with that error; otherwise the entry of
+    the rules the convention's objects have here."""
+    if watch.into == "groups":
+        source = conv.source
+        return _group_kind(watch.name, lambda st: st.store.groups_of(source), watch.size_field)
+    return _OWN_RULES[watch.into]
+
+
+SP_PODGROUPS = kind_of(scheduler_plugins.CONVENTION, scheduler_plugins.WATCHES[0])
+VOLCANO_PODGROUPS = kind_of(volcano.CONVENTION, volcano.WATCHES[0])
+"""The entries of the shipped PodGroup conventions' objects, by name, for callers that upsert
+them directly (tests, benchmarks). Nothing routes by them: the table the app watches comes
+from the registry (``coscheduling.watched.table``)."""

@@ -42,7 +42,7 @@ def resolve_pod(st: CoreState, pod: PodRecord) -> Membership:
     if pod.scheduler_name not in st.settings.scheduler_names:
         return None
     store, settings = st.store, st.settings
-    m = resolve(pod, store.podgroups, settings.defaults, store.volcano)
+    m = resolve(pod, store.groups, settings.defaults)
     if pod.scheduling_group is None and pod.workload_ref is None:
         return m
     return combine(m, resolve_upstream(pod, store.upstream, store.workloads,

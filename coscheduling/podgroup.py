@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import ClassVar
 
 from .records import GangKey, gang_key
 from .resources import Resources
@@ -66,16 +67,32 @@ MAX_NAME_CHARS = 253
 SHOWN_CHARS = 64
 """How much of a bad value a reason repeats (Events and conditions are read by people)."""
 
-class Source(Enum):
-    """Which convention a gang was declared by (what its status is written back as)."""
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Which convention a gang was declared by (what its status is written back as).
 
-    LOCKSTEP = "lockstep"
-    SCHEDULER_PLUGINS = "scheduler-plugins"
-    VOLCANO = "volcano"
-    KOORDINATOR = "koordinator"
-    KUEUE = "kueue"
-    UPSTREAM = "scheduling.k8s.io"
+    Open, not an enum: a convention module names its own (``Source("name")``, once, as a
+    module constant compared by identity), so adding a convention changes no module but its
+    own and its line in the registry (``coscheduling.conventions.REGISTRY``). The ones below
+    are the conventions Lockstep ships."""
+
+    value: str
+
+    LOCKSTEP: ClassVar[Source]
+    SCHEDULER_PLUGINS: ClassVar[Source]
+    VOLCANO: ClassVar[Source]
+    KOORDINATOR: ClassVar[Source]
+    KUEUE: ClassVar[Source]
+    UPSTREAM: ClassVar[Source]
     """Kubernetes' own Workload / PodGroup API (``coscheduling.conventions.upstream``)."""
+
+
+Source.LOCKSTEP = Source("lockstep")
+Source.SCHEDULER_PLUGINS = Source("scheduler-plugins")
+Source.VOLCANO = Source("volcano")
+Source.KOORDINATOR = Source("koordinator")
+Source.KUEUE = Source("kueue")
+Source.UPSTREAM = Source("scheduling.k8s.io")
 
 
 class MatchPolicy(Enum):

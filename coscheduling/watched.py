@@ -2,9 +2,10 @@
 
 Each entry joins a :class:`~coscheduling.conventions.base.Watch` (where an object is served,
 how it is parsed, the key of a deleted one) with the ingest table entry its events go to
-(``coscheduling.ingest``). The conventions declare their own objects (``WATCHES`` in each
-convention module); Kubernetes' own kinds are declared here. The adapter's cache
-(``app.cache``) lists and watches exactly these, in this order.
+(``coscheduling.ingest``). Kubernetes' own kinds are declared here; the conventions declare
+their own objects (``Convention.watches``), and :func:`table` takes them from the registry as
+it is, each paired with its entry by ``ingest.kind_of``. The adapter's cache (``app.cache``)
+lists and watches exactly these, in this order.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import ingest
-from .conventions import scheduler_plugins, upstream, volcano
+from . import conventions, ingest
 from .conventions.base import Watch
 from .ingest import Kind
 from .preemption.budgets import budget_from_json
 from .records import NodeName, node_from_json, pod_from_json, pod_key, priority_class_from_json
 from .topology import nrt_from_json
 
-__all__ = ["WATCHED", "Watched"]
+__all__ = ["OWN", "Watched", "table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,27 +39,26 @@ def _cluster_scoped(_: str, name: str) -> NodeName:
     return NodeName(name)
 
 
-_SP = scheduler_plugins.WATCHES
-_VOLCANO = volcano.WATCHES
-_UPSTREAM = upstream.WATCHES
-
-WATCHED: tuple[Watched, ...] = (
+OWN: tuple[Watched, ...] = (
     Watched(Watch("nodes", lambda o, _: node_from_json(o), "/api/v1/nodes", _cluster_scoped,
-                  optional=False), ingest.NODES, protobuf=True, first_from_cache=True),
+                  optional=False, into="own"), ingest.NODES, protobuf=True, first_from_cache=True),
     Watched(Watch("pods", lambda o, _: pod_from_json(o), "/api/v1/pods", pod_key,
-                  optional=False), ingest.PODS),
-    Watched(_SP[0], ingest.SP_PODGROUPS),
-    Watched(_VOLCANO[0], ingest.VOLCANO_PODGROUPS),
-    Watched(_VOLCANO[1], ingest.QUEUES),
+                  optional=False, into="own"), ingest.PODS),
     Watched(Watch("noderesourcetopologies", lambda o, _: nrt_from_json(o),
                   "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies",
-                  _cluster_scoped), ingest.NUMA),
+                  _cluster_scoped, into="own"), ingest.NUMA),
     Watched(Watch("poddisruptionbudgets", lambda o, _: budget_from_json(o),
                   "/apis/policy/v1/poddisruptionbudgets", lambda ns, name: f"{ns}/{name}",
-                  optional=False), ingest.PDBS),
+                  optional=False, into="own"), ingest.PDBS),
     Watched(Watch("priorityclasses", lambda o, _: priority_class_from_json(o),
                   "/apis/scheduling.k8s.io/v1/priorityclasses", _cluster_scoped,
-                  optional=False), ingest.PRIORITY_CLASSES),
-    Watched(_UPSTREAM[0], ingest.UPSTREAM_PODGROUPS),
-    Watched(_UPSTREAM[1], ingest.WORKLOADS),
+                  optional=False, into="own"), ingest.PRIORITY_CLASSES),
 )
+"""Kubernetes' own kinds the core reads."""
+
+
+def table() -> tuple[Watched, ...]:
+    """Everything the core reads: Kubernetes' own kinds, then each registered convention's
+    objects in registry order."""
+    return OWN + tuple(Watched(w, ingest.kind_of(c, w))
+                       for c in conventions.REGISTRY for w in c.watches)

@@ -40,8 +40,6 @@ or the pod gets an :class:`~coscheduling.podgroup.InvalidGang` naming the confli
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..podgroup import (
     GangDefaults,
     GangKey,
@@ -62,6 +60,7 @@ from .base import (
     Convention,
     Found,
     Key,
+    Objects,
     PodGroupAPI,
     PodGroupRecord,
     lookup,
@@ -71,6 +70,7 @@ __all__ = [
     "REGISTRY",
     "Convention",
     "Key",
+    "Objects",
     "PodGroupAPI",
     "PodGroupRecord",
     "Source",
@@ -112,16 +112,11 @@ def points_at_object(pod: PodRecord, name: str) -> bool:
         k.value(pod) == name for c in REGISTRY if c.podgroup is not None for k in c.declares)
 
 
-def resolve(
-    pod: PodRecord,
-    podgroups: Mapping[GangKey, PodGroupRecord],
-    defaults: GangDefaults,
-    volcano: Mapping[GangKey, PodGroupRecord] | None = None,
-) -> Membership:
+def resolve(pod: PodRecord, objects: Objects, defaults: GangDefaults) -> Membership:
     """The gang the pod's labels and annotations declare, or why the declaration is
-    unusable; None when it names no gang. ``podgroups`` and ``volcano`` are the
-    scheduler-plugins and Volcano PodGroups the store holds. (Kubernetes' own API, declared
-    in the pod's spec, is resolved by :func:`upstream.resolve_upstream` and combined.)"""
+    unusable; None when it names no gang. ``objects`` are the PodGroup objects the store
+    holds, by the convention whose API they belong to. (Kubernetes' own API, declared in the
+    pod's spec, is resolved by :func:`upstream.resolve_upstream` and combined.)"""
     decls = declarations(pod)
     if not decls:
         return None
@@ -134,8 +129,6 @@ def resolve(
         return long
     key = gang_key(pod.namespace, name)
     sources = frozenset(s for s, _, _ in decls)
-    objects = {Source.SCHEDULER_PLUGINS: podgroups, Source.VOLCANO: volcano or {}}
-
     found = Found(source)
     for conv in REGISTRY:
         if conv.source in sources and conv.from_object is not None:

@@ -1,9 +1,12 @@
 """What a gang convention is: the small interface every module in this package fills in.
 
 As data: the keys a pod names its gang by, the keys that give its size and timeout, the pod
-spec fields that point at a gang object, and the API of the PodGroup object it has (where the
-adapter watches it, how its JSON becomes a record, where its status is written). As
-behaviour, two optional steps of the resolver (``coscheduling.conventions``):
+spec fields that point at a gang object, the API of the PodGroup object it has, the objects
+the adapter watches for it and what each is to the core (:class:`Watch`, ``into``), and how
+its status is written back (:class:`StatusWrite`). The core's ingest, the adapter's cache
+and its status writer loop over these declarations, so adding a convention is adding its
+module and its line in the registry. As behaviour, two optional steps of the resolver
+(``coscheduling.conventions``):
 ``from_object`` reads the size from the convention's PodGroup object (run when the pod
 declares the convention), and ``refine`` adds the convention's own options to a resolved spec
 (run for every gang: Koordinator's options may sit on a scheduler-plugins PodGroup).
@@ -15,15 +18,17 @@ the resolver can all read them without a circle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..podgroup import GangKey, GangSpec, InvalidGang, MissingPodGroup, Source
+from ..reasons import Reason
 from ..records import PodRecord, gang_key
 from ..resources import Resources
 
 __all__ = [
+    "FIELD_MANAGER",
     "MAX_GANG_SIZE_FLAG",
     "Convention",
     "Found",
@@ -33,7 +38,10 @@ __all__ = [
     "PodGroupAPI",
     "PodGroupRecord",
     "RefineStep",
+    "Render",
     "Source",
+    "StatusPatch",
+    "StatusWrite",
     "Watch",
     "lookup",
 ]
@@ -41,6 +49,10 @@ __all__ = [
 
 MAX_GANG_SIZE_FLAG = "--max-gang-size"
 """What a reason names as the limit of a gang's size (the flag that sets it)."""
+
+FIELD_MANAGER = "lockstep"
+"""Lockstep's name in managedFields: a PodGroup condition another manager wrote (the native
+gang plugin) is not Lockstep's to change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,9 @@ class PodGroupAPI:
     parse: Callable[[Mapping[str, Any]], PodGroupRecord]
     """A served object's JSON to the record the store keeps (a bad spec field becomes the
     record's ``error``, which every member's declaration then reports)."""
+    size_field: str = "PodGroup.spec.minMember"
+    """The object's size field, as a reason names it (a group above ``--max-gang-size`` is
+    kept with that error)."""
 
     @property
     def path(self) -> str:
@@ -147,11 +162,56 @@ class Watch:
     empty, synced list, looked for again later."""
     discover: tuple[str, str, tuple[str, ...]] | None = None
     """(API group, plural, versions by preference): the path is found by discovery."""
+    into: Into = "groups"
+    """What the objects are to the core, which picks the rules their events go through
+    (``coscheduling.ingest``): ``groups``, PodGroup records kept by gang key whose pods are
+    resolved again when one comes, changes or goes (any convention with a PodGroup object
+    like scheduler-plugins'); the others are one convention's own objects, with their own
+    rules in the core (Kubernetes' PodGroups and Workloads, Volcano's Queues)."""
+    size_field: str = ""
+    """For ``groups``: the object's size field a reason names."""
 
     @staticmethod
     def of(api: PodGroupAPI, name: str) -> Watch:
         """The watch of a convention's PodGroup object."""
-        return Watch(name, lambda obj, _: api.parse(obj), api.path)
+        return Watch(name, lambda obj, _: api.parse(obj), api.path, size_field=api.size_field)
+
+
+Into = Literal["groups", "upstream-podgroups", "upstream-workloads", "volcano-queues", "own"]
+"""What a watched object is to the core (:attr:`Watch.into`); ``own`` marks Kubernetes'
+own kinds (nodes, pods, ...), which ``coscheduling.watched`` pairs with their rules."""
+
+Render = Callable[[Reason], str]
+"""A reason in words (the adapter's ``app.render.render``): conditions carry the sentence
+Events and ``explain`` say."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusPatch:
+    """One status write: a PATCH of ``path`` with ``{"status": status}``."""
+
+    key: GangKey
+    path: str
+    status: Mapping[str, Any]
+    strategic: bool = False
+    """A strategic merge patch as field manager :data:`FIELD_MANAGER` (a condition merged
+    into the list by its type); otherwise a JSON merge patch."""
+    remembered: bool = True
+    """Not sent again while equal to the last one written (condition times aside). False
+    when the convention compares with the object as the watch brought it back instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusWrite:
+    """How a convention's status is written back, which the adapter's one writer loop reads
+    for every convention in the registry (``app.status_writer``)."""
+
+    group: str
+    """The API group written to (for logs)."""
+    patches: Callable[[Any, Render, str], Iterable[StatusPatch]]
+    """From the facade (``coscheduling.Coscheduler``, whose read methods the convention's
+    own reads protocol names), the wording of reasons, and now (RFC 3339): each status to
+    write this pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +227,10 @@ class Convention:
     """Its PodGroup object, when the convention has one Lockstep reads and writes back to."""
     from_object: ObjectStep | None = None
     refine: RefineStep | None = None
+    watches: tuple[Watch, ...] = ()
+    """The objects the adapter lists and watches for it, in order."""
+    status: StatusWrite | None = None
+    """How its status is written back; None when it has none (its gangs live on pods)."""
 
     @property
     def size_key(self) -> str:

@@ -3,14 +3,16 @@ size (``spec.minMember``), ``minResources`` and the timeout (``scheduleTimeoutSe
 
 Lockstep writes the PodGroup's status as scheduler-plugins would (``status.phase`` and the
 counts, plus a ``GangPartiallyBound`` condition when a binding failed for good after siblings
-bound): the rules are :func:`podgroup_status`, decided once here; the app only writes them.
+bound): the rules are :func:`podgroup_status`, decided once here, and the status object is
+built by :func:`status_patches` (the convention's :class:`~.base.StatusWrite`); the app only
+sends it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..podgroup import (
     MAX_NAME_CHARS,
@@ -24,11 +26,22 @@ from ..podgroup import (
     seconds_field,
     shown,
 )
-from ..reasons import PartiallyBound
+from ..reasons import InvalidDeclaration, PartiallyBound
 from ..records import PodRecord
 from ..resources import QuantityError, resource_list
 from . import koordinator
-from .base import Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord, Watch
+from .base import (
+    Convention,
+    Found,
+    Key,
+    Objects,
+    PodGroupAPI,
+    PodGroupRecord,
+    Render,
+    StatusPatch,
+    StatusWrite,
+    Watch,
+)
 
 __all__ = [
     "API",
@@ -37,8 +50,10 @@ __all__ = [
     "SIZE_FIELD",
     "WATCHES",
     "PodGroupStatus",
+    "StatusReads",
     "podgroup_from_json",
     "podgroup_status",
+    "status_patches",
 ]
 
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -93,7 +108,8 @@ def _mapping(raw: object) -> Mapping[str, Any]:
     return raw if isinstance(raw, Mapping) else {}
 
 
-API = PodGroupAPI("scheduling.x-k8s.io", "v1alpha1", "podgroups", podgroup_from_json)
+API = PodGroupAPI("scheduling.x-k8s.io", "v1alpha1", "podgroups", podgroup_from_json,
+                  SIZE_FIELD)
 WATCHES = (Watch.of(API, "podgroups"),)
 """What the adapter watches for this convention."""
 
@@ -111,8 +127,6 @@ def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
                  size_field=SIZE_FIELD)
 
 
-CONVENTION = Convention(Source.SCHEDULER_PLUGINS, declares=(Key(GROUP_LABEL, "label"),),
-                        podgroup=API, from_object=_from_object)
 
 
 # ---------------------------------------------------------------------------- status
@@ -149,3 +163,42 @@ def podgroup_status(spec: GangSpec, members: Sequence[PodRecord], *, holding: bo
     else:
         phase = "Pending"
     return PodGroupStatus(phase, scheduled, running, succeeded, failed, partial)
+
+
+class StatusReads(Protocol):
+    """What this convention's status is made from: the facade's reads."""
+
+    def podgroup_statuses(self) -> Mapping[GangKey, PodGroupStatus]: ...
+
+    def invalid_podgroups(self) -> Mapping[GangKey, InvalidGang]: ...
+
+
+def status_patches(core: StatusReads, render: Render, now: str) -> list[StatusPatch]:
+    """The status each scheduler-plugins PodGroup should show: the core's phases and counts,
+    and for a group Lockstep cannot honour (a field out of range, say) phase ``Pending`` with
+    a ``GangInvalid`` condition naming the field and its limit."""
+    out: dict[GangKey, dict[str, Any]] = {}
+    for key, st in core.podgroup_statuses().items():
+        status: dict[str, Any] = {
+            "phase": st.phase, "scheduled": st.scheduled, "running": st.running,
+            "succeeded": st.succeeded, "failed": st.failed}
+        if st.partial is not None:
+            status["conditions"] = [{
+                "type": "GangPartiallyBound", "status": "True",
+                "reason": "BindingFailed", "message": render(st.partial)[:1024],
+                "lastTransitionTime": now,
+            }]
+        out[key] = status
+    for key, error in core.invalid_podgroups().items():
+        if key not in out:
+            out[key] = {"phase": "Pending", "conditions": [{
+                "type": "GangInvalid", "status": "True", "reason": "InvalidDeclaration",
+                "message": render(InvalidDeclaration(error))[:1024],
+                "lastTransitionTime": now}]}
+    return [StatusPatch(key, API.status_path(*key.split("/", 1)), status)
+            for key, status in out.items()]
+
+
+CONVENTION = Convention(Source.SCHEDULER_PLUGINS, declares=(Key(GROUP_LABEL, "label"),),
+                        podgroup=API, from_object=_from_object, watches=WATCHES,
+                        status=StatusWrite(API.group, status_patches))

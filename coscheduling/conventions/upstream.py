@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..podgroup import (
     INT32_MAX,
@@ -70,9 +70,9 @@ from ..reasons import (
     PlannedNodeLost,
     TimedOut,
 )
-from ..records import PodRecord
+from ..records import PodKey, PodRecord
 from ..topology import Level, level_by_name
-from .base import Convention, Watch
+from .base import FIELD_MANAGER, Convention, Render, StatusPatch, StatusWrite, Watch
 
 __all__ = [
     "CONDITION_TYPES",
@@ -88,11 +88,13 @@ __all__ = [
     "GangProgress",
     "GroupPolicy",
     "Priority",
+    "StatusReads",
     "UpstreamPodGroup",
     "UpstreamWorkload",
     "combine",
     "condition_updates",
     "resolve_upstream",
+    "status_patches",
     "upstream_podgroup_from_json",
     "upstream_workload_from_json",
     "workload_gang_key",
@@ -118,14 +120,6 @@ CONDITION_TYPES = {
 SCHEDULING_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
 WORKLOAD_REF_FIELD = "spec.workloadRef"
 
-CONVENTION = Convention(
-    Source.UPSTREAM,
-    spec_fields=(tuple(SCHEDULING_GROUP_FIELD.split(".")),
-                 (*WORKLOAD_REF_FIELD.split("."), "name")),
-)
-"""The pod spec names the gang's object; no metadata key does. Its objects' versions are
-found by discovery (:data:`PODGROUP_VERSIONS`, :data:`WORKLOAD_VERSIONS`), so the convention
-has no fixed ``podgroup`` API; :func:`resolve_upstream` reads them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,9 +499,88 @@ def condition_updates(
 
 WATCHES = (
     Watch("upstream-podgroups", upstream_podgroup_from_json,
-          discover=(GROUP, "podgroups", PODGROUP_VERSIONS)),
+          discover=(GROUP, "podgroups", PODGROUP_VERSIONS), into="upstream-podgroups"),
     Watch("upstream-workloads", upstream_workload_from_json,
-          discover=(GROUP, "workloads", WORKLOAD_VERSIONS)),
+          discover=(GROUP, "workloads", WORKLOAD_VERSIONS), into="upstream-workloads"),
 )
 """What the adapter watches for the upstream gang API: whichever version of each the API
 server serves (API discovery), or nothing (before 1.35, or the feature gate off)."""
+
+
+class _View(Protocol):
+    """A gang as the facade shows it (``coscheduling.views.GangView``), as far as the
+    condition reads it."""
+
+    @property
+    def key(self) -> GangKey: ...
+
+    @property
+    def spec(self) -> GangSpec | None: ...
+
+    @property
+    def bound(self) -> int: ...
+
+    @property
+    def reason(self) -> GangReason | None: ...
+
+
+class StatusReads(Protocol):
+    """What this convention's status is made from: the facade's reads."""
+
+    def upstream_podgroups(self) -> Mapping[GangKey, UpstreamPodGroup]: ...
+
+    def gang_views(self) -> Sequence[_View]: ...
+
+    def members_of(self, gang: GangKey) -> Sequence[PodRecord]: ...
+
+    def membership(self, pod: PodKey) -> Membership: ...
+
+
+def status_patches(core: StatusReads, render: Render, now: str) -> list[StatusPatch]:
+    """The scheduling condition on upstream PodGroups whose pods are Lockstep's (rules in
+    :func:`condition_updates`). A strategic merge patch touches only that condition; the
+    watch brings it back, and a condition already saying the same is not written again."""
+    groups = core.upstream_podgroups()
+    if not groups:
+        return []
+    gangs: dict[GangKey, GangProgress] = {}
+    for view in core.gang_views():
+        if view.key not in groups:
+            continue
+        why = view.reason
+        if view.spec is None:  # an invalid declaration: say which field
+            bad = [m for p in core.members_of(view.key)
+                   if isinstance(m := core.membership(p.key), InvalidGang)]
+            why = InvalidDeclaration(bad[0]) if bad else why
+        gangs[view.key] = GangProgress(view.bound, view.spec.min_member if view.spec
+                                       else None, why)
+    out: list[StatusPatch] = []
+    for upd in condition_updates(groups, gangs, manager=FIELD_MANAGER):
+        status = "True" if upd.scheduled else "False"
+        message = (upd.detail or (render(upd.why) if upd.why else ""))[:1024]
+        cur = groups[upd.key].condition
+        if cur is not None and (cur.status, cur.reason, cur.message) == (
+                status, upd.reason, message):
+            continue
+        cond = {"type": upd.type, "status": status, "reason": upd.reason,
+                "message": message, "observedGeneration": upd.generation,
+                "lastTransitionTime": cur.last_transition
+                if cur is not None and cur.status == status and cur.last_transition
+                else now}
+        ns, name = upd.key.split("/", 1)
+        path = f"/apis/{GROUP}/{upd.version}/namespaces/{ns}/podgroups/{name}/status"
+        out.append(StatusPatch(upd.key, path, {"conditions": [cond]}, strategic=True,
+                               remembered=False))
+    return out
+
+
+CONVENTION = Convention(
+    Source.UPSTREAM,
+    spec_fields=(tuple(SCHEDULING_GROUP_FIELD.split(".")),
+                 (*WORKLOAD_REF_FIELD.split("."), "name")),
+    watches=WATCHES,
+    status=StatusWrite(GROUP, status_patches),
+)
+"""The pod spec names the gang's object; no metadata key does. Its objects' versions are
+found by discovery (:data:`PODGROUP_VERSIONS`, :data:`WORKLOAD_VERSIONS`), so the convention
+has no fixed ``podgroup`` API; :func:`resolve_upstream` reads them."""

@@ -18,10 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..podgroup import MAX_NAME_CHARS, GangKey, InvalidGang, MissingPodGroup, Source, shown
-from ..reasons import GangReason, InvalidDeclaration, NotEnoughMinResources
+from ..reasons import (
+    GangReason,
+    InvalidDeclaration,
+    NotEnoughMinResources,
+    QueueFull,
+    QueueNotFound,
+    QueueNotOpen,
+)
 from ..records import PodRecord
 from ..resources import Resources, fits, sub
 from .base import (
@@ -31,6 +38,9 @@ from .base import (
     Objects,
     PodGroupAPI,
     PodGroupRecord,
+    Render,
+    StatusPatch,
+    StatusWrite,
     Watch,
     lookup,
 )
@@ -44,7 +54,9 @@ __all__ = [
     "MIN_MEMBER",
     "SIZE_FIELD",
     "WATCHES",
+    "StatusReads",
     "VolcanoStatus",
+    "status_patches",
     "volcano_podgroup_from_json",
     "volcano_statuses",
 ]
@@ -75,11 +87,12 @@ def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
     return replace(rec, queue=queue or DEFAULT_QUEUE, priority_class=name or None)
 
 
-API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json)
+API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json,
+                  SIZE_FIELD)
 QUEUES_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
 WATCHES = (Watch.of(API, "volcano-podgroups"),
            Watch("volcano-queues", lambda obj, _: queue_from_json(obj), QUEUES_PATH,
-                 key_of=lambda _, name: name))
+                 key_of=lambda _, name: name, into="volcano-queues"))
 """What the adapter watches for this convention: its PodGroups and its (cluster-scoped)
 Queues."""
 
@@ -103,15 +116,6 @@ def _from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
     return replace(found, min_member=vpg.min_member,
                    min_resources=found.min_resources or vpg.min_resources,
                    priority_class=vpg.priority_class, size_field=SIZE_FIELD)
-
-
-CONVENTION = Convention(
-    Source.VOLCANO,
-    declares=tuple(Key(k, "annotation") for k in GROUP),
-    size=((Key(MIN_MEMBER, "either"), None),),
-    podgroup=API,
-    from_object=_from_object,
-)
 
 
 # ---------------------------------------------------------------------------- status (enqueue)
@@ -188,3 +192,45 @@ def volcano_statuses(
             out[key] = VolcanoStatus("Pending", st.running, st.succeeded, st.failed,
                                      NotEnoughMinResources(key, pg.min_resources, shown))
     return out
+
+
+class StatusReads(Protocol):
+    """What this convention's status is made from: the facade's reads."""
+
+    def volcano_statuses(self) -> Mapping[GangKey, VolcanoStatus]: ...
+
+
+def status_patches(core: StatusReads, render: Render, now: str) -> list[StatusPatch]:
+    """The status each Volcano PodGroup should show: its phase (Lockstep plays Volcano's
+    enqueue step) and counts, and why it waits as an ``Unschedulable`` condition."""
+    out: list[StatusPatch] = []
+    for key, st in core.volcano_statuses().items():
+        status: dict[str, Any] = {"phase": st.phase, "running": st.running,
+                                  "succeeded": st.succeeded, "failed": st.failed}
+        if st.waiting is not None:
+            status["conditions"] = [{
+                "type": "Unschedulable", "status": "True", "reason": _reason(st.waiting),
+                "message": render(st.waiting)[:1024], "lastTransitionTime": now}]
+        elif st.phase != "Pending":
+            status["conditions"] = []
+        out.append(StatusPatch(key, API.status_path(*key.split("/", 1)), status))
+    return out
+
+
+def _reason(why: GangReason) -> str:
+    """The Unschedulable condition's reason: a Volcano queue that holds the group back is
+    named for what the queue says, anything else is short of resources."""
+    if isinstance(why, QueueFull | QueueNotFound | QueueNotOpen):
+        return type(why).__name__
+    return "NotEnoughResources"
+
+
+CONVENTION = Convention(
+    Source.VOLCANO,
+    declares=tuple(Key(k, "annotation") for k in GROUP),
+    size=((Key(MIN_MEMBER, "either"), None),),
+    podgroup=API,
+    from_object=_from_object,
+    watches=WATCHES,
+    status=StatusWrite(API.group, status_patches),
+)

@@ -28,7 +28,8 @@ from app.service import Lockstep
 from app.status_writer import StatusWriter
 from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
 from coscheduling.actions import NoticeKind
-from coscheduling.conventions import resolve
+from coscheduling.conventions import resolve, scheduler_plugins, upstream, volcano
+from coscheduling.conventions.base import Convention, StatusWrite
 from coscheduling.conventions.koordinator import GROUPS, MAX_GROUP_GANGS
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.conventions.upstream import (
@@ -44,6 +45,7 @@ from coscheduling.podgroup import (
     GangSpec,
     InvalidGang,
     MissingPodGroup,
+    Source,
     gang_key,
     int_field,
     seconds_field,
@@ -133,22 +135,22 @@ def invalid(got: object, fld: str, problem: str) -> InvalidGang:
 def test_a_bad_size_on_a_pod_is_invalid_naming_field_and_limit(
         declares: dict[str, str], size_key: str, value: str, problem: str) -> None:
     rec = timed(lambda: record_of(gang_pod({**declares, size_key: value})))
-    invalid(timed(lambda: resolve(rec, {}, DEFAULTS, {})), size_key, problem)
+    invalid(timed(lambda: resolve(rec, {}, DEFAULTS)), size_key, problem)
 
 
 @pytest.mark.parametrize(("declares", "size_key"), SIZE_KEYS)
 def test_a_size_at_the_limit_is_a_gang(declares: dict[str, str], size_key: str) -> None:
     rec = record_of(gang_pod({**declares, size_key: str(DEFAULT_MAX_GANG_SIZE)}))
-    got = resolve(rec, {}, DEFAULTS, {})
+    got = resolve(rec, {}, DEFAULTS)
     assert isinstance(got, GangSpec) and got.min_member == DEFAULT_MAX_GANG_SIZE
 
 
 def test_the_limit_is_the_settings() -> None:
     rec = record_of(gang_pod({"lockstep.dev/pod-group": "g", "lockstep.dev/min-member": "50"}))
     small = GangDefaults(max_gang_size=10)
-    invalid(resolve(rec, {}, small, {}), "lockstep.dev/min-member",
+    invalid(resolve(rec, {}, small), "lockstep.dev/min-member",
             "above the limit of 10 (--max-gang-size)")
-    assert isinstance(resolve(rec, {}, GangDefaults(max_gang_size=50), {}), GangSpec)
+    assert isinstance(resolve(rec, {}, GangDefaults(max_gang_size=50)), GangSpec)
 
 
 def test_the_shown_value_is_cut_short() -> None:
@@ -171,14 +173,14 @@ def test_int_field_takes_any_json_value(raw: object) -> None:
 def test_a_gang_name_longer_than_an_object_name_is_invalid() -> None:
     rec = record_of(gang_pod({"lockstep.dev/pod-group": "g" * 300,
                               "lockstep.dev/min-member": "2"}))
-    invalid(resolve(rec, {}, DEFAULTS, {}), "lockstep.dev/pod-group",
+    invalid(resolve(rec, {}, DEFAULTS), "lockstep.dev/pod-group",
             "above the limit of 253")
 
 
 def test_conflicting_long_names_are_shown_short() -> None:
     rec = record_of(gang_pod({"lockstep.dev/pod-group": "a" * 100_000,
                               "scheduling.k8s.io/group-name": "b" * 100_000}))
-    got = timed(lambda: resolve(rec, {}, DEFAULTS, {}))
+    got = timed(lambda: resolve(rec, {}, DEFAULTS))
     assert isinstance(got, InvalidGang) and len(got.value) < 400
 
 
@@ -204,13 +206,13 @@ def test_a_bad_timeout_is_invalid(key: str, value: str, problem: str) -> None:
     name = ("lockstep.dev/pod-group" if key.startswith("lockstep")
             else "gang.scheduling.koordinator.sh/name")
     rec = record_of(gang_pod({name: "g", size: "2", key: value}))
-    invalid(timed(lambda: resolve(rec, {}, DEFAULTS, {})), key, problem)
+    invalid(timed(lambda: resolve(rec, {}, DEFAULTS)), key, problem)
 
 
 def test_a_long_timeout_within_the_limit_is_still_capped_and_reported() -> None:
     rec = record_of(gang_pod({"lockstep.dev/pod-group": "g", "lockstep.dev/min-member": "2",
                               "lockstep.dev/timeout-seconds": "86400"}))
-    got = resolve(rec, {}, DEFAULTS, {})
+    got = resolve(rec, {}, DEFAULTS)
     assert isinstance(got, GangSpec)
     assert (got.timeout_seconds, got.capped_from) == (240, 86400)
 
@@ -253,7 +255,8 @@ def test_a_bad_podgroup_size_is_invalid(parse: Callable[[dict[str, Any]], Any], 
     b = pod("p").gpu(1)
     (b.label if where == "label" else b.annotate)(key, "pg")
     member = record_of(b.build())
-    got = timed(lambda: resolve(member, {rec.key: rec}, DEFAULTS, {rec.key: rec}))
+    both = {Source.SCHEDULER_PLUGINS: {rec.key: rec}, Source.VOLCANO: {rec.key: rec}}
+    got = timed(lambda: resolve(member, both, DEFAULTS))
     invalid(got, fld, problem)
 
 
@@ -314,7 +317,7 @@ def koord(**options: str) -> Any:
     pytest.param('{"a": 1}', "not a JSON list", id="object"),
 ])
 def test_koordinator_groups_are_bounded(value: str, problem: str) -> None:
-    got = timed(lambda: resolve(koord(**{GROUPS: value}), {}, DEFAULTS, {}))
+    got = timed(lambda: resolve(koord(**{GROUPS: value}), {}, DEFAULTS))
     invalid(got, GROUPS, problem)
 
 
@@ -325,14 +328,14 @@ def test_koordinator_groups_are_bounded(value: str, problem: str) -> None:
 ])
 def test_koordinator_total_number_is_bounded(value: str, problem: str) -> None:
     got = timed(lambda: resolve(koord(**{"gang.scheduling.koordinator.sh/total-number": value}),
-                                {}, DEFAULTS, {}))
+                                {}, DEFAULTS))
     invalid(got, "gang.scheduling.koordinator.sh/total-number", problem)
 
 
 @pytest.mark.parametrize("key", ["gang.scheduling.koordinator.sh/mode",
                                  "gang.scheduling.koordinator.sh/match-policy"])
 def test_koordinator_options_shown_short(key: str) -> None:
-    got = resolve(koord(**{key: "z" * 100_000}), {}, DEFAULTS, {})
+    got = resolve(koord(**{key: "z" * 100_000}), {}, DEFAULTS)
     assert isinstance(got, InvalidGang) and len(got.value) < 80
 
 
@@ -683,7 +686,7 @@ async def test_an_upstream_group_over_the_limit_gets_a_scheduler_error_condition
             f"{UP}.schedulingPolicy.gang.minCount", "above the limit of 100 (--max-gang-size)")
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
-    await writer.write_upstream()
+    await writer.write(status_of(upstream.CONVENTION))
     [(path, body)] = api.writes
     assert path.endswith("/podgroups/train/status")
     [cond] = body["status"]["conditions"]
@@ -696,7 +699,7 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 101)))
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
-    await writer.write_scheduler_plugins()
+    await writer.write(status_of(scheduler_plugins.CONVENTION))
     [(path, body)] = api.writes
     assert path.endswith("/podgroups/pg/status")
     assert body["status"]["phase"] == "Pending"
@@ -704,7 +707,7 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     assert (cond["type"], cond["status"]) == ("GangInvalid", "True")
     assert "PodGroup.spec.minMember" in cond["message"]
     assert "above the limit of 100 (--max-gang-size)" in cond["message"]
-    await writer.write_scheduler_plugins()
+    await writer.write(status_of(scheduler_plugins.CONVENTION))
     assert len(api.writes) == 1  # written once, not every pass
 
 
@@ -718,8 +721,8 @@ async def test_a_volcano_and_a_scheduler_plugins_group_of_one_name_are_each_writ
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
     for _ in range(3):
-        await writer.write_volcano()
-        await writer.write_scheduler_plugins()
+        await writer.write(status_of(volcano.CONVENTION))
+        await writer.write(status_of(scheduler_plugins.CONVENTION))
     paths = sorted(path for path, _ in api.writes)
     assert len(paths) == 2 and paths[0] != paths[1], paths
     assert all(p.endswith("/namespaces/default/podgroups/pg/status") for p in paths)
@@ -727,7 +730,8 @@ async def test_a_volcano_and_a_scheduler_plugins_group_of_one_name_are_each_writ
 
 async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The status writer is one of the service's loops: had it raised, Lockstep would stop."""
+    """The status writer is one of the service's loops: had it raised, Lockstep would stop.
+    One convention's pass raising leaves the others written, pass after pass."""
     import asyncio
     from types import SimpleNamespace
 
@@ -737,12 +741,10 @@ async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
                                                        connect=Wire(Recorder())))
     calls: list[str] = []
 
-    async def boom() -> None:
-        calls.append("volcano")
-        raise RuntimeError("a bug in one status")
-
-    async def fine() -> None:
-        calls.append("other")
+    async def write(how: StatusWrite) -> None:
+        calls.append(how.group)
+        if how is volcano.CONVENTION.status:
+            raise RuntimeError("a bug in one status")
 
     passes = 0
 
@@ -752,13 +754,18 @@ async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
         if passes > 2:
             raise asyncio.CancelledError
 
-    monkeypatch.setattr(writer, "write_volcano", boom)
-    monkeypatch.setattr(writer, "write_upstream", fine)
+    monkeypatch.setattr(writer, "write", write)
     monkeypatch.setattr(status_writer, "asyncio", SimpleNamespace(sleep=sleep))
     with pytest.raises(asyncio.CancelledError):
         await writer.run()
-    assert calls == ["volcano", "other"] * 2
+    groups = ["scheduling.x-k8s.io", "scheduling.volcano.sh", "scheduling.k8s.io"]
+    assert calls == groups * 2
     assert writer.failed == 2
+
+
+def status_of(conv: Convention) -> StatusWrite:
+    assert conv.status is not None
+    return conv.status
 
 
 # ---------------------------------------------------------------------------- any JSON at all

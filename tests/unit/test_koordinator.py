@@ -107,12 +107,12 @@ def test_crd_way_reads_the_options_from_the_podgroup_and_the_pod_wins() -> None:
     pg = podgroup_from_json(obj)
     assert "unrelated" not in pg.annotations
     member = pod("p").label("scheduling.x-k8s.io/pod-group", "gang-a").build()
-    got = resolve(pod_from_json(member), {pg.key: pg}, DEFAULTS)
+    got = resolve(pod_from_json(member), {Source.SCHEDULER_PLUGINS: {pg.key: pg}}, DEFAULTS)
     assert isinstance(got, GangSpec)
     assert (got.key, got.part, got.total, got.mode) == (group_key((GA, GB)), GA, 6,
                                                         Mode.NON_STRICT)
     member["metadata"]["annotations"] = {K + "mode": "Strict"}
-    got = resolve(pod_from_json(member), {pg.key: pg}, DEFAULTS)
+    got = resolve(pod_from_json(member), {Source.SCHEDULER_PLUGINS: {pg.key: pg}}, DEFAULTS)
     assert isinstance(got, GangSpec) and got.mode is Mode.STRICT
 
 

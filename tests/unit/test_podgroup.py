@@ -84,7 +84,7 @@ def test_scheduler_plugins_needs_its_podgroup() -> None:
     p = pod_from_json(pod("p").label("scheduling.x-k8s.io/pod-group", "pg").build())
     assert resolve(p, {}, DEFAULTS) == MissingPodGroup(gang_key("default", "pg"))
     pg = podgroup_from_json(podgroup("pg", 3, timeout=30, min_resources={"nvidia.com/gpu": "3"}))
-    got = resolve(p, {pg.key: pg}, DEFAULTS)
+    got = resolve(p, {Source.SCHEDULER_PLUGINS: {pg.key: pg}}, DEFAULTS)
     assert got == GangSpec(gang_key("default", "pg"), 3, 30, Source.SCHEDULER_PLUGINS,
                            {"nvidia.com/gpu": 3})
 
@@ -189,4 +189,4 @@ def test_resolve_volcano_podgroup(spec: dict[str, object] | None, pod_min: str |
     if pod_min is not None:
         b.annotate("scheduling.volcano.sh/group-min-member", pod_min)
     groups = {} if spec is None else {VKEY: volcano_podgroup_from_json(volcano_pg("job-pg", spec))}
-    assert resolve(pod_from_json(b.build()), {}, DEFAULTS, groups) == want
+    assert resolve(pod_from_json(b.build()), {Source.VOLCANO: groups}, DEFAULTS) == want
