@@ -20,10 +20,6 @@ from .records import GANG_GATE
 __all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node", "pinned_terms",
            "unpinned_terms"]
 
-_DECLARING = declaring_keys()
-"""(annotation keys, label keys, spec paths) naming a gang, from every registered convention."""
-
-
 def pin_term(node: str) -> dict[str, Any]:
     """The ``matchFields`` requirement that pins a pod to ``node``."""
     return {"key": "metadata.name", "operator": "In", "values": [node]}
@@ -89,7 +85,7 @@ def declares_gang(pod: Mapping[str, Any]) -> bool:
     It says nothing about whether the declaration is valid or its PodGroup exists: a held pod
     whose declaration turns out to be no gang (invalid, or an upstream ``basic`` policy) is let
     go by the core; one whose PodGroup is missing waits for it, gated."""
-    annotation_keys, label_keys, paths = _DECLARING
+    annotation_keys, label_keys, paths = declaring_keys()  # every registered convention's
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     for field, keys in (("annotations", annotation_keys), ("labels", label_keys)):

@@ -40,6 +40,8 @@ or the pod gets an :class:`~coscheduling.podgroup.InvalidGang` naming the confli
 
 from __future__ import annotations
 
+import functools
+
 from ..podgroup import (
     GangDefaults,
     GangKey,
@@ -90,12 +92,21 @@ REGISTRY: tuple[Convention, ...] = (
 )
 
 
-def declaring_keys() -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """(annotation keys, label keys, spec paths) by which a pod names a gang."""
-    keys = [k for c in REGISTRY for k in c.declares]
+DeclaringKeys = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...]]
+
+
+def declaring_keys() -> DeclaringKeys:
+    """(annotation keys, label keys, spec paths) by which a pod names a gang, in the
+    registry as it is (worked out once per registry: the webhook asks for every pod)."""
+    return _declaring_keys(REGISTRY)
+
+
+@functools.cache
+def _declaring_keys(registry: tuple[Convention, ...]) -> DeclaringKeys:
+    keys = [k for c in registry for k in c.declares]
     return (tuple(k.name for k in keys if k.on in ("annotation", "either")),
             tuple(k.name for k in keys if k.on in ("label", "either")),
-            tuple(p for c in REGISTRY for p in c.spec_fields))
+            tuple(p for c in registry for p in c.spec_fields))
 
 
 def declarations(pod: PodRecord) -> list[tuple[Source, str, str]]:
