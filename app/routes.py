@@ -25,6 +25,7 @@ from .rest import add_error_handlers, json_response
 from .service import Lockstep, UnknownObject
 from .ui import ui_router
 from .webhook import admission_router
+from .whatif import read_body, what_if
 
 __all__ = ["create_rest_app"]
 
@@ -125,5 +126,13 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
         if service.core.pod(key) is None:
             raise UnknownObject("pod", key)
         return json_response(explain_pod(service, key))
+
+    @app.post("/debug/what-if")
+    async def debug_what_if(request: Request) -> Response:
+        """Would this manifest fit? A dry plan against the live state (app/whatif.py)."""
+        if (denied := guard(request)) is not None:
+            return denied
+        answer = await what_if(service, await read_body(request))
+        return json_response(answer.model_dump())
 
     return app

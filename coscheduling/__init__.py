@@ -61,6 +61,7 @@ from .topology import DEFAULT_LEVELS, Level
 from .views import STATES as GANG_STATES
 from .views import GangView
 from .watched import WATCHED, Watched
+from .whatif import DryRun, Outcome, Placed, Proposal, Verdict, VictimSet, WhatIfError
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -75,6 +76,7 @@ __all__ = [
     "BindOutcome",
     "Bound",
     "Coscheduler",
+    "DryRun",
     "Eviction",
     "FilterDecision",
     "GangDefaults",
@@ -94,19 +96,25 @@ __all__ = [
     "NodeRecord",
     "Notice",
     "NoticeKind",
+    "Outcome",
     "Park",
     "PinAtCreation",
+    "Placed",
     "PlainVerdict",
     "Plan",
     "PodKey",
     "PodRecord",
+    "Proposal",
     "QuantityError",
     "RecordError",
     "Reject",
     "Resources",
     "Settings",
     "Unparked",
+    "Verdict",
+    "VictimSet",
     "Watched",
+    "WhatIfError",
     "affinity_problem",
     "declares_gang",
     "eligible",

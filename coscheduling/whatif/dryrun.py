@@ -1,0 +1,284 @@
+"""The dry plan: what the core would decide for the proposal's units, against the live
+state, without changing it.
+
+Each unit takes the path the core takes when the same objects are created at once, in the
+default install (the webhook on): a gang is planned whole over the capacity no reservation
+holds (the webhook's ``try_admit`` at creation, which pins it when it fits), else by the
+held-gang sweep that may preempt (the same victim search, run in the same bounded slices);
+a pod outside any gang is placed by kube-scheduler on room no gang holds, and may preempt as
+a plain pod. The rules are the core's own functions, called on read-only views
+(:mod:`.views`); the only thing the dry plan writes is its own overlay of what earlier units
+of the proposal took. Between two slices (:meth:`DryRun.advance`) the app lets the event
+loop run, so a what-if never holds it longer than a verb.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+
+from ..admission import TOPOLOGY_REQUIRED, free_outside_reservations, outranked
+from ..conventions.base import Source
+from ..conventions.kueue import quota_line
+from ..conventions.volcano_queues import DEFAULT_QUEUE, demand
+from ..enqueue import queue_use
+from ..gang import Gang
+from ..planner import Member, Plan, plan_gang
+from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
+from ..preempting import candidate_steps
+from ..preemption.victims import (
+    SEARCH_BUDGET,
+    NoLowerPriority,
+    PolicyNever,
+    PreemptionPolicy,
+    Preemptor,
+    Unfinished,
+    Victims,
+    VictimSearch,
+    describe,
+)
+from ..reasons import (
+    DoesNotFit,
+    GangReason,
+    InvalidDeclaration,
+    NoFit,
+    NotEnoughMinResources,
+    PodGroupNotFound,
+    WaitingForMembers,
+)
+from ..records import PodRecord
+from ..resources import Resources, add, fits
+from ..state import CoreState
+from ..topology import GPU, Level, level_by_name
+from .answer import Outcome, Placed, Proposal, Verdict, VictimSet
+from .expand import Expanded
+from .later import earliest, hints, never
+from .members import Unit, ordered, units_of
+from .views import TakenView
+
+__all__ = ["DryRun"]
+
+Steps = Generator[None, None, Outcome]
+
+
+class DryRun:
+    """One what-if, run in slices: :meth:`advance` until it returns the answer. Reading the
+    manifest's pods (and refusing bad ones, :class:`~.answer.WhatIfError`) happens at
+    construction, before any planning."""
+
+    def __init__(self, st: CoreState, found: Expanded, now: float) -> None:
+        self._st = st
+        self._now = now
+        self._notes = tuple(found.notes)
+        self._units = units_of(st, found)
+        self._view = TakenView(st.capacity, st.settings.levels)
+        self._steps = self._run()
+
+    def advance(self) -> Proposal | None:
+        """One slice: the answer once it is complete, else None (call again)."""
+        try:
+            next(self._steps)
+        except StopIteration as done:
+            result: Proposal = done.value
+            return result
+        return None
+
+    def run(self) -> Proposal:
+        """To the end, however long it takes (tests)."""
+        while (got := self.advance()) is None:
+            pass
+        return got
+
+    def _run(self) -> Generator[None, None, Proposal]:
+        outcomes: list[Outcome] = []
+        for unit in self._units:
+            if unit.gang is None:
+                out = yield from _plain(self._st, unit, self._view, self._now)
+            else:
+                out = yield from _gang(self._st, unit, self._view, self._now)
+            for p in out.placed:  # later units see this one's room as taken
+                pod = next(q for q in unit.pods if q.key == p.pod)
+                self._view.take(p.node, pod.requests)
+            outcomes.append(out)
+            yield None
+        verdict = max((o.verdict for o in outcomes), key=list(Verdict).index)
+        return Proposal(verdict, tuple(outcomes), self._notes)
+
+
+def _placed(st: CoreState, unit: Unit, plan: Plan, pin: bool) -> tuple[Placed, ...]:
+    levels = st.settings.levels[:-1]
+    out = []
+    for key, node in sorted(plan.assignments.items()):
+        rec = st.store.nodes.get(node)
+        labels = rec.labels if rec is not None else {}
+        doms = tuple((lv.name, v) for lv in levels if (v := lv.value(labels)))
+        out.append(Placed(key, node, doms, pin and unit.named.get(str(key), False)))
+    return tuple(out)
+
+
+def _priority(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> int:
+    """``CoreState.gang_priority`` for a gang whose members are not in the store yet."""
+    if spec.priority is not None:
+        return spec.priority
+    if spec.priority_class is not None and (pc := st.priority_classes.get(
+            spec.priority_class)) is not None:
+        return pc.value
+    return max((p.priority for p in pods), default=0)
+
+
+def _required(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]
+              ) -> Level | InvalidDeclaration | None:
+    """``admission.levels_for`` for members not in the store yet."""
+    levels = st.settings.levels
+    if spec.topology is not None and (lv := level_by_name(levels, spec.topology)):
+        return lv
+    for p in pods:
+        if want := p.annotations.get(TOPOLOGY_REQUIRED):
+            lv = level_by_name(levels, want)
+            if lv is None:
+                names = ", ".join(x.name for x in levels)
+                return InvalidDeclaration(InvalidGang(
+                    spec.key, TOPOLOGY_REQUIRED, want, f"unknown level (known: {names})"))
+            return lv
+    return None
+
+
+def _queue(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> GangReason | None:
+    """``enqueue.queue_gate`` for a Volcano gang not created yet."""
+    if spec.source is not Source.VOLCANO or st.store.queues is None:
+        return None
+    pg = st.store.volcano.get(spec.key)
+    queue = pg.queue if pg is not None else DEFAULT_QUEUE
+    q = st.store.queues.get(queue)
+    if (q is None and queue == DEFAULT_QUEUE) or (q is not None and q.open and not q.capability):
+        return None
+    use = queue_use(st)
+    if use is None:
+        return None
+    want = demand(spec.min_resources, spec.min_member, [p.requests for p in pods])
+    everyone: Resources = {}
+    for p in pods:
+        everyone = add(everyone, p.requests)
+    return use.check(spec.key, queue, {r: max(want.get(r, 0), everyone.get(r, 0))
+                                       for r in want.keys() | everyone.keys()})
+
+
+def _gang(st: CoreState, unit: Unit, view: TakenView, now: float) -> Steps:
+    """A gang's answer, by the path ``creation.placer`` and ``creation.held`` take."""
+    spec, n = unit.membership, len(unit.pods)
+    if isinstance(spec, InvalidGang):
+        return Outcome(unit.name, True, Verdict.NEVER, n, reason=InvalidDeclaration(spec))
+    if isinstance(spec, MissingPodGroup):
+        return Outcome(unit.name, True, Verdict.WAITS, n,
+                       reason=PodGroupNotFound(spec.key, spec.api),
+                       hints=(f"its PodGroup {spec.key} ({spec.api}), created with it",))
+    assert isinstance(spec, GangSpec)
+    if spec.parts or spec.group:
+        return Outcome(unit.name, True, Verdict.WAITS, n, why=(
+            "a member of a gang group: the group is planned once all its gangs exist; "
+            "ask for the whole group in one manifest of plain members"))
+    pods = ordered(unit.pods)
+    if n < spec.min_member:
+        return Outcome(unit.name, True, Verdict.WAITS, n,
+                       reason=WaitingForMembers(spec.key, n, spec.min_member),
+                       hints=(f"{spec.min_member - n} more member(s)",))
+    spec = replace(spec, priority=_priority(st, spec, pods))
+    required = _required(st, spec, pods)
+    if isinstance(required, InvalidDeclaration):
+        return Outcome(unit.name, True, Verdict.NEVER, n, reason=required)
+    if (held := _queue(st, spec, pods)) is not None:
+        return Outcome(unit.name, True, Verdict.WAITS, n, reason=held,
+                       hints=("capability in its Volcano queue, or its queue's other "
+                              "groups done",))
+    short = None
+    if spec.min_resources and not fits(spec.min_resources, free := free_outside_reservations(st)):
+        short = NotEnoughMinResources(spec.key, spec.min_resources, free)
+    members = [Member(p) for p in pods]
+    levels = st.settings.levels
+    result = plan_gang(members, view, levels, required=required)
+    if isinstance(result, NoFit) and n > spec.min_member:  # a quorum might fit
+        members_q = members[:spec.min_member]
+        got = plan_gang(members_q, view, levels, required=required)
+        if isinstance(got, Plan):
+            result, members = got, members_q
+    yield None
+    if isinstance(result, Plan):
+        if short is not None:
+            return Outcome(unit.name, True, Verdict.WAITS, n, reason=short)
+        fake = Gang(spec.key, st.ledger, spec=spec)  # never admitted: only read
+        reqs = {k: p.requests for p in pods if (k := p.key) in result.assignments}
+        if (waits := outranked(st, fake, result.assignments, reqs)) is not None:
+            return Outcome(unit.name, True, Verdict.WAITS, n, reason=waits)
+        return _fits(st, unit, result, pin=True)
+    quota = quota_line(pods[0].namespace, pods[0].labels)
+    never_ = any(p.preempt_never for p in pods) or spec.preempt_never
+    pre = Preemptor(str(spec.key), tuple(Member(p) for p in pods[:spec.min_member]),
+                    spec.priority or 0, PreemptionPolicy.NEVER if never_ else
+                    PreemptionPolicy.PREEMPT_LOWER_PRIORITY, required, spec.key, quota)
+    return (yield from _no_fit(st, unit, view, now, result, pre, short))
+
+
+def _fits(st: CoreState, unit: Unit, plan: Plan, *, pin: bool) -> Outcome:
+    left = tuple(p.key for p in ordered(unit.pods) if p.key not in plan.assignments)
+    return Outcome(unit.name, unit.gang is not None, Verdict.FITS, len(unit.pods),
+                   _placed(st, unit, plan, pin), left, plan.level)
+
+
+def _plain(st: CoreState, unit: Unit, view: TakenView, now: float) -> Steps:
+    """A pod outside any gang: kube-scheduler places it on room no gang holds (Lockstep's
+    filter); the node shown is the one the planner picks, kube-scheduler may pick another
+    that fits as well. It is never pinned: the webhook leaves plain pods alone."""
+    pod = unit.pods[0]
+    result = plan_gang([Member(pod)], view, st.settings.levels)
+    yield None
+    if isinstance(result, Plan):
+        return _fits(st, unit, result, pin=False)
+    pre = Preemptor(str(pod.key), (Member(pod),), pod.priority,
+                    PreemptionPolicy.NEVER if pod.preempt_never
+                    else PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
+                    quota=quota_line(pod.namespace, pod.labels))
+    return (yield from _no_fit(st, unit, view, now, result, pre, None))
+
+
+def _search(st: CoreState, pre: Preemptor, view: TakenView
+            ) -> Generator[None, None, object]:
+    """The victim search the held-gang sweep would run, slice by slice."""
+    search = VictimSearch(pre, lambda: candidate_steps(st, pre.priority), view,
+                          st.settings.levels)
+    while isinstance(got := search.advance(SEARCH_BUDGET), Unfinished):
+        yield None
+    return got
+
+
+def _no_fit(st: CoreState, unit: Unit, view: TakenView, now: float, nofit: NoFit,
+            pre: Preemptor, short: NotEnoughMinResources | None) -> Steps:
+    """Fits after preemption, waits, or never fits."""
+    n, is_gang, levels = len(unit.pods), unit.gang is not None, st.settings.levels
+    proof = never(pre.members, view, levels, pre.required)
+    if proof is not None:  # no eviction helps: no victim search
+        return Outcome(unit.name, is_gang, Verdict.NEVER, n, nofit=proof, why=(
+            "does not fit even on the empty cluster" + (
+                f": at most {proof.widest_domain_fit} of its {proof.members} members fit in "
+                f"one {proof.required_level}" if proof.required_level else "")))
+    found: object = None
+    if st.settings.preemption:
+        found = yield from _search(st, pre, view)
+    if isinstance(found, Victims) and short is None:
+        gpus = sum(r.get(GPU, 0) for r in found.freed.values())
+        out = _fits(st, unit, found.plan, pin=False)
+        return replace(out, verdict=Verdict.PREEMPTS, victims=VictimSet(
+            found.gangs, found.pods, len(found.evict), gpus))
+    why = describe(found) if found is not None and not isinstance(found, Victims) else ""  # type: ignore[arg-type]
+    reason: GangReason | None = short
+    if reason is None and unit.gang is not None:
+        reason = DoesNotFit(unit.gang, nofit, st.ledger.reserving_gangs(unit.gang), why)
+    more = hints(pre.members, view, levels, pre.required, nofit)
+    if isinstance(found, NoLowerPriority) and pre.quota:
+        more.append(f"lower-priority pods in its quota line {pre.quota} (preemption never "
+                    "evicts across quota lines; Kueue preempts for quota itself)")
+    if isinstance(found, PolicyNever):
+        more.append("preemptionPolicy other than Never, to evict lower-priority work")
+    yield None
+    return Outcome(unit.name, is_gang, Verdict.WAITS, n, reason=reason, nofit=nofit, why=why,
+                   hints=tuple(more),
+                   earliest=earliest(st, pre.members, view, pre.required, now))

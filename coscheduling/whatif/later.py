@@ -1,0 +1,91 @@
+"""For a unit that does not fit now: does it ever, what would make it fit, and the earliest
+known moment it could start.
+
+*Never* is proven on the cluster as if empty (:class:`~.views.EmptyView`): a unit the
+planner cannot place there fits after no finish and no eviction. *Earliest* replays the
+known events that give room back, in time order (an admitted gang's deadline: its
+reservation is given back if it has not bound; a preemption's: its preemptor's room is
+given back if the victims outlive it), and plans again after each, on the live view with
+that room freed (:class:`~coscheduling.preemption.freed.FreedView`). Nothing else is
+assumed to change, so it is a lower bound on the wait, not a promise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..gang import GangPhase
+from ..keys import GangKey
+from ..ledger import Reservation
+from ..planner import CapacityView, Member, Plan, plan_gang
+from ..preemption.freed import FreedView
+from ..reasons import NoFit
+from ..resources import format_resources
+from ..state import CoreState
+from ..topology import GPU, Level
+from .answer import Earliest
+from .views import EmptyView
+
+__all__ = ["EVENTS_TRIED", "earliest", "hints", "never"]
+
+EVENTS_TRIED = 16
+"""Known events replayed at most (each costs one plan)."""
+
+
+def never(members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
+          required: Level | None) -> NoFit | None:
+    """Why the members fit nowhere even on the empty cluster, or None when they would."""
+    got = plan_gang(members, EmptyView(view, levels), levels, required=required)
+    return got if isinstance(got, NoFit) else None
+
+
+def _events(st: CoreState, now: float) -> list[tuple[float, GangKey, str]]:
+    """``(when, gang, what)``: reservations that come back at a known time, soonest first."""
+    out: list[tuple[float, GangKey, str]] = []
+    for g in st.gangs.values():
+        if g.phase is GangPhase.ADMITTED and g.plan and g.deadline is not None:
+            out.append((g.deadline, g.key, f"gang {g.key} gives its reservation back if it "
+                        "has not bound by its deadline"))
+    for rec in st.preemptions.by_preemptor.values():
+        if rec.gang is not None and (pg := st.gangs.get(rec.gang)) is not None and pg.plan:
+            out.append((rec.deadline, rec.gang, f"gang {rec.gang}'s preemption gives its "
+                        "room back if its victims outlive their grace"))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return [t for t in out if t[0] >= now][:EVENTS_TRIED]
+
+
+def earliest(st: CoreState, members: Sequence[Member], view: CapacityView,
+             required: Level | None, now: float) -> Earliest | None:
+    """The first known event after which the members fit (nothing else changing)."""
+    slots: list[Reservation] = []
+    levels = st.settings.levels
+    for when, gang, what in _events(st, now):
+        g = st.gangs.get(gang)
+        if g is None:
+            continue
+        slots += [r for k in g.plan if (r := st.ledger.get(k)) is not None]
+        got = plan_gang(members, FreedView(view, levels, slots), levels, required=required)
+        if isinstance(got, Plan):
+            return Earliest(round(max(0.0, when - now), 1), what)
+    return None
+
+
+def hints(members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
+          required: Level | None, nofit: NoFit) -> list[str]:
+    """What would make the members fit, in numbers a person can act on."""
+    gpus = sum(m.pod.requests.get(GPU, 0) for m in members)
+    out: list[str] = []
+    if required is not None and gpus:
+        ranked = view.domains_by_free_gpus(levels.index(required))
+        best = max((f for f, _ in ranked), default=0)
+        out.append(f"{gpus} GPUs free in one {required.name} (outside reservations): the "
+                   f"{required.name} with the most has {max(0, best)}; {gpus - max(0, best)} "
+                   "more there would do")
+    elif gpus:
+        out.append(f"{gpus} GPUs free outside reservations, on nodes its members may use: "
+                   f"{nofit.free_units} of its {nofit.members} member(s) of "
+                   f"{format_resources(nofit.shape)} fit now")
+    else:
+        out.append(f"room for {nofit.members} x {format_resources(nofit.shape)} outside "
+                   f"reservations: {nofit.free_units} fit now")
+    return out

@@ -1,0 +1,211 @@
+"""The what-if's dry plan on a real core: fits now (nodes, racks, pins), fits after
+preemption (whole victim gangs, plain pods, GPUs freed), waits (the reason, what would make
+it fit, the earliest known start), never fits; each answer checked against what the core
+then does when the same objects are created, and the core's observable state unchanged by
+the what-if itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coscheduling import (
+    Coscheduler,
+    GateAtCreation,
+    PinAtCreation,
+    Settings,
+    Verdict,
+    WhatIfError,
+    gang_key,
+    ingest,
+    node_from_json,
+    pod_from_json,
+)
+from coscheduling.reasons import DoesNotFit, InvalidDeclaration, WaitingForMembers
+from tests.builders import node, pod, podgroup
+from tests.unit.test_creation import burst
+
+
+def cluster(*gpus: int, racks: int = 1, preemption: bool = True) -> Coscheduler:
+    core = Coscheduler(Settings(backoff_seconds=5, preemption=preemption))
+    for i, n in enumerate(gpus):
+        core.upsert(ingest.NODES, node_from_json(
+            node(f"n{i}").gpus(n).rack(f"r{i % racks}")
+            .label("nvidia.com/gpu.clique", f"c{i}").build()))
+    return core
+
+
+def creating(name: str, gang: str, size: int, gpus: int = 1, prio: int = 0
+             ) -> dict[str, Any]:
+    obj = pod(name).gang(gang, size, timeout=30).gpu(gpus).priority(prio).build()
+    obj["metadata"].pop("uid", None)
+    obj.pop("status", None)
+    return obj
+
+
+def running(core: Coscheduler, gang: str, size: int, node_name: str, prio: int) -> None:
+    for i in range(size):
+        obj = pod(f"{gang}-{i}").gang(gang, size, timeout=30).gpu(1).priority(prio) \
+            .on(node_name).build()
+        core.upsert_pod(pod_from_json(obj))
+
+
+def observed(core: Coscheduler) -> tuple[object, ...]:
+    """Everything the facade shows of the core (what a what-if must leave as it was)."""
+    return (dict(core.pods), core.plans(), core.reserved_total(), core.gang_views(),
+            core.preemptions_in_flight(), core.parked_total(),
+            {n: (core.free(n), core.free_unreserved(n)) for n in core.node_names()},
+            core.drain_notices(), core.drain_evictions(), core.drain_requeue(),
+            core.drain_lift(), core.drain_creation_answers(), core.next_deadline())
+
+
+def test_fits_now_names_each_members_node_rack_clique_and_pin_and_is_what_creation_does(
+) -> None:
+    core = cluster(4, 4, 4, 4, racks=2)
+    running(core, "busy", 2, "n0", 0)
+    objs = [creating(f"w{i}", "g", 4, gpus=2) for i in range(4)]
+    observed(core)  # drains what the setup queued
+    before = observed(core)
+    answer = core.what_if(objs, 0.0).run()
+    assert observed(core) == before  # the dry plan changed nothing
+    assert answer.verdict is Verdict.FITS
+    (out,) = answer.outcomes
+    assert out.level == "rack" and all(p.pinned for p in out.placed)
+    where = {p.pod.split("/")[1]: p.node for p in out.placed}
+    racks = {dict(p.domains)["rack"] for p in out.placed}
+    assert len(racks) == 1
+    assert {dict(p.domains)["clique"] for p in out.placed} <= {"c1", "c2", "c3"}
+    # The same objects created now, unchanged: the webhook pins them exactly there.
+    placed = burst(core, objs)
+    assert all(isinstance(a, PinAtCreation) for a in placed.values())
+    assert {k: a.node for k, a in placed.items() if isinstance(a, PinAtCreation)} == where
+
+
+def test_fits_after_preemption_names_whole_victim_gangs_and_is_what_the_sweep_does() -> None:
+    core = cluster(4)
+    running(core, "low", 4, "n0", 10)
+    objs = [creating(f"high-{i}", "high", 4, prio=100) for i in range(4)]
+    observed(core)  # drains what the setup queued
+    before = observed(core)
+    answer = core.what_if(objs, 0.0).run()
+    assert observed(core) == before
+    (out,) = answer.outcomes
+    assert out.verdict is Verdict.PREEMPTS and answer.verdict is Verdict.PREEMPTS
+    assert out.victims is not None and out.victims.gangs == (gang_key("default", "low"),)
+    assert out.victims.gpus == 4 and out.victims.evicted == 4
+    assert not any(p.pinned for p in out.placed)
+    # Created: gated at creation (nothing is evicted for pods being created), then the
+    # held-gang sweep evicts exactly the victims the what-if named.
+    placed = burst(core, objs)
+    assert all(isinstance(a, GateAtCreation) for a in placed.values())
+    for i, o in enumerate(objs):
+        gated = {**o, "metadata": {**o["metadata"], "uid": f"u{i}", "resourceVersion": "5"},
+                 "spec": {**o["spec"], "schedulingGates": [{"name": "lockstep.dev/gang"}]}}
+        core.upsert_pod(pod_from_json(gated))
+    core.admit_held(1.0)
+    assert sorted(e.pod for e in core.drain_evictions()) == sorted(
+        f"default/low-{i}" for i in range(4))
+    assert core.plans()[gang_key("default", "high")] == {p.pod: p.node for p in out.placed}
+
+
+def test_waits_says_why_what_would_make_it_fit_and_the_earliest_start() -> None:
+    core = cluster(4, 4)
+    # An admitted gang holds n0 and n1 with a deadline: room known to come back then.
+    for i in range(8):
+        core.upsert_pod(pod_from_json(pod(f"a-{i}").gang("a", 8, timeout=30).gpu(1).build()))
+    a0 = core.pods["default/a-0"]  # type: ignore[index]
+    assert core.filter(a0, core.node_names(), 0.0).passed
+    objs = [creating(f"w{i}", "g", 2, gpus=2) for i in range(2)]
+    observed(core)  # drains what the setup queued
+    before = observed(core)
+    answer = core.what_if(objs, 10.0).run()
+    assert observed(core) == before
+    (out,) = answer.outcomes
+    assert out.verdict is Verdict.WAITS
+    assert isinstance(out.reason, DoesNotFit) and out.reason.reserved_by == (
+        gang_key("default", "a"),)
+    assert out.hints and "4 GPUs" in out.hints[0]
+    assert out.earliest is not None and out.earliest.seconds == 20.0
+    assert "default/a" in out.earliest.event
+
+
+def test_too_few_members_wait_for_the_rest() -> None:
+    core = cluster(8)
+    answer = core.what_if([creating("w0", "g", 3)], 0.0).run()
+    (out,) = answer.outcomes
+    assert out.verdict is Verdict.WAITS
+    assert out.reason == WaitingForMembers(gang_key("default", "g"), 1, 3)
+
+
+@pytest.mark.parametrize(("objs", "why"), [
+    pytest.param([creating(f"w{i}", "g", 2, gpus=8) for i in range(2)], "empty cluster",
+                 id="too-big-for-any-node"),
+    pytest.param([pod(f"w{i}").gang("g", 2).gpu(2).annotate(
+        "lockstep.dev/topology-required", "rack").build() for i in range(2)],
+        "in one rack", id="required-rack-no-domain-satisfies"),
+])
+def test_never_fits_is_proven_on_the_empty_cluster(objs: list[dict[str, Any]],
+                                                    why: str) -> None:
+    core = cluster(2, 2, racks=2)
+    answer = core.what_if(objs, 0.0).run()
+    (out,) = answer.outcomes
+    assert out.verdict is Verdict.NEVER and answer.verdict is Verdict.NEVER
+    assert "empty cluster" in out.why and (why in out.why or why == "empty cluster")
+
+
+def test_an_invalid_declaration_never_fits_with_the_field_named() -> None:
+    core = cluster(4)
+    objs = [pod("w0").gang("g", 5000).gpu(1).build()]
+    (out,) = core.what_if(objs, 0.0).run().outcomes
+    assert out.verdict is Verdict.NEVER and isinstance(out.reason, InvalidDeclaration)
+
+
+def test_a_pytorchjob_with_its_podgroup_is_its_pods_in_one_gang() -> None:
+    core = cluster(4, 4)
+    tpl = {"spec": {"containers": [{"name": "c", "resources": {
+        "limits": {"nvidia.com/gpu": "1"}}}]}}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "train", "namespace": "default"},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": tpl},
+                                            "Worker": {"replicas": 3, "template": tpl}}}}
+    answer = core.what_if([job, podgroup("train", 4)], 0.0).run()
+    (out,) = answer.outcomes
+    assert out.unit == "default/train" and out.members == 4 and out.verdict is Verdict.FITS
+    assert sorted(p.pod for p in out.placed) == [
+        "default/train-master-0", *(f"default/train-worker-{i}" for i in range(3))]
+
+
+def test_a_second_unit_sees_the_room_the_first_takes() -> None:
+    core = cluster(4)
+    objs = [creating(f"a{i}", "a", 2, gpus=2) for i in range(2)]
+    objs += [creating(f"b{i}", "b", 2, gpus=2) for i in range(2)]
+    answer = core.what_if(objs, 0.0).run()
+    assert [o.verdict for o in answer.outcomes] == [Verdict.FITS, Verdict.WAITS]
+    assert answer.verdict is Verdict.WAITS
+
+
+def test_a_plain_pod_fits_on_room_no_gang_holds_and_is_never_pinned() -> None:
+    core = cluster(4)
+    (out,) = core.what_if([pod("solo").gpu(2).build()], 0.0).run().outcomes
+    assert out.verdict is Verdict.FITS and not out.gang and not out.placed[0].pinned
+
+
+@pytest.mark.parametrize(("obj", "field"), [
+    (pod("x").scheduler("default-scheduler").gpu(1).build(), "spec.schedulerName"),
+    (pod("x").gpu(1).priority(5, "nope").build(), "spec.priorityClassName"),
+])
+def test_pods_for_another_scheduler_or_an_unknown_class_are_refused(obj: dict[str, Any],
+                                                                    field: str) -> None:
+    core = cluster(4)
+    obj["spec"].pop("priority", None)
+    with pytest.raises(WhatIfError) as e:
+        core.what_if([obj], 0.0)
+    assert e.value.field.endswith(field)
+
+
+def test_a_pod_that_exists_already_is_refused() -> None:
+    core = cluster(4)
+    core.upsert_pod(pod_from_json(pod("x").gpu(1).build()))
+    with pytest.raises(WhatIfError, match="exists already"):
+        core.what_if([pod("x").gpu(1).build()], 0.0)
