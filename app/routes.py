@@ -8,6 +8,7 @@ offending field.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 from collections.abc import Callable
@@ -127,12 +128,21 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
             raise UnknownObject("pod", key)
         return json_response(explain_pod(service, key))
 
+    one_at_a_time = asyncio.Lock()
+
     @app.post("/debug/what-if")
     async def debug_what_if(request: Request) -> Response:
-        """Would this manifest fit? A dry plan against the live state (app/whatif.py)."""
+        """Would this manifest fit? A dry plan against the live state (app/whatif.py), one
+        at a time: a victim search is seconds of CPU at most, and two would share the loop
+        with the verbs twice over."""
         if (denied := guard(request)) is not None:
             return denied
-        answer = await what_if(service, await read_body(request))
+        body = await read_body(request)
+        if one_at_a_time.locked():
+            raise BadRequest(429, "a what-if is running: one at a time, ask again when it "
+                                  "has answered", ["request"])
+        async with one_at_a_time:
+            answer = await what_if(service, body)
         return json_response(answer.model_dump())
 
     return app

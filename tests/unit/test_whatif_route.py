@@ -49,7 +49,8 @@ class Client:
     async def apost(self, path: str, content: str | bytes,
                     headers: dict[str, str] | None = None) -> httpx.Response:
         transport = httpx.ASGITransport(app=self.app, client=(self.peer, 1))
-        async with httpx.AsyncClient(transport=transport, base_url="http://lockstep") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://lockstep",
+                                     timeout=30) as c:
             return await c.post(path, content=content, headers=headers)
 
     def post(self, path: str, content: str | bytes,
@@ -151,3 +152,13 @@ def test_service_core_sees_a_pod_created_after_the_what_if(client: Client,
     client.post("/debug/what-if", content=gang_yaml("g", 2, 2))
     service.core.upsert_pod(pod_from_json(pod("g-0").gang("g", 2).gpu(2).build()))
     assert "default/g-0" in service.core.pods
+
+
+async def test_one_what_if_at_a_time(service: Lockstep) -> None:
+    """A second what-if while one runs is answered 429, not queued without bound."""
+    c = Client(service)  # one app: its lock is shared by the three requests
+    manifest = gang_yaml("g", 2, 2) + "---\n" + gang_yaml("h", 2, 2)  # two units: it yields
+    got = await asyncio.gather(*(c.apost("/debug/what-if", manifest) for _ in range(3)))
+    codes = sorted(r.status_code for r in got)
+    assert codes[0] == 200 and 429 in codes, codes
+    assert "one at a time" in next(r for r in got if r.status_code == 429).json()["error"]
