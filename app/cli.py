@@ -240,7 +240,7 @@ def _what_if(args: argparse.Namespace) -> int:
     preempt, 2 bad input or never fits (``app.whatif.EXIT_CODES``)."""
     import httpx
 
-    from .whatif import MAX_BODY, WhatIfAnswer, as_text
+    from .whatif import MAX_BODY, WhatIfAnswer
 
     try:
         with open(args.what_if, "rb") if args.what_if != "-" else sys.stdin.buffer as f:
@@ -265,7 +265,7 @@ def _what_if(args: argparse.Namespace) -> int:
         print(f"lockstep: {args.what_if}: {msg}", file=sys.stderr)
         return 2
     answer = WhatIfAnswer.model_validate(r.json())
-    print(r.text if args.output == "json" else as_text(answer))
+    print(r.text if args.output == "json" else answer.text)
     return answer.exitCode
 
 

@@ -82,6 +82,8 @@ class WhatIfAnswer(_Model):
     exitCode: int
     outcomes: list[OutcomeModel]
     notes: list[str]
+    text: str = ""
+    """The answer as :func:`as_text` words it (the CLI prints it, the page shows it)."""
 
 
 def _reason(o: Outcome) -> str | None:
@@ -90,7 +92,7 @@ def _reason(o: Outcome) -> str | None:
         parts.append(render(o.reason))
     elif o.nofit is not None:
         parts.append(render_nofit(o.nofit))
-    if o.why and o.why not in parts[0:1]:
+    if o.why and not any(o.why in p for p in parts):  # a reason may carry it already
         parts.append(o.why)
     return "; ".join(parts) or None
 
@@ -110,8 +112,9 @@ def _outcome(o: Outcome) -> OutcomeModel:
 
 
 def answer_model(p: Proposal) -> WhatIfAnswer:
-    return WhatIfAnswer(verdict=p.verdict.value, exitCode=EXIT_CODES[p.verdict.value],
-                        outcomes=[_outcome(o) for o in p.outcomes], notes=list(p.notes))
+    got = WhatIfAnswer(verdict=p.verdict.value, exitCode=EXIT_CODES[p.verdict.value],
+                       outcomes=[_outcome(o) for o in p.outcomes], notes=list(p.notes))
+    return got.model_copy(update={"text": as_text(got)})
 
 
 def parse_manifest(body: bytes) -> list[Any]:

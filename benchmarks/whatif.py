@@ -76,9 +76,11 @@ def serve(argv: list[str]) -> None:
     import uvicorn
 
     from app.process import extender_app
+    from app.service import freeze_synced_heap
 
     bound = len(stall.fill(args.nodes, 0, 0))
     service = stall.build(args.nodes, 0, max(1000, args.pods - bound), args.api)
+    freeze_synced_heap()  # as the service does once its cache has synced
     config = uvicorn.Config(extender_app(service), host="127.0.0.1", port=args.port,
                             log_level="warning", access_log=False)
     asyncio.run(stall._serve(service, uvicorn.Server(config)))
