@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..eligibility import eligible
 from ..gang import GangPhase
 from ..keys import GangKey
 from ..ledger import Reservation
 from ..planner import CapacityView, Member, Plan, plan_gang
 from ..preemption.freed import FreedView
 from ..reasons import NoFit
-from ..resources import format_resources
+from ..records import NodeName
+from ..resources import Resources, fits, format_resources, sub
 from ..state import CoreState
 from ..topology import GPU, Level
 from .answer import Earliest
@@ -34,9 +36,47 @@ EVENTS_TRIED = 16
 
 def never(members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
           required: Level | None) -> NoFit | None:
-    """Why the members fit nowhere even on the empty cluster, or None when they would."""
+    """Why the members fit nowhere even on the empty cluster, or None when they would.
+
+    First a cheap proof that they do fit there (first fit, largest first, within one domain
+    of the required level or over the whole cluster); only without one is the planner asked,
+    for its reason. Planning a 17 x 8-GPU gang on an empty 5,000-node cluster cost 80-200 ms
+    of one slice; the proof costs a pass over the nodes it tries."""
+    if _fits_empty(members, view, levels, required):
+        return None
     got = plan_gang(members, EmptyView(view, levels), levels, required=required)
     return got if isinstance(got, NoFit) else None
+
+
+def _fits_empty(members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
+                required: Level | None) -> bool:
+    """The members fit on the nodes as if empty, first fit, largest first: a sufficient
+    proof (a heuristic failing proves nothing; the planner then decides)."""
+    nodes = view.nodes
+    groups = (list(view.domains(levels.index(required)).values()) if required is not None
+              else [sorted(nodes)])
+    todo = sorted(members, key=lambda m: (-m.pod.requests.get(GPU, 0), m.key))
+    memo: dict[tuple[int, NodeName], bool] = {}
+    for ns in groups:
+        left: dict[NodeName, Resources] = {}
+        start = 0
+        for m in todo:
+            for at in range(start, len(ns)):
+                n = ns[at]
+                free = left.get(n)
+                if free is None:
+                    free = left[n] = dict(nodes[n].allocatable)
+                ok = memo.get((id(m.pod), n))
+                if ok is None:
+                    ok = memo[(id(m.pod), n)] = eligible(m.pod, nodes[n])
+                if ok and fits(m.pod.requests, free):
+                    left[n] = sub(free, m.pod.requests)
+                    break
+            else:
+                break
+        else:
+            return True
+    return False
 
 
 def _events(st: CoreState, now: float) -> list[tuple[float, GangKey, str]]:
