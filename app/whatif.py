@@ -169,6 +169,11 @@ async def what_if(service: Lockstep, body: bytes) -> WhatIfAnswer:
     return answer_model(got)
 
 
+def _level(name: str) -> str:
+    """A topology level as a person says it (the finest level is one node)."""
+    return "node" if name == "hostname" else name
+
+
 def as_text(a: WhatIfAnswer) -> str:
     """The answer as a person reads it (the CLI's default, the page's)."""
     heads = {Verdict.FITS.value: "fits now", Verdict.PREEMPTS.value: "fits after preemption",
@@ -177,7 +182,7 @@ def as_text(a: WhatIfAnswer) -> str:
     for o in a.outcomes:
         what = "gang" if o.gang else "pod"
         lines.append(f"{what} {o.unit} ({o.members} pod(s)): {heads[o.verdict]}"
-                     + (f", within one {o.placedWithin}" if o.placedWithin else ""))
+                     + (f", within one {_level(o.placedWithin)}" if o.placedWithin else ""))
         for p in o.placed:
             topo = ", ".join(f"{k} {v}" for k, v in p.topology.items())
             pin = ("pinned at creation" if p.pinnedAtCreation

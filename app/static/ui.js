@@ -267,8 +267,8 @@ async function askWhatIf(manifest, out) {
   }
   out.replaceChildren(
     h("h2", { id: "whatif-verdict", "data-verdict": body.verdict }, body.verdict),
-    body.outcomes.map(outcomeView),
-    body.notes.map((n) => h("p", { class: "note" }, n)),
+    ...body.outcomes.map(outcomeView),
+    ...body.notes.map((n) => h("p", { class: "note" }, n)),
     h("details", {}, h("summary", {}, "as text"), h("pre", { id: "whatif-text" }, body.text)));
   document.body.dataset.whatif = body.verdict;
 }
@@ -282,7 +282,8 @@ function outcomeView(o) {
   const v = o.victims;
   return h("section", { class: "whatif-unit", "data-unit": o.unit, "data-verdict": o.verdict },
     h("h2", {}, `${o.gang ? "gang" : "pod"} ${o.unit} (${o.members} pods): ${o.verdict}`,
-      o.placedWithin ? `, within one ${o.placedWithin}` : ""),
+      o.placedWithin ? `, within one ${o.placedWithin === "hostname" ? "node" : o.placedWithin}`
+                     : ""),
     rows.length ? h("table", { class: "whatif-placed" },
       h("thead", {}, h("tr", {}, ["member", "node", "rack", "clique", "at creation"]
         .map((c) => h("th", {}, c)))), h("tbody", {}, rows)) : null,
