@@ -211,11 +211,15 @@ def _workload(obj: Mapping[str, Any], out: Expanded, limit: int) -> None:
         raise WhatIfError("Workload.spec.podSets", "more than Kueue's 8 podSets")
     queue = spec.get("queueName")
     labels = {kueue.GROUP: name, **({kueue.QUEUE: str(queue)} if queue else {})}
+    # The Workload's own priority (``spec.priorityClassName`` / ``spec.priority``) is its
+    # pods' unless a template says otherwise.
+    own = {k: spec[k] for k in ("priorityClassName", "priority") if spec.get(k) is not None}
     for set_name, n, tpl in counts:
         for i in range(n):
-            out.pods.append(Manifest(
-                _pod(tpl, ns, f"{name}-{set_name}-{i}", labels, {kueue.TOTAL: str(total)}),
-                True, f"Workload {ns}/{name}"))
+            pod = _pod(tpl, ns, f"{name}-{set_name}-{i}", labels, {kueue.TOTAL: str(total)})
+            if "priority" not in pod["spec"] and "priorityClassName" not in pod["spec"]:
+                pod["spec"].update(own)
+            out.pods.append(Manifest(pod, True, f"Workload {ns}/{name}"))
     out.notes.append(f"Workload {ns}/{name}: {total} pod(s) in {len(counts)} podSet(s), as "
                      "one Kueue pod group, as if Kueue admitted it now")
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from app import cli
+from testbed.kubeflow import JOBS, pytorchjob, start_training_operator
 from testbed.workloads import gang, pod
 
 from .conftest import Cluster, ClusterFactory, settle
@@ -124,6 +125,31 @@ def test_waits_binds_nothing_and_gives_the_reason_explain_gives(
     # Once the busy gang goes, the room comes back and the late gang runs.
     c.delete("busy-0", "busy-1")
     c.wait_bound(["late-0", "late-1"], 30)
+
+
+def test_a_pytorchjob_goes_where_the_what_if_said(
+        cluster: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kubeflow's real training-operator (``--gang-scheduler-name=lockstep``: templates
+    without a schedulerName get Lockstep's, and a scheduler-plugins PodGroup of every
+    replica): the what-if reads the PyTorchJob alone, assumes the operator's PodGroup, and
+    names the pods as the operator names them."""
+    c = cluster("tiny-3x2")
+    start_training_operator(c.bed, "lockstep")
+    c.create(pod("busy", c.ns).gpu(1).build())
+    c.wait_bound(["busy"], 30)
+    settle(1)
+    job = pytorchjob("train", master=True, workers=3, scheduler_name=None)
+    code, answer = ask(c, [job], tmp_path, capsys)
+    assert code == 0 and answer["verdict"] == "fits-now", answer
+    want = {n: node for n, (node, _) in placed(answer).items()}
+    assert set(want) == {"train-master-0", *(f"train-worker-{i}" for i in range(3))}
+    assert any("training-operator creates assumed (minMember 4)" in n for n in answer["notes"])
+    c.recorder.min_member_of[f"{c.ns}/train"] = 4
+    c.kube.create(JOBS.format(ns=c.ns), pytorchjob("train", master=True, workers=3,
+                                                   scheduler_name=None))
+    bound = c.wait_bound(list(want), 60)
+    assert {n: bound[n] for n in want} == want
+    c.recorder.assert_gang_invariants(c.ns)
 
 
 def test_bad_input_exits_2_naming_what_is_wrong(

@@ -64,7 +64,7 @@ def test_a_pytorchjob_with_a_volcano_podgroup_is_volcanos() -> None:
 
 def test_a_kueue_workload_is_one_kueue_pod_group() -> None:
     wl = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-          "metadata": {"name": "w"}, "spec": {"queueName": "lq", "podSets": [
+          "metadata": {"name": "w"}, "spec": {"queueName": "lq", "priority": 7, "podSets": [
               {"name": "driver", "count": 1, "template": TPL},
               {"name": "workers", "count": 2, "template": TPL}]}}
     found = expand([wl], 1000, ["lockstep"])
@@ -72,6 +72,7 @@ def test_a_kueue_workload_is_one_kueue_pod_group() -> None:
                                                                "w-workers-1"]
     assert {m.obj["metadata"]["labels"][GROUP] for m in found.pods} == {"w"}
     assert {m.obj["metadata"]["annotations"][TOTAL] for m in found.pods} == {"3"}
+    assert {m.obj["spec"]["priority"] for m in found.pods} == {7}  # the Workload's own
 
 
 @pytest.mark.parametrize(("objs", "field"), [
