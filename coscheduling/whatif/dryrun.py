@@ -18,6 +18,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 
 from ..admission import TOPOLOGY_REQUIRED, free_outside_reservations, outranked
+from ..conventions import kueue
 from ..conventions.base import Source
 from ..conventions.kueue import quota_line
 from ..conventions.volcano_queues import DEFAULT_QUEUE, demand
@@ -107,13 +108,23 @@ class DryRun:
 
 def _placed(st: CoreState, unit: Unit, plan: Plan, pin: bool) -> tuple[Placed, ...]:
     levels = st.settings.levels[:-1]
+    pods = {p.key: p for p in unit.pods}
     out = []
     for key, node in sorted(plan.assignments.items()):
         rec = st.store.nodes.get(node)
         labels = rec.labels if rec is not None else {}
         doms = tuple((lv.name, v) for lv in levels if (v := lv.value(labels)))
-        out.append(Placed(key, node, doms, pin and unit.named.get(str(key), False)))
+        out.append(Placed(key, node, doms, pin and unit.named.get(str(key), False)
+                          and not _gated_by_another(pods[key])))
     return tuple(out)
+
+
+def _gated_by_another(pod: PodRecord) -> bool:
+    """Another party holds the pod back at creation, so the webhook gates it rather than
+    pinning it (``creation.placer``), and it is placed once that party lets it go: a gate of
+    its own in the manifest, or Kueue's admission gate, which Kueue's webhook adds to every
+    pod of its pod-group integration (a pod naming a LocalQueue)."""
+    return pod.gated or kueue.QUEUE in pod.labels or kueue.GROUP in pod.labels
 
 
 def _priority(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> int:
@@ -209,7 +220,10 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float) -> Steps:
         reqs = {k: p.requests for p in pods if (k := p.key) in result.assignments}
         if (waits := outranked(st, fake, result.assignments, reqs)) is not None:
             return Outcome(unit.name, True, Verdict.WAITS, n, reason=waits)
-        return _fits(st, unit, result, pin=True)
+        # The webhook pins only once the quorum exists among the reviews it sees: members
+        # with a name at creation that no other party holds back.
+        seen = sum(1 for p in pods if unit.named.get(str(p.key)) and not _gated_by_another(p))
+        return _fits(st, unit, result, pin=seen >= spec.min_member)
     quota = quota_line(pods[0].namespace, pods[0].labels)
     never_ = any(p.preempt_never for p in pods) or spec.preempt_never
     pre = Preemptor(str(spec.key), tuple(Member(p) for p in pods[:spec.min_member]),

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from app import cli
+from testbed import kueue
 from testbed.kubeflow import JOBS, pytorchjob, start_training_operator
 from testbed.workloads import gang, pod
 
@@ -149,6 +150,29 @@ def test_a_pytorchjob_goes_where_the_what_if_said(
                                                    scheduler_name=None))
     bound = c.wait_bound(list(want), 60)
     assert {n: bound[n] for n in want} == want
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_a_kueue_pod_group_goes_where_the_what_if_said_once_kueue_admits_it(
+        cluster: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Real Kueue v0.17 in front: its webhook gates the group's pods, so none is pinned at
+    creation (the answer says so); once Kueue admits the group, they bind where it said."""
+    c = cluster("tiny-3x2")
+    kueue.start_kueue(c.bed)
+    kueue.create(c.kube, kueue.resource_flavor())
+    kueue.create(c.kube, kueue.cluster_queue("team", gpus=8))
+    kueue.create(c.kube, kueue.local_queue("team", "team"), ns=c.ns)
+    c.create(pod("busy", c.ns).gpu(1).build())
+    c.wait_bound(["busy"], 30)
+    settle(1)
+    code, answer = ask(c, kueue.group_pods("g", 3, "team"), tmp_path, capsys)
+    assert code == 0 and answer["verdict"] == "fits-now", answer
+    assert answer["outcomes"][0]["unit"] == f"{c.ns}/g"
+    got = placed(answer)
+    assert set(got) == {"g-0", "g-1", "g-2"} and not any(pin for _, pin in got.values())
+    c.create(*kueue.group_pods("g", 3, "team"))
+    bound = c.wait_bound(list(got), 60)
+    assert {n: bound[n] for n in got} == {n: node for n, (node, _) in got.items()}
     c.recorder.assert_gang_invariants(c.ns)
 
 

@@ -209,3 +209,22 @@ def test_a_pod_that_exists_already_is_refused() -> None:
     core.upsert_pod(pod_from_json(pod("x").gpu(1).build()))
     with pytest.raises(WhatIfError, match="exists already"):
         core.what_if([pod("x").gpu(1).build()], 0.0)
+
+
+def test_a_kueue_group_or_a_pod_with_a_gate_of_its_own_is_placed_but_not_pinned() -> None:
+    """Kueue's webhook gates every pod of its pod-group integration, and the webhook pins
+    no pod another party holds back: the plan is the same, made once the gate comes off."""
+    core = cluster(4, 4)
+    kueue_pods = [pod(f"k{i}").label("kueue.x-k8s.io/queue-name", "team")
+                  .label("kueue.x-k8s.io/pod-group-name", "k")
+                  .annotate("kueue.x-k8s.io/pod-group-total-count", "2").gpu(1).build()
+                  for i in range(2)]
+    (out,) = core.what_if(kueue_pods, 0.0).run().outcomes
+    assert out.verdict is Verdict.FITS and out.unit == "default/k"
+    assert not any(p.pinned for p in out.placed)
+    gated = [creating(f"w{i}", "g", 2) for i in range(2)]
+    gated[0]["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    (out,) = core.what_if(gated, 0.0).run().outcomes
+    # w0 does not count until its gate comes off, so the quorum never exists at creation:
+    # w1 is held, then gated, and both are placed by the plan once w0 is let go.
+    assert out.verdict is Verdict.FITS and not any(p.pinned for p in out.placed)
