@@ -14,12 +14,12 @@ loop run, so a what-if never holds it longer than a verb.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import replace
 
 from ..admission import TOPOLOGY_REQUIRED, free_outside_reservations, outranked
 from ..conventions import kueue
-from ..conventions.base import Source
+from ..conventions.base import PodGroupRecord, Source
 from ..conventions.kueue import quota_line
 from ..conventions.volcano_queues import DEFAULT_QUEUE, demand
 from ..enqueue import queue_use
@@ -72,6 +72,7 @@ class DryRun:
         self._now = now
         self._notes = tuple(found.notes)
         self._units = units_of(st, found)
+        self._volcano = found.groups.get(Source.VOLCANO, {})
         self._view = TakenView(st.capacity, st.settings.levels)
         self._steps = self._run()
 
@@ -96,7 +97,7 @@ class DryRun:
             if unit.gang is None:
                 out = yield from _plain(self._st, unit, self._view, self._now)
             else:
-                out = yield from _gang(self._st, unit, self._view, self._now)
+                out = yield from _gang(self._st, unit, self._view, self._now, self._volcano)
             for p in out.placed:  # later units see this one's room as taken
                 pod = next(q for q in unit.pods if q.key == p.pod)
                 self._view.take(p.node, pod.requests)
@@ -154,11 +155,13 @@ def _required(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]
     return None
 
 
-def _queue(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> GangReason | None:
-    """``enqueue.queue_gate`` for a Volcano gang not created yet."""
+def _queue(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord],
+           manifest: Mapping[str, PodGroupRecord]) -> GangReason | None:
+    """``enqueue.queue_gate`` for a Volcano gang not created yet: its queue is its
+    PodGroup's, the manifest's own before one the store holds."""
     if spec.source is not Source.VOLCANO or st.store.queues is None:
         return None
-    pg = st.store.volcano.get(spec.key)
+    pg = manifest.get(str(spec.key)) or st.store.volcano.get(spec.key)
     queue = pg.queue if pg is not None else DEFAULT_QUEUE
     q = st.store.queues.get(queue)
     if (q is None and queue == DEFAULT_QUEUE) or (q is not None and q.open and not q.capability):
@@ -174,7 +177,8 @@ def _queue(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> GangReas
                                        for r in want.keys() | everyone.keys()})
 
 
-def _gang(st: CoreState, unit: Unit, view: TakenView, now: float) -> Steps:
+def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
+          volcano: Mapping[str, PodGroupRecord]) -> Steps:
     """A gang's answer, by the path ``creation.placer`` and ``creation.held`` take."""
     spec, n = unit.membership, len(unit.pods)
     if isinstance(spec, InvalidGang):
@@ -197,7 +201,7 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float) -> Steps:
     required = _required(st, spec, pods)
     if isinstance(required, InvalidDeclaration):
         return Outcome(unit.name, True, Verdict.NEVER, n, reason=required)
-    if (held := _queue(st, spec, pods)) is not None:
+    if (held := _queue(st, spec, pods, volcano)) is not None:
         return Outcome(unit.name, True, Verdict.WAITS, n, reason=held,
                        hints=("capability in its Volcano queue, or its queue's other "
                               "groups done",))

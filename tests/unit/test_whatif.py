@@ -22,7 +22,8 @@ from coscheduling import (
     node_from_json,
     pod_from_json,
 )
-from coscheduling.reasons import DoesNotFit, InvalidDeclaration, WaitingForMembers
+from coscheduling.conventions.volcano_queues import queue_from_json
+from coscheduling.reasons import DoesNotFit, InvalidDeclaration, QueueFull, WaitingForMembers
 from tests.builders import node, pod, podgroup
 from tests.unit.test_creation import burst
 
@@ -228,3 +229,36 @@ def test_a_kueue_group_or_a_pod_with_a_gate_of_its_own_is_placed_but_not_pinned(
     # w0 does not count until its gate comes off, so the quorum never exists at creation:
     # w1 is held, then gated, and both are placed by the plan once w0 is let go.
     assert out.verdict is Verdict.FITS and not any(p.pinned for p in out.placed)
+
+
+def test_a_volcano_group_in_the_manifest_waits_for_its_queue_capability() -> None:
+    """The manifest's own Volcano PodGroup names the queue (not one the store holds)."""
+    core = cluster(4, 4)
+    core.replace(ingest.QUEUES, [queue_from_json(
+        {"metadata": {"name": "small"}, "spec": {"capability": {"nvidia.com/gpu": "2"}},
+         "status": {"state": "Open"}})])
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "v", "namespace": "default"},
+             "spec": {"minMember": 2, "queue": "small"}}
+    members = [pod(f"v{i}").annotate("scheduling.k8s.io/group-name", "v").gpu(2).build()
+               for i in range(2)]
+    (out,) = core.what_if([group, *members], 0.0).run().outcomes
+    assert out.verdict is Verdict.WAITS and isinstance(out.reason, QueueFull)
+    assert out.reason.queue == "small"
+    group["spec"]["queue"] = "default"  # unlimited: it fits
+    (out,) = core.what_if([group, *members], 0.0).run().outcomes
+    assert out.verdict is Verdict.FITS
+
+
+def test_a_deployments_replicas_fit_gated_not_pinned() -> None:
+    core = cluster(4, 4)
+    tpl = pod("t").gang("web", 3).gpu(1).build()
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "web", "namespace": "default"},
+           "spec": {"replicas": 3, "template": {"metadata": tpl["metadata"],
+                                                "spec": tpl["spec"]}}}
+    answer = core.what_if([dep], 0.0).run()
+    (out,) = answer.outcomes
+    assert out.verdict is Verdict.FITS and out.members == 3
+    assert not any(p.pinned for p in out.placed)
+    assert any("Deployment default/web: 3 replica(s)" in n for n in answer.notes)
