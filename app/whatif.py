@@ -198,7 +198,8 @@ def as_text(a: WhatIfAnswer) -> str:
             lines.append(f"  evicts {', '.join(who)} ({v.evicted} pod(s)), freeing "
                          f"{v.gpusFreed} GPU(s)")
         if o.reason:
-            lines.append(f"  why: {o.reason}")
+            lines.append(f"  {'note' if o.verdict == Verdict.FITS.value else 'why'}: "
+                         f"{o.reason}")
         for h in o.hints:
             lines.append(f"  would fit with: {h}")
         if o.earliest is not None:

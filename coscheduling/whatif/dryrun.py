@@ -227,6 +227,10 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
         # The webhook pins only once the quorum exists among the reviews it sees: members
         # with a name at creation that no other party holds back.
         seen = sum(1 for p in pods if unit.named.get(str(p.key)) and not _gated_by_another(p))
+        if n > spec.min_member:  # which reviews form the quorum is the order they arrive
+            return replace(_fits(st, unit, result, pin=False), why=(
+                f"{n} members for a minMember of {spec.min_member}: the first "
+                f"{spec.min_member} created are pinned, the rest gated and placed beside them"))
         return _fits(st, unit, result, pin=seen >= spec.min_member)
     quota = quota_line(pods[0].namespace, pods[0].labels)
     never_ = any(p.preempt_never for p in pods) or spec.preempt_never

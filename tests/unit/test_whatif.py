@@ -262,3 +262,11 @@ def test_a_deployments_replicas_fit_gated_not_pinned() -> None:
     assert out.verdict is Verdict.FITS and out.members == 3
     assert not any(p.pinned for p in out.placed)
     assert any("Deployment default/web: 3 replica(s)" in n for n in answer.notes)
+
+
+def test_extras_beyond_min_member_are_placed_but_the_pins_depend_on_arrival() -> None:
+    core = cluster(4, 4)
+    objs = [pod(f"w{i}").gang("g", 2).gpu(1).build() for i in range(3)]
+    (out,) = core.what_if(objs, 0.0).run().outcomes
+    assert out.verdict is Verdict.FITS and len(out.placed) == 3
+    assert not any(p.pinned for p in out.placed) and "first 2 created are pinned" in out.why
