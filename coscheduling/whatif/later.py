@@ -4,20 +4,20 @@ known moment it could start.
 *Never* is proven on the cluster as if empty (:class:`~.views.EmptyView`): a unit the
 planner cannot place there fits after no finish and no eviction. *Earliest* replays the
 known events that give room back, in time order (an admitted gang's deadline: its
-reservation is given back if it has not bound; a preemption's: its preemptor's room is
-given back if the victims outlive it), and plans again after each, on the live view with
-that room freed (:class:`~coscheduling.preemption.freed.FreedView`). Nothing else is
-assumed to change, so it is a lower bound on the wait, not a promise.
+reservation is given back if it has not bound; a preemption in flight: its victims are gone
+by the end of their grace, and what its preemptor does not take is free), and plans again
+after each, on the live view with that room freed
+(:class:`~coscheduling.preemption.freed.FreedView`). Nothing else is assumed to change, so
+it is a bound, not a promise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..eligibility import eligible
 from ..gang import GangPhase
-from ..keys import GangKey
-from ..ledger import Reservation
 from ..planner import CapacityView, Member, Plan, plan_gang
 from ..preemption.freed import FreedView
 from ..reasons import NoFit
@@ -59,10 +59,8 @@ def _fits_empty(members: Sequence[Member], view: CapacityView, levels: Sequence[
     memo: dict[tuple[int, NodeName], bool] = {}
     for ns in groups:
         left: dict[NodeName, Resources] = {}
-        start = 0
         for m in todo:
-            for at in range(start, len(ns)):
-                n = ns[at]
+            for n in ns:
                 free = left.get(n)
                 if free is None:
                     free = left[n] = dict(nodes[n].allocatable)
@@ -79,17 +77,30 @@ def _fits_empty(members: Sequence[Member], view: CapacityView, levels: Sequence[
     return False
 
 
-def _events(st: CoreState, now: float) -> list[tuple[float, GangKey, str]]:
-    """``(when, gang, what)``: reservations that come back at a known time, soonest first."""
-    out: list[tuple[float, GangKey, str]] = []
+@dataclass(frozen=True, slots=True)
+class _Going:
+    """Room that comes back at an event: where, and how much."""
+
+    node: NodeName
+    requests: Resources
+
+
+def _events(st: CoreState, now: float) -> list[tuple[float, str, list[_Going]]]:
+    """``(when, what, room back)``: room that comes back by a known time, soonest first."""
+    out: list[tuple[float, str, list[_Going]]] = []
     for g in st.gangs.values():
         if g.phase is GangPhase.ADMITTED and g.plan and g.deadline is not None:
-            out.append((g.deadline, g.key, f"gang {g.key} gives its reservation back if it "
-                        "has not bound by its deadline"))
+            room = [_Going(r.node, r.requests) for k in sorted(g.plan)
+                    if (r := st.ledger.get(k)) is not None]
+            out.append((g.deadline, f"gang {g.key} gives its reservation back if it has not "
+                        "bound by its deadline", room))
     for rec in st.preemptions.by_preemptor.values():
-        if rec.gang is not None and (pg := st.gangs.get(rec.gang)) is not None and pg.plan:
-            out.append((rec.deadline, rec.gang, f"gang {rec.gang}'s preemption gives its "
-                        "room back if its victims outlive their grace"))
+        going = [_Going(p.node_name, p.requests) for k in sorted(rec.waiting_for)
+                 if (p := st.store.pods.get(k)) is not None and p.node_name is not None
+                 and p.holds_capacity]
+        if going:  # what the preemptor does not take is free once they are gone
+            out.append((rec.deadline, f"the victims of {rec.preemptor}'s preemption are "
+                        "gone (at the latest: their grace period ends)", going))
     out.sort(key=lambda t: (t[0], t[1]))
     return [t for t in out if t[0] >= now][:EVENTS_TRIED]
 
@@ -97,14 +108,11 @@ def _events(st: CoreState, now: float) -> list[tuple[float, GangKey, str]]:
 def earliest(st: CoreState, members: Sequence[Member], view: CapacityView,
              required: Level | None, now: float) -> Earliest | None:
     """The first known event after which the members fit (nothing else changing)."""
-    slots: list[Reservation] = []
+    back: list[_Going] = []
     levels = st.settings.levels
-    for when, gang, what in _events(st, now):
-        g = st.gangs.get(gang)
-        if g is None:
-            continue
-        slots += [r for k in g.plan if (r := st.ledger.get(k)) is not None]
-        got = plan_gang(members, FreedView(view, levels, slots), levels, required=required)
+    for when, what, room in _events(st, now):
+        back += room
+        got = plan_gang(members, FreedView(view, levels, back), levels, required=required)
         if isinstance(got, Plan):
             return Earliest(round(max(0.0, when - now), 1), what)
     return None

@@ -270,3 +270,23 @@ def test_extras_beyond_min_member_are_placed_but_the_pins_depend_on_arrival() ->
     (out,) = core.what_if(objs, 0.0).run().outcomes
     assert out.verdict is Verdict.FITS and len(out.placed) == 3
     assert not any(p.pinned for p in out.placed) and "first 2 created are pinned" in out.why
+
+
+def test_the_room_a_preemption_frees_beyond_its_preemptor_is_an_earliest_start() -> None:
+    """A preemption in flight evicts a whole 8-GPU gang for a 4-GPU one: once the victims
+    are gone (by the end of their grace at the latest) 4 GPUs are free for a waiting gang."""
+    core = cluster(8)
+    running(core, "low", 8, "n0", 10)
+    high = [pod(f"high-{i}").gang("high", 4, timeout=30).gpu(1).priority(100).build()
+            for i in range(4)]
+    for obj in high:
+        obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                        "reason": "Unschedulable"}]
+        core.upsert_pod(pod_from_json(obj))
+    core.admit_held(0.0)
+    (flight,) = core.preemptions_in_flight()
+    objs = [creating(f"w{i}", "w", 4) for i in range(4)]
+    (out,) = core.what_if(objs, 1.0).run().outcomes
+    assert out.verdict is Verdict.WAITS
+    assert out.earliest is not None and out.earliest.seconds == round(flight.deadline - 1.0, 1)
+    assert "the victims of gang default/high's preemption are gone" in out.earliest.event
