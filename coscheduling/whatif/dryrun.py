@@ -48,7 +48,7 @@ from ..reasons import (
     WaitingForMembers,
 )
 from ..records import PodRecord
-from ..resources import Resources, add, fits
+from ..resources import Resources, add, fits, format_resources
 from ..state import CoreState
 from ..topology import GPU, Level, level_by_name
 from .answer import Outcome, Placed, Proposal, Verdict, VictimSet
@@ -268,6 +268,19 @@ SLICE = SEARCH_BUDGET // 4
 search is the same; only where it pauses differs."""
 
 
+def _never_why(proof: NoFit) -> str:
+    """Why a unit never fits, from the planner's answer on the cluster as if empty."""
+    shape = format_resources(proof.shape)
+    if proof.required_level:
+        return (f"does not fit even on the empty cluster: at most {proof.widest_domain_fit} "
+                f"of its {proof.members} members of {shape} fit in one "
+                f"{proof.required_level}")
+    notes = f" ({'; '.join(proof.notes)})" if proof.notes else ""
+    return (f"does not fit even on the empty cluster: {proof.free_units} of its "
+            f"{proof.members} member(s) of {shape} fit on the {proof.eligible_nodes} node(s) "
+            f"they may use, all empty{notes}")
+
+
 def _search(st: CoreState, pre: Preemptor, view: TakenView
             ) -> Generator[None, None, object]:
     """The victim search the held-gang sweep would run, slice by slice."""
@@ -284,10 +297,7 @@ def _no_fit(st: CoreState, unit: Unit, view: TakenView, now: float, nofit: NoFit
     n, is_gang, levels = len(unit.pods), unit.gang is not None, st.settings.levels
     proof = never(pre.members, view, levels, pre.required)
     if proof is not None:  # no eviction helps: no victim search
-        return Outcome(unit.name, is_gang, Verdict.NEVER, n, nofit=proof, why=(
-            "does not fit even on the empty cluster" + (
-                f": at most {proof.widest_domain_fit} of its {proof.members} members fit in "
-                f"one {proof.required_level}" if proof.required_level else "")))
+        return Outcome(unit.name, is_gang, Verdict.NEVER, n, why=_never_why(proof))
     yield None
     found: object = None
     if st.settings.preemption:
