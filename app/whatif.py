@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import yaml
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict
@@ -28,8 +29,12 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_CODES", "MAX_BODY", "WhatIfAnswer", "as_text", "parse_manifest", "read_body",
            "what_if"]
 
-MAX_BODY = 1 << 20
-"""Bytes of manifest one what-if reads at most (a job and its groups are a few KiB)."""
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML has it (tens of times faster than the pure one)."""
+
+MAX_BODY = 256 << 10
+"""Bytes of manifest one what-if reads at most (a job and its groups are a few KiB; a
+quarter MiB of YAML takes libyaml about half a second, in a thread)."""
 MAX_DOCUMENTS = 256
 """YAML documents read at most before the core's own bound (``whatif.MAX_OBJECTS``)."""
 
@@ -127,8 +132,15 @@ def parse_manifest(body: bytes) -> list[Any]:
     except UnicodeDecodeError:
         raise BadRequest(400, "the manifest is not UTF-8 text", ["body"]) from None
     docs: list[Any] = []
+    if text.lstrip()[:1] in ("{", "["):  # JSON, as scripts send it: parsed in C, at once
+        try:
+            got = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass  # YAML's flow style starts so too
+        else:
+            return _checked(got if isinstance(got, list) else [got])
     try:
-        for doc in yaml.safe_load_all(text):
+        for doc in yaml.load_all(text, Loader=_LOADER):
             docs.append(doc)
             if len(docs) > MAX_DOCUMENTS:
                 raise BadRequest(400, f"more than {MAX_DOCUMENTS} YAML documents", ["body"])
@@ -137,9 +149,57 @@ def parse_manifest(body: bytes) -> list[Any]:
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         problem = getattr(e, "problem", None) or type(e).__name__
         raise BadRequest(400, f"malformed YAML{at}: {problem}", ["body"]) from None
-    if not any(d is not None for d in docs):
+    except ValueError as e:  # a scalar the parser will not build (a 5,000-digit number)
+        raise BadRequest(400, f"malformed YAML: {str(e)[:200]}", ["body"]) from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise BadRequest(400, f"the manifest nests deeper than {MAX_DEPTH} levels",
+                         ["body"]) from None
+    return _checked(docs)
+
+
+def _checked(docs: list[Any]) -> list[Any]:
+    """The documents, a ``kind: List``'s items in its place; refused when empty or too
+    big to walk."""
+    _bounded(docs)
+    out: list[Any] = []
+    for d in docs:
+        items = d.get("items") if isinstance(d, dict) and d.get("kind") == "List" else None
+        out.extend(items if isinstance(items, list) else [d])
+    if not any(d is not None for d in out):
         raise BadRequest(400, "the manifest is empty", ["body"])
-    return docs
+    return out
+
+
+MAX_DEPTH = 64
+"""Levels of nesting a manifest may have (a pod's deepest field is about 12 down)."""
+MAX_VALUES = 200_000
+"""Values a manifest may expand to, YAML aliases counted as often as they are used (a
+billion-laughs manifest of a few hundred bytes expands to billions)."""
+
+
+def _bounded(docs: list[Any]) -> None:
+    """Refuse a manifest nested deeper than :data:`MAX_DEPTH` or expanding to more than
+    :data:`MAX_VALUES` values, before anything walks it. One pass over its distinct
+    objects (an alias is counted from the memo, not walked again)."""
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, int, bool]] = [(docs, 0, False)]
+    while stack:
+        obj, depth, done = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadRequest(400, f"the manifest nests deeper than {MAX_DEPTH} levels", ["body"])
+        kids = list(obj.values()) if isinstance(obj, dict) else obj \
+            if isinstance(obj, list) else None
+        if kids is None or id(obj) in size:
+            continue
+        if not done:
+            stack.append((obj, depth, True))
+            stack.extend((k, depth + 1, False) for k in kids)
+            continue
+        total = 1 + sum(size.get(id(k), 1) for k in kids)
+        if total > MAX_VALUES:
+            raise BadRequest(400, f"the manifest expands to more than {MAX_VALUES} values "
+                                  "(YAML aliases)", ["body"])
+        size[id(obj)] = total
 
 
 async def read_body(request: Request) -> bytes:
@@ -158,8 +218,9 @@ async def read_body(request: Request) -> bytes:
 
 
 async def what_if(service: Lockstep, body: bytes) -> WhatIfAnswer:
-    """Parse, dry-plan in slices (the loop runs between them), and answer."""
-    docs = parse_manifest(body)
+    """Parse (in a thread: a 1 MiB manifest is tens of milliseconds even in C), dry-plan
+    in slices (the loop runs between them), and answer."""
+    docs = await asyncio.to_thread(parse_manifest, body)
     try:
         run = service.core.what_if(docs, service.clock())
     except WhatIfError as e:

@@ -268,8 +268,9 @@ def expand(objects: Sequence[object], limit: int, schedulers: Sequence[str]) -> 
         elif kind == "Workload":
             _workload(obj, out, left)
         elif kind != "PodGroup":
-            raise WhatIfError(f"document {i + 1}.kind", f"{str(kind)[:64]!r} is not a kind "
-                              f"a what-if reads (known: {', '.join(KINDS)})")
+            said = "no kind" if kind is None else f"{str(kind)[:64]!r} is not a kind"
+            raise WhatIfError(f"document {i + 1}.kind", f"{said} a what-if reads (known: "
+                              f"{', '.join(KINDS)})")
         if len(out.pods) > limit:
             raise WhatIfError("manifest", f"more than {limit} pods (--max-gang-size)")
     if not out.pods:

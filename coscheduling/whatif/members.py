@@ -57,8 +57,10 @@ def _record(st: CoreState, m: Manifest) -> PodRecord:
         obj = {**obj, "spec": {**spec, "priority": pc.value}}
     try:
         pod = pod_from_json(obj)
-    except (RecordError, QuantityError) as e:
-        raise WhatIfError(where, str(e)) from None
+    except RecordError as e:
+        raise WhatIfError(f"{where}: {e.field_path}", e.reason) from None
+    except QuantityError as e:
+        raise WhatIfError(f"{where}.spec", str(e)) from None
     names = st.settings.scheduler_names
     if pod.scheduler_name not in names:
         raise WhatIfError(f"{where}.spec.schedulerName",

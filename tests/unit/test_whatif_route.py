@@ -5,6 +5,7 @@ too big), the /debug guard, the CLI's exit codes, and a what-if leaves the core 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,33 @@ async def test_one_what_if_at_a_time(service: Lockstep) -> None:
     codes = sorted(r.status_code for r in got)
     assert codes[0] == 200 and 429 in codes, codes
     assert "one at a time" in next(r for r in got if r.status_code == 429).json()["error"]
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    pytest.param("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n"
+        for i in range(8)), "expands to more than", id="billion-laughs"),
+    pytest.param("kind: Pod\nmetadata: {name: p}\nspec: " + "[" * 5000 + "]" * 5000,
+                 "nesting depth", id="nested-5000-deep"),
+    pytest.param("kind: Pod\nmetadata: {name: p}\nspec: " + "[" * 70 + "]" * 70,
+                 "deeper than 64", id="nested-70-deep"),
+    pytest.param("kind: Deployment\nmetadata: {name: d}\nspec: {replicas: " + "9" * 5000
+                 + "}\n", "malformed YAML", id="5000-digit-number"),
+    pytest.param('{"kind": "Pod", "metadata": {"name": "p"}, "spec": "x"}', "Pod.spec",
+                 id="json"),
+    pytest.param('{"kind": "List", "items": []}', "empty", id="empty-list"),
+])
+def test_hostile_manifests_are_refused_before_any_work(client: Client, body: str,
+                                                       says: str) -> None:
+    """Each was a 500 (a RecursionError or ValueError out of the YAML parser) or would walk
+    billions of values, before the bounds."""
+    r = client.post("/debug/what-if", content=body)
+    assert r.status_code == 400, r.text
+    assert says in r.json()["error"]
+
+
+def test_a_json_list_of_objects_and_a_kind_list_are_read(client: Client) -> None:
+    objs = [yaml.safe_load(d) for d in gang_yaml("g", 2, 2).split("---\n") if d.strip()]
+    for body in (json.dumps(objs), json.dumps({"kind": "List", "items": objs})):
+        r = client.post("/debug/what-if", content=body)
+        assert r.status_code == 200 and r.json()["outcomes"][0]["members"] == 2, r.text
