@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..eligibility import eligible
+from ..eligibility import affinity_problem, eligible
 from ..gang import GangPhase
 from ..planner import CapacityView, Member, Plan, plan_gang
 from ..preemption.freed import FreedView
@@ -52,6 +52,8 @@ def _fits_empty(members: Sequence[Member], view: CapacityView, levels: Sequence[
                 required: Level | None) -> bool:
     """The members fit on the nodes as if empty, first fit, largest first: a sufficient
     proof (a heuristic failing proves nothing; the planner then decides)."""
+    if any(affinity_problem(m.pod.required_affinity) is not None for m in members):
+        return False  # eligible nowhere: the planner says why, without a pass per node
     nodes = view.nodes
     groups = (list(view.domains(levels.index(required)).values()) if required is not None
               else [sorted(nodes)])
@@ -66,7 +68,8 @@ def _fits_empty(members: Sequence[Member], view: CapacityView, levels: Sequence[
                     free = left[n] = dict(nodes[n].allocatable)
                 ok = memo.get((id(m.pod), n))
                 if ok is None:
-                    ok = memo[(id(m.pod), n)] = eligible(m.pod, nodes[n])
+                    ok = memo[(id(m.pod), n)] = eligible(m.pod, nodes[n],
+                                                         affinity_checked=True)
                 if ok and fits(m.pod.requests, free):
                     left[n] = sub(free, m.pod.requests)
                     break
