@@ -18,7 +18,7 @@ import yaml
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict
 
-from coscheduling import Outcome, Proposal, Verdict, WhatIfError
+from coscheduling import Offload, Outcome, Proposal, Verdict, WhatIfError
 
 from .errors import BadRequest
 from .render import render, render_nofit
@@ -225,8 +225,13 @@ async def what_if(service: Lockstep, body: bytes) -> WhatIfAnswer:
         run = service.core.what_if(docs, service.clock())
     except WhatIfError as e:
         raise BadRequest(400, str(e), [e.field]) from None
-    while (got := run.advance()) is None:
-        await asyncio.sleep(0)
+    got = run.advance()
+    while not isinstance(got, Proposal):
+        if isinstance(got, Offload):  # a big unit's planning, on a snapshot
+            got = run.advance(await asyncio.to_thread(got.work))
+        else:
+            await asyncio.sleep(0)
+            got = run.advance()
     return answer_model(got)
 
 

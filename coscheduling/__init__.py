@@ -61,7 +61,7 @@ from .topology import DEFAULT_LEVELS, Level
 from .views import STATES as GANG_STATES
 from .views import GangView
 from .watched import WATCHED, Watched
-from .whatif import DryRun, Outcome, Placed, Proposal, Verdict, VictimSet, WhatIfError
+from .whatif import DryRun, Offload, Outcome, Placed, Proposal, Verdict, VictimSet, WhatIfError
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -96,6 +96,7 @@ __all__ = [
     "NodeRecord",
     "Notice",
     "NoticeKind",
+    "Offload",
     "Outcome",
     "Park",
     "PinAtCreation",

@@ -7,8 +7,8 @@ an :class:`~.answer.Proposal`. Nothing here writes to the core's state.
 """
 
 from .answer import Earliest, Outcome, Placed, Proposal, Verdict, VictimSet, WhatIfError
-from .dryrun import DryRun
+from .dryrun import DryRun, Offload
 from .expand import MAX_OBJECTS, expand
 
-__all__ = ["MAX_OBJECTS", "DryRun", "Earliest", "Outcome", "Placed", "Proposal", "Verdict",
-           "VictimSet", "WhatIfError", "expand"]
+__all__ = ["MAX_OBJECTS", "DryRun", "Earliest", "Offload", "Outcome", "Placed", "Proposal",
+           "Verdict", "VictimSet", "WhatIfError", "expand"]

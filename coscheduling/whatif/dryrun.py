@@ -14,8 +14,8 @@ loop run, so a what-if never holds it longer than a verb.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from ..admission import TOPOLOGY_REQUIRED, free_outside_reservations, outranked
 from ..conventions import kueue
@@ -24,7 +24,7 @@ from ..conventions.kueue import quota_line
 from ..conventions.volcano_queues import DEFAULT_QUEUE, demand
 from ..enqueue import queue_use
 from ..gang import Gang
-from ..planner import Member, Plan, plan_gang
+from ..planner import CapacityView, Member, Plan, plan_gang
 from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
 from ..preempting import candidate_steps
 from ..preemption.victims import (
@@ -51,15 +51,30 @@ from ..records import PodRecord
 from ..resources import Resources, add, fits, format_resources
 from ..state import CoreState
 from ..topology import GPU, Level, level_by_name
-from .answer import Outcome, Placed, Proposal, Verdict, VictimSet
+from .answer import Earliest, Outcome, Placed, Proposal, Verdict, VictimSet
 from .expand import Expanded
-from .later import earliest, hints, never
+from .later import earliest_of, hints, known_events, never
 from .members import Unit, ordered, units_of
-from .views import TakenView
+from .views import SnapshotView, TakenView
 
-__all__ = ["DryRun"]
+__all__ = ["HEAVY_PAIRS", "DryRun", "Offload"]
 
-Steps = Generator[None, None, Outcome]
+HEAVY_PAIRS = 20_000
+"""Members x nodes above which a unit's planning runs off the event loop, on a snapshot
+(:class:`~.views.SnapshotView`): a planner call costs about a microsecond or two per pair,
+and a 1,000-member gang spread over 5,000 nodes is seconds in one piece."""
+
+
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """Work the caller runs off the event loop (in a thread), sending its result back with
+    :meth:`DryRun.advance`: it reads only a snapshot, never the live state."""
+
+    work: Callable[[], object]
+
+
+Step = Offload | None
+Steps = Generator[Step, object, Outcome]
 
 
 class DryRun:
@@ -76,22 +91,24 @@ class DryRun:
         self._view = TakenView(st.capacity, st.settings.levels)
         self._steps = self._run()
 
-    def advance(self) -> Proposal | None:
-        """One slice: the answer once it is complete, else None (call again)."""
+    def advance(self, offloaded: object = None) -> Proposal | Offload | None:
+        """One slice: the answer once it is complete; an :class:`Offload` to run off the
+        loop and send back here as ``offloaded``; else None (call again)."""
         try:
-            next(self._steps)
+            got = self._steps.send(offloaded)
         except StopIteration as done:
             result: Proposal = done.value
             return result
-        return None
-
-    def run(self) -> Proposal:
-        """To the end, however long it takes (tests)."""
-        while (got := self.advance()) is None:
-            pass
         return got
 
-    def _run(self) -> Generator[None, None, Proposal]:
+    def run(self) -> Proposal:
+        """To the end, however long it takes, offloaded work inline (tests)."""
+        got = self.advance()
+        while not isinstance(got, Proposal):
+            got = self.advance(got.work() if isinstance(got, Offload) else None)
+        return got
+
+    def _run(self) -> Generator[Step, object, Proposal]:
         outcomes: list[Outcome] = []
         for unit in self._units:
             if unit.gang is None:
@@ -210,12 +227,13 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
         short = NotEnoughMinResources(spec.key, spec.min_resources, free)
     members = [Member(p) for p in pods]
     levels = st.settings.levels
-    result = plan_gang(members, view, levels, required=required)
-    if isinstance(result, NoFit) and n > spec.min_member:  # a quorum might fit
-        members_q = members[:spec.min_member]
-        got = plan_gang(members_q, view, levels, required=required)
-        if isinstance(got, Plan):
-            result, members = got, members_q
+    plan_view: CapacityView = view
+    if n * len(st.store.nodes) > HEAVY_PAIRS:
+        plan_view = SnapshotView(view, levels)
+        yield None
+    result = yield from _maybe_off(plan_view is not view, lambda: _plan(
+        members, plan_view, levels, required, spec.min_member))
+    assert isinstance(result, Plan | NoFit)
     yield None
     if isinstance(result, Plan):
         if short is not None:
@@ -237,7 +255,26 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
     pre = Preemptor(str(spec.key), tuple(Member(p) for p in pods[:spec.min_member]),
                     spec.priority or 0, PreemptionPolicy.NEVER if never_ else
                     PreemptionPolicy.PREEMPT_LOWER_PRIORITY, required, spec.key, quota)
-    return (yield from _no_fit(st, unit, view, now, result, pre, short))
+    return (yield from _no_fit(st, unit, plan_view, now, result, pre, short))
+
+
+def _plan(members: list[Member], view: CapacityView, levels: Sequence[Level],
+          required: Level | None, quorum: int) -> Plan | NoFit:
+    """``try_admit``'s planning: every member, else a quorum of them (in name order)."""
+    result = plan_gang(members, view, levels, required=required)
+    if isinstance(result, NoFit) and len(members) > quorum:
+        got = plan_gang(members[:quorum], view, levels, required=required)
+        if isinstance(got, Plan):
+            return got
+    return result
+
+
+def _maybe_off(off: bool, work: Callable[[], object]) -> Generator[Step, object, object]:
+    """``work``'s result: handed to the caller to run off the loop when ``off`` (it then
+    reads only a snapshot), else run here."""
+    if not off:
+        return work()
+    return (yield Offload(work))
 
 
 def _fits(st: CoreState, unit: Unit, plan: Plan, *, pin: bool) -> Outcome:
@@ -281,9 +318,22 @@ def _never_why(proof: NoFit) -> str:
             f"they may use, all empty{notes}")
 
 
-def _search(st: CoreState, pre: Preemptor, view: TakenView
-            ) -> Generator[None, None, object]:
-    """The victim search the held-gang sweep would run, slice by slice."""
+def _search(st: CoreState, pre: Preemptor, view: CapacityView, off: bool
+            ) -> Generator[Step, object, object]:
+    """The victim search the held-gang sweep would run: slice by slice on the live view,
+    or, for a big unit, its candidates listed here in slices and the search itself run off
+    the loop on the snapshot (its pieces plan the unit over whole domains)."""
+    if off:
+        steps = candidate_steps(st, pre.priority)
+        try:
+            while True:
+                next(steps)
+                yield None
+        except StopIteration as listed:
+            candidates = listed.value
+        levels = st.settings.levels
+        return (yield Offload(lambda: VictimSearch(pre, candidates, view, levels)
+                              .advance(None)))
     search = VictimSearch(pre, lambda: candidate_steps(st, pre.priority), view,
                           st.settings.levels)
     while isinstance(got := search.advance(SLICE), Unfinished):
@@ -291,17 +341,19 @@ def _search(st: CoreState, pre: Preemptor, view: TakenView
     return got
 
 
-def _no_fit(st: CoreState, unit: Unit, view: TakenView, now: float, nofit: NoFit,
+def _no_fit(st: CoreState, unit: Unit, view: CapacityView, now: float, nofit: NoFit,
             pre: Preemptor, short: NotEnoughMinResources | None) -> Steps:
-    """Fits after preemption, waits, or never fits."""
+    """Fits after preemption, waits, or never fits. ``view`` is a snapshot for a big unit:
+    then the work is offloaded."""
     n, is_gang, levels = len(unit.pods), unit.gang is not None, st.settings.levels
-    proof = never(pre.members, view, levels, pre.required)
-    if proof is not None:  # no eviction helps: no victim search
+    off = isinstance(view, SnapshotView)
+    proof = yield from _maybe_off(off, lambda: never(pre.members, view, levels, pre.required))
+    if isinstance(proof, NoFit):  # no eviction helps: no victim search
         return Outcome(unit.name, is_gang, Verdict.NEVER, n, why=_never_why(proof))
     yield None
     found: object = None
     if st.settings.preemption:
-        found = yield from _search(st, pre, view)
+        found = yield from _search(st, pre, view, off)
     if isinstance(found, Victims) and short is None:
         gpus = sum(r.get(GPU, 0) for r in found.freed.values())
         out = _fits(st, unit, found.plan, pin=False)
@@ -318,6 +370,9 @@ def _no_fit(st: CoreState, unit: Unit, view: TakenView, now: float, nofit: NoFit
     if isinstance(found, PolicyNever):
         more.append("preemptionPolicy other than Never, to evict lower-priority work")
     yield None
+    events = known_events(st, now)
+    first = yield from _maybe_off(off, lambda: earliest_of(events, pre.members, view, levels,
+                                                           pre.required, now))
+    assert first is None or isinstance(first, Earliest)
     return Outcome(unit.name, is_gang, Verdict.WAITS, n, reason=reason, nofit=nofit, why=why,
-                   hints=tuple(more),
-                   earliest=earliest(st, pre.members, view, pre.required, now))
+                   hints=tuple(more), earliest=first)

@@ -28,7 +28,7 @@ from ..topology import GPU, Level
 from .answer import Earliest
 from .views import EmptyView
 
-__all__ = ["EVENTS_TRIED", "earliest", "hints", "never"]
+__all__ = ["EVENTS_TRIED", "earliest_of", "hints", "known_events", "never"]
 
 EVENTS_TRIED = 16
 """Known events replayed at most (each costs one plan)."""
@@ -88,8 +88,9 @@ class _Going:
     requests: Resources
 
 
-def _events(st: CoreState, now: float) -> list[tuple[float, str, list[_Going]]]:
-    """``(when, what, room back)``: room that comes back by a known time, soonest first."""
+def known_events(st: CoreState, now: float) -> list[tuple[float, str, list[_Going]]]:
+    """``(when, what, room back)``: room that comes back by a known time, soonest first
+    (read from the state, on the event loop; :func:`earliest_of` replays them)."""
     out: list[tuple[float, str, list[_Going]]] = []
     for g in st.gangs.values():
         if g.phase is GangPhase.ADMITTED and g.plan and g.deadline is not None:
@@ -108,12 +109,13 @@ def _events(st: CoreState, now: float) -> list[tuple[float, str, list[_Going]]]:
     return [t for t in out if t[0] >= now][:EVENTS_TRIED]
 
 
-def earliest(st: CoreState, members: Sequence[Member], view: CapacityView,
-             required: Level | None, now: float) -> Earliest | None:
-    """The first known event after which the members fit (nothing else changing)."""
+def earliest_of(events: Sequence[tuple[float, str, Sequence[_Going]]],
+                members: Sequence[Member], view: CapacityView, levels: Sequence[Level],
+                required: Level | None, now: float) -> Earliest | None:
+    """:func:`earliest` over events already read: pure, so it may run off the loop on a
+    snapshot view."""
     back: list[_Going] = []
-    levels = st.settings.levels
-    for when, what, room in _events(st, now):
+    for when, what, room in events:
         back += room
         got = plan_gang(members, FreedView(view, levels, back), levels, required=required)
         if isinstance(got, Plan):

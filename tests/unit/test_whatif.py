@@ -13,7 +13,9 @@ import pytest
 from coscheduling import (
     Coscheduler,
     GateAtCreation,
+    Offload,
     PinAtCreation,
+    Proposal,
     Settings,
     Verdict,
     WhatIfError,
@@ -309,3 +311,47 @@ def test_a_pod_over_an_affinity_limit_never_fits_without_a_pass_over_the_nodes(
     (out,) = core.what_if([obj], 0.0).run().outcomes
     assert out.verdict is Verdict.NEVER and "nodeAffinity" in out.why
     assert asked == []
+
+
+def _scenarios() -> list[tuple[Coscheduler, list[dict[str, Any]], float]]:
+    fits = cluster(4, 4, 4, 4, racks=2)
+    running(fits, "busy", 2, "n0", 0)
+    preempts = cluster(4)
+    running(preempts, "low", 4, "n0", 10)
+    waits = cluster(4, 4)
+    for i in range(8):
+        waits.upsert_pod(pod_from_json(pod(f"a-{i}").gang("a", 8, timeout=30).gpu(1).build()))
+    waits.filter(waits.pods["default/a-0"], waits.node_names(), 0.0)  # type: ignore[index]
+    never_ = cluster(2, 2, racks=2)
+    return [
+        (fits, [creating(f"w{i}", "g", 4, gpus=2) for i in range(4)], 0.0),
+        (preempts, [creating(f"high-{i}", "high", 4, prio=100) for i in range(4)], 0.0),
+        (waits, [creating(f"w{i}", "g", 2, gpus=2) for i in range(2)], 10.0),
+        (never_, [creating(f"w{i}", "g", 2, gpus=8) for i in range(2)], 0.0),
+    ]
+
+
+@pytest.mark.parametrize("at", range(4), ids=["fits", "preempts", "waits", "never"])
+def test_a_big_unit_planned_off_the_loop_on_a_snapshot_gets_the_same_answer(
+        at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``HEAVY_PAIRS`` the planning, the never-fit proof, the victim search and the
+    earliest start run on a snapshot, handed out as ``Offload`` work: same answers, and
+    the core unchanged."""
+    from coscheduling.whatif import dryrun
+
+    core, objs, now = _scenarios()[at]
+    observed(core)
+    before = observed(core)
+    live = core.what_if(objs, now).run()
+    monkeypatch.setattr(dryrun, "HEAVY_PAIRS", 0)
+    run = core.what_if(objs, now)
+    offloaded = 0
+    got = run.advance()
+    while not isinstance(got, Proposal):
+        if isinstance(got, Offload):
+            offloaded += 1
+            got = run.advance(got.work())
+        else:
+            got = run.advance()
+    assert offloaded >= 1 and got == live
+    assert observed(core) == before

@@ -193,3 +193,13 @@ def test_a_json_list_of_objects_and_a_kind_list_are_read(client: Client) -> None
     for body in (json.dumps(objs), json.dumps({"kind": "List", "items": objs})):
         r = client.post("/debug/what-if", content=body)
         assert r.status_code == 200 and r.json()["outcomes"][0]["members"] == 2, r.text
+
+
+def test_a_big_unit_is_planned_in_a_thread_with_the_same_answer(
+        client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coscheduling.whatif import dryrun
+
+    manifest = gang_yaml("g", 2, 2)
+    live = client.post("/debug/what-if", content=manifest).json()
+    monkeypatch.setattr(dryrun, "HEAVY_PAIRS", 0)
+    assert client.post("/debug/what-if", content=manifest).json() == live
