@@ -25,6 +25,7 @@ from testbed.kubeflow import JOBS, pytorchjob, start_training_operator
 from testbed.workloads import gang, pod
 
 from .conftest import Cluster, ClusterFactory, settle
+from .test_conventions import volcano_pod, volcano_podgroup
 from .test_preemption import HIGH, LOW, deleted, priority_classes
 from .test_webhook import burst, pin, stored
 
@@ -173,6 +174,43 @@ def test_a_kueue_pod_group_goes_where_the_what_if_said_once_kueue_admits_it(
     c.create(*kueue.group_pods("g", 3, "team"))
     bound = c.wait_bound(list(got), 60)
     assert {n: bound[n] for n in got} == {n: node for n, (node, _) in got.items()}
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_a_volcano_group_waits_for_its_queue_and_one_in_an_open_queue_fits(
+        cluster: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Volcano PodGroups in the manifest, Lockstep playing Volcano's enqueue step: a group
+    whose queue is at its capability waits (the reason Lockstep then gives), one in the
+    default queue fits and binds where the what-if said."""
+    c = cluster("tiny-3x2", volcano=True)
+    c.kube.create("/apis/scheduling.volcano.sh/v1beta1/queues", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": "team"}, "spec": {"weight": 1,
+                                               "capability": {"nvidia.com/gpu": "2"}}})
+    pgs = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{c.ns}/podgroups"
+
+    def group(name: str, queue: str) -> list[dict[str, Any]]:
+        pg = volcano_podgroup(name, 2)
+        pg["spec"]["queue"] = queue
+        return [pg, volcano_pod(f"{name}-0", name), volcano_pod(f"{name}-1", name)]
+    first = group("a", "team")
+    c.kube.create(pgs, {**first[0], "metadata": {**first[0]["metadata"], "namespace": c.ns}})
+    c.recorder.min_member_of[f"{c.ns}/a"] = 2
+    c.create(*first[1:])
+    c.wait_bound(["a-0", "a-1"], 30)
+    settle(1)
+    code, answer = ask(c, group("b", "team"), tmp_path, capsys)
+    assert code == 1 and answer["verdict"] == "waits", answer
+    assert "Volcano queue 'team' is at its capability" in answer["outcomes"][0]["reason"]
+    code, answer = ask(c, group("d", "default"), tmp_path, capsys)
+    assert code == 0 and answer["verdict"] == "fits-now", answer
+    want = {n: node for n, (node, _) in placed(answer).items()}
+    objs = group("d", "default")
+    c.kube.create(pgs, {**objs[0], "metadata": {**objs[0]["metadata"], "namespace": c.ns}})
+    c.recorder.min_member_of[f"{c.ns}/d"] = 2
+    c.create(*objs[1:])
+    bound = c.wait_bound(list(want), 30)
+    assert {n: bound[n] for n in want} == want
     c.recorder.assert_gang_invariants(c.ns)
 
 
