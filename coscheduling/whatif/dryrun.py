@@ -17,12 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..admission import TOPOLOGY_REQUIRED, free_outside_reservations, outranked
-from ..conventions import kueue
+from ..admission import free_outside_reservations, outranked
 from ..conventions.base import PodGroupRecord, Source
 from ..conventions.kueue import quota_line
-from ..conventions.volcano_queues import DEFAULT_QUEUE, demand
-from ..enqueue import queue_use
 from ..gang import Gang
 from ..planner import CapacityView, Member, Plan, plan_gang
 from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
@@ -47,11 +44,11 @@ from ..reasons import (
     PodGroupNotFound,
     WaitingForMembers,
 )
-from ..records import PodRecord
-from ..resources import Resources, add, fits, format_resources
+from ..resources import fits, format_resources
 from ..state import CoreState
-from ..topology import GPU, Level, level_by_name
+from ..topology import GPU, Level
 from .answer import Earliest, Outcome, Placed, Proposal, Verdict, VictimSet
+from .checks import gang_priority, gated_by_another, queue_full, required_level
 from .expand import Expanded
 from .later import earliest_of, hints, known_events, never
 from .members import Unit, ordered, units_of
@@ -133,65 +130,8 @@ def _placed(st: CoreState, unit: Unit, plan: Plan, pin: bool) -> tuple[Placed, .
         labels = rec.labels if rec is not None else {}
         doms = tuple((lv.name, v) for lv in levels if (v := lv.value(labels)))
         out.append(Placed(key, node, doms, pin and unit.named.get(str(key), False)
-                          and not _gated_by_another(pods[key])))
+                          and not gated_by_another(pods[key])))
     return tuple(out)
-
-
-def _gated_by_another(pod: PodRecord) -> bool:
-    """Another party holds the pod back at creation, so the webhook gates it rather than
-    pinning it (``creation.placer``), and it is placed once that party lets it go: a gate of
-    its own in the manifest, or Kueue's admission gate, which Kueue's webhook adds to every
-    pod of its pod-group integration (a pod naming a LocalQueue)."""
-    return pod.gated or kueue.QUEUE in pod.labels or kueue.GROUP in pod.labels
-
-
-def _priority(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> int:
-    """``CoreState.gang_priority`` for a gang whose members are not in the store yet."""
-    if spec.priority is not None:
-        return spec.priority
-    if spec.priority_class is not None and (pc := st.priority_classes.get(
-            spec.priority_class)) is not None:
-        return pc.value
-    return max((p.priority for p in pods), default=0)
-
-
-def _required(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]
-              ) -> Level | InvalidDeclaration | None:
-    """``admission.levels_for`` for members not in the store yet."""
-    levels = st.settings.levels
-    if spec.topology is not None and (lv := level_by_name(levels, spec.topology)):
-        return lv
-    for p in pods:
-        if want := p.annotations.get(TOPOLOGY_REQUIRED):
-            lv = level_by_name(levels, want)
-            if lv is None:
-                names = ", ".join(x.name for x in levels)
-                return InvalidDeclaration(InvalidGang(
-                    spec.key, TOPOLOGY_REQUIRED, want, f"unknown level (known: {names})"))
-            return lv
-    return None
-
-
-def _queue(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord],
-           manifest: Mapping[str, PodGroupRecord]) -> GangReason | None:
-    """``enqueue.queue_gate`` for a Volcano gang not created yet: its queue is its
-    PodGroup's, the manifest's own before one the store holds."""
-    if spec.source is not Source.VOLCANO or st.store.queues is None:
-        return None
-    pg = manifest.get(str(spec.key)) or st.store.volcano.get(spec.key)
-    queue = pg.queue if pg is not None else DEFAULT_QUEUE
-    q = st.store.queues.get(queue)
-    if (q is None and queue == DEFAULT_QUEUE) or (q is not None and q.open and not q.capability):
-        return None
-    use = queue_use(st)
-    if use is None:
-        return None
-    want = demand(spec.min_resources, spec.min_member, [p.requests for p in pods])
-    everyone: Resources = {}
-    for p in pods:
-        everyone = add(everyone, p.requests)
-    return use.check(spec.key, queue, {r: max(want.get(r, 0), everyone.get(r, 0))
-                                       for r in want.keys() | everyone.keys()})
 
 
 def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
@@ -214,11 +154,11 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
         return Outcome(unit.name, True, Verdict.WAITS, n,
                        reason=WaitingForMembers(spec.key, n, spec.min_member),
                        hints=(f"{spec.min_member - n} more member(s)",))
-    spec = replace(spec, priority=_priority(st, spec, pods))
-    required = _required(st, spec, pods)
+    spec = replace(spec, priority=gang_priority(st, spec, pods))
+    required = required_level(st, spec, pods)
     if isinstance(required, InvalidDeclaration):
         return Outcome(unit.name, True, Verdict.NEVER, n, reason=required)
-    if (held := _queue(st, spec, pods, volcano)) is not None:
+    if (held := queue_full(st, spec, pods, volcano)) is not None:
         return Outcome(unit.name, True, Verdict.WAITS, n, reason=held,
                        hints=("capability in its Volcano queue, or its queue's other "
                               "groups done",))
@@ -244,7 +184,7 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
             return Outcome(unit.name, True, Verdict.WAITS, n, reason=waits)
         # The webhook pins only once the quorum exists among the reviews it sees: members
         # with a name at creation that no other party holds back.
-        seen = sum(1 for p in pods if unit.named.get(str(p.key)) and not _gated_by_another(p))
+        seen = sum(1 for p in pods if unit.named.get(str(p.key)) and not gated_by_another(p))
         if n > spec.min_member:  # which reviews form the quorum is the order they arrive
             return replace(_fits(st, unit, result, pin=False), why=(
                 f"{n} members for a minMember of {spec.min_member}: the first "
