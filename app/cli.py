@@ -235,7 +235,47 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _what_if(args: argparse.Namespace) -> int:
+    """``explain --what-if FILE``: the dry plan's answer; exit 0 fits now, 1 must wait or
+    preempt, 2 bad input or never fits (``app.whatif.EXIT_CODES``)."""
+    import httpx
+
+    from .whatif import MAX_BODY, WhatIfAnswer
+
+    try:
+        with open(args.what_if, "rb") if args.what_if != "-" else sys.stdin.buffer as f:
+            body = f.read(MAX_BODY + 1)
+    except OSError as e:
+        print(f"lockstep: --what-if {args.what_if}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    headers = {"Content-Type": "application/yaml"}
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    try:
+        r = httpx.post(args.url.rstrip("/") + "/debug/what-if", content=body, headers=headers,
+                       verify=False, timeout=60)
+    except httpx.TransportError as e:
+        print(f"lockstep: cannot reach {args.url}: {e}", file=sys.stderr)
+        return 2
+    if r.status_code >= 400:
+        try:
+            msg = r.json().get("error", r.text)
+        except ValueError:
+            msg = r.text
+        print(f"lockstep: {args.what_if}: {msg}", file=sys.stderr)
+        return 2
+    answer = WhatIfAnswer.model_validate(r.json())
+    print(r.text if args.output == "json" else answer.text)
+    return answer.exitCode
+
+
 def _explain(args: argparse.Namespace) -> int:
+    if args.what_if is not None:
+        return _what_if(args)
+    if args.pod is None:
+        print("lockstep explain: give a pod (namespace/name) or --what-if FILE",
+              file=sys.stderr)
+        return 2
     ns, _, name = args.pod.partition("/")
     if not name:
         ns, name = "default", ns
@@ -268,7 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                            ("explain", "why a pod is pending, or where it went")):
         p = sub.add_parser(name, help=helptext)
         if name == "explain":
-            p.add_argument("pod", help="namespace/name")
+            p.add_argument("pod", nargs="?", help="namespace/name")
+            p.add_argument("--what-if", metavar="FILE", default=None,
+                           help="would the objects in FILE (YAML; - for stdin) fit now, "
+                                "after preemption, later or never? Creates nothing")
+            p.add_argument("-o", "--output", choices=("text", "json"), default="text")
         p.add_argument("--url", default=_env("url", "http://127.0.0.1:8888"))
         p.add_argument("--token", default=_env("debug-token", None))
     probe = sub.add_parser("probe", help="exit 0 when a local endpoint answers 200 (for probes)")

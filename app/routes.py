@@ -8,6 +8,7 @@ offending field.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from .rest import add_error_handlers, json_response
 from .service import Lockstep, UnknownObject
 from .ui import ui_router
 from .webhook import admission_router
+from .whatif import read_body, what_if
 
 __all__ = ["create_rest_app"]
 
@@ -125,5 +127,22 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
         if service.core.pod(key) is None:
             raise UnknownObject("pod", key)
         return json_response(explain_pod(service, key))
+
+    one_at_a_time = asyncio.Lock()
+
+    @app.post("/debug/what-if")
+    async def debug_what_if(request: Request) -> Response:
+        """Would this manifest fit? A dry plan against the live state (app/whatif.py), one
+        at a time: a victim search is seconds of CPU at most, and two would share the loop
+        with the verbs twice over."""
+        if (denied := guard(request)) is not None:
+            return denied
+        body = await read_body(request)
+        if one_at_a_time.locked():
+            raise BadRequest(429, "a what-if is running: one at a time, ask again when it "
+                                  "has answered", ["request"])
+        async with one_at_a_time:
+            answer = await what_if(service, body)
+        return json_response(answer.model_dump())
 
     return app

@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
 ``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [preemption]
-[victims] [stall]
+[victims] [stall] [whatif]
 [--quick]``; results go
 to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
@@ -19,10 +19,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import client, memory, placement, preemption, stall, throughput, verbs, victims
+from . import (
+    client,
+    memory,
+    placement,
+    preemption,
+    stall,
+    throughput,
+    verbs,
+    victims,
+    whatif,
+)
 
 BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption", "victims",
-              "stall")
+              "stall", "whatif")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -126,6 +136,8 @@ def main() -> None:
         _victims(args, out, meta)
     if "stall" in args.which:
         _stall(args, out, meta)
+    if "whatif" in args.which:
+        _whatif(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -245,6 +257,22 @@ def _stall(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
         print("hostile pods answered with a 5xx or a hang-up:\n  "
               + "\n  ".join(result["hostile_5xx"]))
     print(f"slowest hostile pods (s): {result['hostile_slowest_s']}")
+
+
+def _whatif(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    nodes, pods = (1000, 10000) if args.quick else (5000, 50000)
+    print(f"\nWhat-if: POST /debug/what-if at {nodes} synthetic nodes and {pods} pods, "
+          "and the verbs while it runs", flush=True)
+    measured = _commit()
+    result = whatif.run(nodes, pods, rounds=5 if args.quick else 20,
+                        log=lambda s: print(s, flush=True))
+    (out / "whatif.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                 **result}, indent=2))
+    print(f"\nWhat-if round trip ({nodes} nodes, {pods} pods; goal: p95 <= "
+          f"{whatif.GOAL_P95_MS:g} ms)")
+    print(table(result["rows"], whatif.TABLE_COLUMNS))
+    print("\nThe verbs idle and while the what-ifs run (one request at a time per probe)")
+    print(table(result["probes"], stall.TABLE_COLUMNS[:-3] + stall.TABLE_COLUMNS[-1:]))
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:

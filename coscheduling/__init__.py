@@ -71,6 +71,7 @@ from .views import STATES as GANG_STATES
 from .views import GangView
 from .watched import Watched
 from .watched import table as watched_table
+from .whatif import DryRun, Offload, Outcome, Placed, Proposal, Verdict, VictimSet, WhatIfError
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -84,6 +85,7 @@ __all__ = [
     "BindOutcome",
     "Bound",
     "Coscheduler",
+    "DryRun",
     "Eviction",
     "FilterDecision",
     "GangDefaults",
@@ -103,19 +105,26 @@ __all__ = [
     "NodeRecord",
     "Notice",
     "NoticeKind",
+    "Offload",
+    "Outcome",
     "Park",
     "PinAtCreation",
+    "Placed",
     "PlainVerdict",
     "Plan",
     "PodKey",
     "PodRecord",
+    "Proposal",
     "QuantityError",
     "RecordError",
     "Reject",
     "Resources",
     "Settings",
     "Unparked",
+    "Verdict",
+    "VictimSet",
     "Watched",
+    "WhatIfError",
     "affinity_problem",
     "declares_gang",
     "eligible",

@@ -56,6 +56,7 @@ from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources
 from .topology import GPU, GpuLayout, Score
 from .views import GangView
+from .whatif import DryRun, expand
 
 __all__ = ["Coscheduler"]
 
@@ -330,3 +331,13 @@ class Coscheduler:
 
     def volcano_statuses(self) -> dict[GangKey, VolcanoStatus]:
         return views.volcano_status_map(self._state)
+
+    # ------------------------------------------------------------------ what-if
+
+    def what_if(self, objects: Sequence[object], now: float) -> DryRun:
+        """A dry plan for objects not created yet (``coscheduling.whatif``): call
+        :meth:`~coscheduling.whatif.DryRun.advance` until it answers. Nothing in the core
+        changes; bad objects raise :class:`~coscheduling.whatif.WhatIfError` here."""
+        names = sorted(self.settings.scheduler_names)
+        found = expand(objects, self.settings.defaults.max_gang_size, names)
+        return DryRun(self._state, found, now)

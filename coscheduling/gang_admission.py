@@ -52,6 +52,7 @@ __all__ = [
     "fall_back",
     "free_outside_reservations",
     "levels_for",
+    "outranked",
     "pinned_pending",
     "reconcile",
     "replan",
@@ -271,7 +272,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
             return found
     requests = {k: st.store.pods[k].requests for k in result.assignments}
     if (st.preemptions.get(PreemptorId.of_gang(g.key)) is None
-            and (waits := _outranked(st, g, result.assignments, requests)) is not None):
+            and (waits := outranked(st, g, result.assignments, requests)) is not None):
         return waits
     g.admit(result.assignments, requests, result.level, now, timeout)
     first = pod.key if pod is not None else (members[0].key if members else live[0].key)
@@ -343,7 +344,7 @@ MAX_OUTRANKING_CHECKED = 64
 where each would fit costs a pass over the nodes per pod, and they are placed in seconds."""
 
 
-def _outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
+def outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
                requests: Mapping[PodKey, Resources]) -> HigherPriorityPodsWaiting | None:
     """Why the gang must wait for pods of higher priority outside any gang, or None when
     they all still fit beside ``plan``.

@@ -228,6 +228,74 @@ async function gangPage(seq, ns, name) {
     h("h2", {}, "Events"), events));
 }
 
+// ------------------------------------------------------------------ would it fit?
+
+function whatIfPage() {
+  const text = h("textarea", { id: "whatif-manifest", rows: 16, spellcheck: "false",
+    placeholder: "Paste a manifest: pods, a Job, a Deployment, a PyTorchJob with its " +
+                 "PodGroup, a Volcano PodGroup, a Kueue Workload (YAML, --- between objects)" });
+  const file = h("input", { type: "file", id: "whatif-file", accept: ".yaml,.yml,.json",
+    onchange: async (e) => { const f = e.target.files[0]; if (f) text.value = await f.text(); } });
+  const out = h("div", { id: "whatif-answer" });
+  const ask = h("button", { id: "whatif-ask", onclick: () => askWhatIf(text.value, out) },
+                "Would it fit?");
+  swap(h("div", { id: "whatif-page" },
+    h("p", {}, h("a", { href: "#/" }, "← all gangs")),
+    h("h2", {}, "Would it fit?"),
+    h("p", { class: "note" }, "A dry plan against what Lockstep holds now: nothing is " +
+      "created, nothing reserved. The same answer as lockstep explain --what-if FILE."),
+    h("p", {}, "Upload ", file, " or paste:"), text, h("p", {}, ask), out));
+}
+
+async function askWhatIf(manifest, out) {
+  out.replaceChildren(h("p", { class: "note" }, "asking..."));
+  delete document.body.dataset.whatif;
+  let r, body;
+  try {
+    r = await fetch("debug/what-if", { method: "POST", body: manifest, cache: "no-store",
+                                        headers: { "Content-Type": "application/yaml" } });
+    body = await r.json();
+  } catch (e) {
+    out.replaceChildren(h("p", { class: "err", id: "whatif-error" }, `cannot ask: ${e.message}`));
+    document.body.dataset.whatif = "error";
+    return;
+  }
+  if (!r.ok) {
+    out.replaceChildren(h("p", { class: "err", id: "whatif-error" }, body.error || r.statusText));
+    document.body.dataset.whatif = "error";
+    return;
+  }
+  out.replaceChildren(
+    h("h2", { id: "whatif-verdict", "data-verdict": body.verdict }, body.verdict),
+    ...body.outcomes.map(outcomeView),
+    ...body.notes.map((n) => h("p", { class: "note" }, n)),
+    h("details", {}, h("summary", {}, "as text"), h("pre", { id: "whatif-text" }, body.text)));
+  document.body.dataset.whatif = body.verdict;
+}
+
+function outcomeView(o) {
+  const rows = o.placed.map((p) => h("tr", { "data-pod": p.pod, "data-node": p.node },
+    h("td", {}, p.pod), h("td", {}, p.node), h("td", {}, p.topology.rack ?? "-"),
+    h("td", {}, p.topology.clique ?? "-"),
+    h("td", {}, p.pinnedAtCreation ? "pinned at creation" : (o.gang ? "gated, then placed" :
+                                                                 "kube-scheduler's choice"))));
+  const v = o.victims;
+  return h("section", { class: "whatif-unit", "data-unit": o.unit, "data-verdict": o.verdict },
+    h("h2", {}, `${o.gang ? "gang" : "pod"} ${o.unit} (${o.members} pods): ${o.verdict}`,
+      o.placedWithin ? `, within one ${o.placedWithin === "hostname" ? "node" : o.placedWithin}`
+                     : ""),
+    rows.length ? h("table", { class: "whatif-placed" },
+      h("thead", {}, h("tr", {}, ["member", "node", "rack", "clique", "at creation"]
+        .map((c) => h("th", {}, c)))), h("tbody", {}, rows)) : null,
+    v ? h("p", { class: "whatif-victims" }, `evicts ${[...v.gangs.map((g) => "gang " + g),
+      ...v.pods.map((p) => "pod " + p)].join(", ")} (${v.evicted} pods), freeing ` +
+      `${v.gpusFreed} GPUs`) : null,
+    o.reason ? h("p", { class: "reason" }, `why: ${o.reason}`) : null,
+    o.hints.map((t) => h("p", { class: "reason" }, `would fit with: ${t}`)),
+    o.earliest ? h("p", { class: "reason" },
+      `earliest: in ${o.earliest.inSeconds} s, when ${o.earliest.event}`) : null);
+}
+
 // ------------------------------------------------------------------ loop
 
 function swap(view) {
@@ -240,6 +308,10 @@ function swap(view) {
 async function refresh() {
   clearTimeout(ui.timer);
   const seq = ++ui.seq;
+  if (location.hash === "#/what-if") {  // a form: drawn once, never polled over
+    whatIfPage();
+    return;
+  }
   const m = location.hash.match(/^#\/gang\/([^/]+)\/([^/]+)$/);
   try {
     if (m) await gangPage(seq, decodeURIComponent(m[1]), decodeURIComponent(m[2]));

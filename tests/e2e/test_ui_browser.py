@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from testbed.bins import REPO
@@ -138,3 +139,51 @@ def test_ui_false_serves_no_page(cluster: ClusterFactory) -> None:
     assert httpx.get(c.lockstep_url + "/ui", timeout=10).status_code == 404
     assert httpx.get(c.lockstep_url + "/ui/api/gangs", timeout=10).status_code == 404
     assert httpx.get(c.lockstep_url + "/debug/gangs", timeout=10).status_code == 200
+
+
+def test_would_it_fit_takes_a_pasted_or_uploaded_manifest_and_gives_the_clis_answer(
+        cluster: ClusterFactory, browser: Browser, tmp_path: Path) -> None:
+    c = cluster("tiny-3x2")
+    assert c.lockstep_url
+    c.create(*gang("busy", 2, gpus=2))
+    c.wait_bound(["busy-0", "busy-1"], 30)
+
+    def manifest(name: str, size: int, gpus: int) -> str:
+        objs = gang(name, size, gpus=gpus)
+        for o in objs:
+            o["metadata"]["namespace"] = c.ns
+        return yaml.safe_dump_all(objs)
+    fits = manifest("next", 2, 1)
+    api = httpx.post(c.lockstep_url + "/debug/what-if", content=fits, timeout=30).json()
+    assert api["verdict"] == "fits-now"
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(c.lockstep_url + "/ui")
+    page.wait_for_selector("#state-chips")
+    page.click("#whatif-link")
+    page.fill("#whatif-manifest", fits)
+    page.click("#whatif-ask")
+    expect(page.locator("body")).to_have_attribute("data-whatif", "fits-now")
+    rows = page.locator(".whatif-placed tbody tr")
+    expect(rows).to_have_count(2)
+    shown = {rows.nth(i).get_attribute("data-pod"): rows.nth(i).get_attribute("data-node")
+             for i in range(2)}
+    assert shown == {p["pod"]: p["node"] for p in api["outcomes"][0]["placed"]}
+    assert page.locator("#whatif-text").text_content() == api["text"]
+    shot(page, "whatif")
+
+    # Uploaded: a gang the 2 GPUs left cannot hold waits, and the page says why.
+    f = tmp_path / "big.yaml"
+    f.write_text(manifest("big", 2, 2))
+    page.set_input_files("#whatif-file", str(f))
+    expect(page.locator("#whatif-manifest")).to_have_value(f.read_text())
+    page.click("#whatif-ask")
+    expect(page.locator("body")).to_have_attribute("data-whatif", "waits")
+    expect(page.locator('.whatif-unit[data-unit="e2e/big"] .reason').first).to_contain_text(
+        "does not fit")
+
+    # Bad input: the message names what is wrong.
+    page.fill("#whatif-manifest", "kind: [")
+    page.click("#whatif-ask")
+    expect(page.locator("#whatif-error")).to_contain_text("malformed YAML")
+    assert sorted(p["metadata"]["name"] for p in c.kube.pods(c.ns)) == ["busy-0", "busy-1"]

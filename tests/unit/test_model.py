@@ -639,6 +639,23 @@ class GangModel(RuleBasedStateMachine):
         b = pod(f"{gang}-{k}").gang(gang, min_member=mm, timeout=20).gpu(gpus)
         self._put_pod(b.priority(PRIORITY.get(gang, 0)).build())
 
+    @rule(size=st.integers(1, 4), gpus=st.sampled_from([1, 2, 4]),
+          prio=st.sampled_from([0, 5, 1000]))
+    def what_if(self, size: int, gpus: int, prio: int) -> None:
+        """A what-if (issue 36) changes nothing the core holds, whatever its state: the
+        same pods, plans, reservations, gangs, preemptions, parked calls and free room."""
+        objs = [pod(f"wi-{k}").gang("wi", min_member=size, timeout=20).gpu(gpus)
+                .priority(prio).build() for k in range(size)]
+        before = self._observed()
+        self.core.what_if(objs, self.now).run()
+        assert self._observed() == before
+
+    def _observed(self) -> tuple[object, ...]:
+        core = self.core
+        return (dict(core.pods), core.plans(), core.reserved_total(), core.gang_views(),
+                core.preemptions_in_flight(), core.parked_total(), core.next_deadline(),
+                {n: (core.free(n), core.free_unreserved(n)) for n in core.node_names()})
+
     @rule(gang=st.sampled_from(sorted(GANGS)), extra=st.booleans())
     def create_whole_gang(self, gang: str, extra: bool) -> None:
         for k in range(GANGS[gang][0] + int(extra)):
