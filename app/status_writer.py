@@ -50,6 +50,8 @@ class StatusWriter:
         stop Lockstep (the service stops when any of its loops ends)."""
         while True:
             await asyncio.sleep(1.0)
+            if self.kube.may_write is not None and not self.kube.may_write():
+                continue  # a standby writes no status (``app.lease``)
             for write in (self.write_volcano, self.write_upstream,
                           self.write_scheduler_plugins):
                 try:
