@@ -95,12 +95,14 @@ class Forwarder:
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until EOF, then pass the half-close on (the other direction may still talk);
+    :meth:`Forwarder._serve` closes both ends once both directions are done."""
     try:
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
     except (ConnectionError, OSError):
-        pass
-    finally:
         with contextlib.suppress(Exception):
             writer.close()

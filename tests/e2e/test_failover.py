@@ -148,8 +148,11 @@ def test_failover_kill_the_leader_during_a_burst_through_the_webhook(
 
 
 def test_failover_rolling_update_under_steady_load(pairs: tuple[Cluster, Replicas]) -> None:
-    """Replace one replica, then the other (maxSurge 1: the new one is Ready first), while
-    gangs keep arriving; every gang binds whole."""
+    """Replace one replica, then the other, while gangs keep arriving: each is stopped as a
+    rolled pod is (SIGTERM to both processes: Lockstep answers its parked binds and stops)
+    and started again, and the other keeps or takes the lead; every
+    gang binds whole. (The Deployment's surge pod starts before the old one stops; here a
+    replica keeps its ports, so it stops first: the harder order, one replica left alone.)"""
     c, r = pairs
     names: list[str] = []
     stop = threading.Event()
@@ -165,7 +168,6 @@ def test_failover_rolling_update_under_steady_load(pairs: tuple[Cluster, Replica
     t.start()
     try:
         for name in sorted(r.replicas):
-            # A rolled pod is told to stop (SIGTERM), the surge pod already Ready.
             for proc in (name, f"{name}-scheduler"):
                 c.bed.stop_process(proc)
             r.start_one(name)

@@ -14,7 +14,7 @@ from app.errors import NotLeading
 from app.kube import KubeClient, KubeConfig
 from app.lease import LeaseFollower, LeaseTiming, holder_host
 from app.service import NOT_LEADING, Lockstep, LostLease
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 
@@ -278,3 +278,34 @@ def test_a_lease_that_never_lists_is_refused_by_the_cli() -> None:
 
     assert main(["serve", "--leader-elect-lease=lockstep-scheduler"]) == 2
     assert main(["serve", "--leader-elect-lease=a/b", "--renew-deadline=20"]) == 2
+
+
+async def test_a_standbys_webhook_gates_a_gang_that_fits_and_reserves_nothing() -> None:
+    """A member whose gang fits is pinned by the leader; a standby gates it (its ledger may
+    be stale) and the leader lifts it."""
+    from app.webhook import create_webhook_app
+    from tests.unit.test_webhook_pinning import member, mutate
+
+    api = ClusterAPI(*held_gang())
+    svc, lead = standby(api)
+    transport = httpx.ASGITransport(app=create_webhook_app(svc))
+    async with httpx.AsyncClient(transport=transport, base_url="https://lockstep.test") as c:
+        ops = await mutate(c, member("solo", "solo", size=1))
+        assert [o["path"] for o in ops] == ["/spec/schedulingGates"]
+        assert svc.core.ledger.get(pod_key("ml", "solo")) is None
+        lead.leading, lead.term, svc._acting_term = True, 1, 1  # the leader now
+        ops = await mutate(c, member("solo2", "solo2", size=1))
+        assert [o["path"] for o in ops] == ["/spec/affinity"]  # pinned
+
+
+async def test_a_standby_answers_filter_with_an_error_kube_scheduler_retries() -> None:
+    from app.verbs import VerbsApp
+
+    api = ClusterAPI(*held_gang())
+    svc, _ = standby(api)
+    transport = httpx.ASGITransport(app=VerbsApp(svc))
+    args = {"Pod": pod("p").gpu(1).build(), "Nodes": None, "NodeNames": ["n0", "n1"]}
+    async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as c:
+        r = await c.post("/filter", json=args)
+    assert r.status_code == 200 and r.json()["Error"] == NOT_LEADING
+    assert svc.core.pod(pod_key("default", "p")) is None  # nothing decided, nothing kept
