@@ -27,6 +27,7 @@ every ``retry_period``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -101,6 +102,9 @@ class LeaseFollower:
         """Monotonic instant this replica stops leading unless a fresh renewal is seen."""
         self.changed = asyncio.Event()
         """Set on every gain or loss of the lead (the service's transitions wait on it)."""
+        self.wake = asyncio.Event()
+        """Set to read the Lease now rather than at the next poll: a verb came from the
+        sidecar, which calls only once it leads (:meth:`app.service.Lockstep.await_acting`)."""
         self._was = False
 
     @property
@@ -161,5 +165,7 @@ class LeaseFollower:
             wait = self.timing.poll
             if self.leading:
                 wait = max(0.0, min(wait, self._until - self.clock()))
-            await asyncio.sleep(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), wait)
+            self.wake.clear()
             self.note_transition()

@@ -124,6 +124,11 @@ NOT_LEADING = ("this Lockstep replica does not lead (or is rebuilding its view a
 """What a verb that would act answers on a replica that does not act."""
 
 
+ACTING_WAIT_SECONDS = 1.0
+"""How long a verb reaching a replica that does not act yet waits for it to (a fresh Lease
+read and the rebuild take ~0.1 s), well inside kube-scheduler's extender timeout."""
+
+
 class LostLease(RuntimeError):
     """The replica led and lost the lead: it stops, and starts again as a standby."""
 
@@ -256,6 +261,25 @@ class Lockstep:
         lead = self.leader
         return lead is None or (lead.leading and self._acting_term == lead.term)
 
+    async def await_acting(self, timeout: float = ACTING_WAIT_SECONDS) -> bool:
+        """Whether this replica acts, waiting up to ``timeout`` for it when it does not yet.
+
+        A verb comes only from a kube-scheduler that leads, so one arriving at a replica that
+        does not act yet (its sidecar just took the Lease) has the Lease read at once rather
+        than at the next poll: the new leader answers within a read and a rebuild, instead of
+        refusing and costing the pod kube-scheduler's backoff. The fence is unchanged (the
+        read only observes); a deposed sidecar's call still ends in a refusal."""
+        if self.acting_now():
+            return True
+        assert self.leader is not None
+        self.leader.wake.set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            if self.acting_now():
+                return True
+        return False
+
     async def _follow_lead(self) -> None:
         """Act on each gain or loss of the lead: rebuild, then act; or stop."""
         lead = self.leader
@@ -333,7 +357,7 @@ class Lockstep:
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""
-        if not self.acting:
+        if not await self.await_acting():
             return NOT_LEADING
         key = pod_key(namespace, name)
         if self.core.pod(key) is None:

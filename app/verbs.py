@@ -287,7 +287,7 @@ class VerbsApp:
         done = self._timed("filter")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
         pod, names = _pod(args), _names(args)
-        if not self.service.acting:
+        if not self.service.acting and not await self.service.await_acting():
             # A replica that does not act decides nothing (a filter may reserve, nominate
             # or preempt): kube-scheduler retries the pod, by then calling the leader.
             done()

@@ -198,6 +198,7 @@ class Lead:
         self.leading = False
         self.term = 0
         self.changed = asyncio.Event()
+        self.wake = asyncio.Event()
 
     def set(self, leading: bool) -> None:
         if leading and not self.leading:
@@ -309,3 +310,46 @@ async def test_a_standby_answers_filter_with_an_error_kube_scheduler_retries() -
         r = await c.post("/filter", json=args)
     assert r.status_code == 200 and r.json()["Error"] == NOT_LEADING
     assert svc.core.pod(pod_key("default", "p")) is None  # nothing decided, nothing kept
+
+
+class LeaseAndCluster(ClusterAPI):
+    """The cluster, and the Lease held by ``holder`` (the test moves it)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(*held_gang())
+        self.holder, self.renewals = holder, 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if "/leases/" in request.url.path:
+            self.renewals += 1
+            return httpx.Response(200, json=lease(self.holder, f"t{self.renewals}",
+                                                  str(self.renewals)))
+        return super().__call__(request)
+
+
+async def test_a_verb_from_the_new_leaders_sidecar_has_the_lease_read_at_once() -> None:
+    """Its sidecar just took the Lease and calls: the replica reads the Lease then (not at
+    its next poll, 50 s away here), rebuilds and answers, rather than refusing."""
+    from app.verbs import VerbsApp
+
+    api = LeaseAndCluster("lockstep-b_u2")
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
+    lead = LeaseFollower(kube, "lockstep-system", "lockstep-scheduler", "lockstep-a",
+                         timing=LeaseTiming(300, 200, 100))
+    svc = Lockstep(Coscheduler(Settings(backoff_seconds=5)), kube, leader=lead)
+    await svc.start()
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if svc.cache.synced and api.renewals:
+                break
+        assert not svc.acting
+        api.holder = "lockstep-a_u1"  # our sidecar takes the Lease, then calls
+        transport = httpx.ASGITransport(app=VerbsApp(svc))
+        args = {"Pod": pod("p").gpu(1).build(), "Nodes": None, "NodeNames": ["n0", "n1"]}
+        async with httpx.AsyncClient(transport=transport, base_url="http://l.test") as c:
+            r = await c.post("/filter", json=args)
+        assert r.json()["Error"] == "" and r.json()["NodeNames"], r.json()
+        assert svc.acting and svc.rebuilds == 1
+    finally:
+        await asyncio.wait_for(svc.stop(), 5)
