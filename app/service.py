@@ -191,6 +191,7 @@ class Lockstep:
         self.rebuilds = 0
         if leader is not None:
             kube.may_write = self.acting_now
+            self.metrics.leading.set_function(lambda: float(self.acting_now()))
 
     # ------------------------------------------------------------------ lifecycle
 

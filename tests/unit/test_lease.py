@@ -229,6 +229,7 @@ async def test_a_standby_admits_nothing_binds_nothing_and_writes_nothing() -> No
     svc, _ = standby(api)
     svc.after_change()
     assert not svc.acting
+    assert svc.metrics.registry.get_sample_value("lockstep_leading") == 0.0
     assert svc.core.lift_target("default/g-0") is None
     assert await svc.bind("default", "g-0", "uid-g-0", "n0") == NOT_LEADING
     await svc.status.write_scheduler_plugins()
@@ -249,6 +250,7 @@ async def test_a_new_leader_lists_again_before_it_acts_then_admits() -> None:
             if svc.acting:
                 break
         assert svc.acting and svc.rebuilds == 1 and api.lists >= lists + 2
+        assert svc.metrics.registry.get_sample_value("lockstep_leading") == 1.0
         assert svc.core.lift_target("default/g-0") is not None  # admitted once acting
     finally:
         await asyncio.wait_for(svc.stop(), 5)
