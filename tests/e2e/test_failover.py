@@ -57,15 +57,25 @@ def terminating(c: Cluster) -> list[str]:
 
 
 def test_failover_kill_the_leader_with_binds_parked(pairs: tuple[Cluster, Replicas]) -> None:
+    """The gang's last member is one kube-scheduler's own filter rejects, so the leader
+    admits the gang and the others' bind calls park; the leader dies with them parked (their
+    kube-scheduler with it). The member made placeable, the new leader binds the whole gang."""
     c, r = pairs
     leader = r.wait_leader(c.kube)
-    first = create_gang(c, "warm", 2)
-    c.wait_bound(first, timeout=60)
-    # Three of four members now: their binds park for the fourth (or they are held).
     pods = gang("parked", 4, namespace=c.ns)
-    c.create(*pods[:3])
-    time.sleep(1.5)
+    last = pod("parked-3", c.ns).gang("parked", 4).gpu(1).unplaceable().build()
+    c.create(*pods[:3], last)
+    url = r.replicas[leader].url
+
+    def parked() -> int:
+        got = httpx.get(url + "/debug/gangs", timeout=5).json()["gangs"]
+        return sum(int(g.get("parked") or 0) for g in got if str(g["gang"]).endswith("/parked"))
+
+    c.kube.wait("three binds parked on the leader", lambda: parked() >= 3, 60)
     r.kill(leader)
+    c.kube.delete_pod(c.ns, "parked-3")
+    c.kube.wait("the unplaceable member gone", lambda: "parked-3" not in {
+        p["metadata"]["name"] for p in c.kube.list(f"/api/v1/namespaces/{c.ns}/pods")}, 30)
     c.create(pods[3])
     r.wait_leader(c.kube, timeout=TAKEOVER, not_=leader)
     c.wait_bound([p["metadata"]["name"] for p in pods], timeout=TAKEOVER)
