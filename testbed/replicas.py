@@ -12,6 +12,7 @@ configuration points at a :class:`~testbed.forwarder.Forwarder` standing in for 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -70,7 +71,7 @@ class Replicas:
             f"--leader-elect-lease={LEASE[0]}/{LEASE[1]}", f"--leader-identity={name}",
             *self.lockstep_args,
         ], ready_url=f"{r.url}/readyz", timeout=60.0,
-           env={"PYTHONPATH": str(REPO), **_env()})
+           env={**os.environ, "PYTHONPATH": str(REPO)})
         if r.webhook_port not in self.forwarder.backends:
             self.forwarder.backends.append(r.webhook_port)
         election = yaml.safe_load(SCHEDULER_CONFIG.read_text())["leaderElection"]
@@ -111,9 +112,3 @@ class Replicas:
 
     def log(self, name: str) -> Path:
         return self.bed.dir / f"{name}.log"
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
