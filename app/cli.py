@@ -17,7 +17,10 @@ import os
 import ssl
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .process import LeaseOptions
 
 __all__ = ["main"]
 
@@ -97,6 +100,22 @@ def _serve_parser(sub: Any) -> None:
     add("--webhook-cert-check", type=float, default=float(_env("webhook-cert-check", 60)),
         help="seconds between checks of the Secret (renewal, another replica's rotation) and "
              "of the caBundle (put back when a re-apply wiped it) (default 60)")
+    add("--leader-elect-lease", default=_env("leader-elect-lease", "") or None,
+        metavar="NAMESPACE/NAME",
+        help="act only while the sidecar kube-scheduler holds this Lease (its "
+             "leaderElection resourceNamespace/resourceName); run two replicas with it "
+             "(default: off, a single replica that always acts)")
+    add("--leader-identity", default=_env("leader-identity", "") or None,
+        help="the hostname kube-scheduler's holder identity starts with (default: this "
+             "pod's hostname, which both containers of a pod share)")
+    add("--lease-duration", type=float, default=float(_env("lease-duration", 15)),
+        help="the sidecar's leaderElection.leaseDuration, seconds (default 15)")
+    add("--renew-deadline", type=float, default=float(_env("renew-deadline", 10)),
+        help="the sidecar's leaderElection.renewDeadline, seconds: this replica stops "
+             "acting this long after the last renewal it saw (default 10)")
+    add("--retry-period", type=float, default=float(_env("retry-period", 2)),
+        help="the sidecar's leaderElection.retryPeriod, seconds; the Lease is read every "
+             "half of it (default 2)")
     add("--topology-levels", default=_env("topology-levels", ""),
         help="topology levels between nodes, coarse to fine: name=label-key[,label-key...] "
              "separated by ';', ending with hostname=kubernetes.io/hostname (default: zone, "
@@ -194,10 +213,32 @@ def _serve(args: argparse.Namespace) -> int:
             configuration=args.webhook_configuration,
             hosts=tuple(_webhook_hosts(args)) if args.webhook_cert_secret else (),
             cert_check=args.webhook_cert_check)
+    lease = _lease_options(args)
+    if isinstance(lease, str):
+        print(f"lockstep: {lease}", file=sys.stderr)
+        return 2
     return run(ProcessOptions(
         settings=settings, host=args.host, port=args.port, log_level=args.log_level,
         kubeconfig=args.kubeconfig, token=args.token, tls_cert=args.tls_cert,
-        tls_key=args.tls_key, debug_token=args.debug_token, ui=args.ui, webhook=webhook))
+        tls_key=args.tls_key, debug_token=args.debug_token, ui=args.ui, webhook=webhook,
+        lease=lease))
+
+
+def _lease_options(args: argparse.Namespace) -> LeaseOptions | str | None:
+    """The Lease to follow, None when off, or why the flags cannot work."""
+    if args.leader_elect_lease is None:
+        return None
+    from .lease import LeaseTiming, pod_identity
+    from .process import LeaseOptions
+
+    ns, _, name = args.leader_elect_lease.partition("/")
+    if not (ns and name) or "/" in name:
+        return f"--leader-elect-lease {args.leader_elect_lease!r} is not NAMESPACE/NAME"
+    try:
+        timing = LeaseTiming(args.lease_duration, args.renew_deadline, args.retry_period)
+    except ValueError as e:
+        return str(e)
+    return LeaseOptions(ns, name, args.leader_identity or pod_identity(), timing)
 
 
 def _get(url: str, path: str, token: str | None) -> Any:

@@ -7,6 +7,7 @@
      +-- Conflict          409: already bound / changed under us
      +-- Gone              410: watch resourceVersion expired; relist
      +-- TooManyRequests   429: back off and retry
+     +-- NotLeading        never sent: this replica does not lead (``app.lease``)
     APIUnreachable         transport failure; the API server is down or restarting
 
 They carry fields, never parsed messages; ``app.render`` turns them into text at the edge.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import orjson
 
 __all__ = ["APIError", "APIUnreachable", "BadRequest", "Conflict", "Gone", "NotFound",
-           "TooManyRequests", "error_body"]
+           "NotLeading", "TooManyRequests", "error_body"]
 
 
 class BadRequest(Exception):
@@ -71,6 +72,15 @@ class Gone(APIError):
 
 class TooManyRequests(APIError):
     pass
+
+
+class NotLeading(APIError):
+    """A write refused before it was sent: this replica does not lead (or no longer does).
+    A 503, so callers treat it as transient and a deposed replica's retries end in
+    refusals too, never in a write from stale state."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(503, "NotLeading", "this Lockstep replica does not lead", path=path)
 
 
 class APIUnreachable(Exception):

@@ -15,6 +15,7 @@ import base64
 import builtins
 import contextlib
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,10 +29,10 @@ import yaml
 from coscheduling import BindFailed, BindOutcome, Bound, NodeName, PodKey
 
 from . import nodeproto
-from .errors import APIError, APIUnreachable, Conflict
+from .errors import APIError, APIUnreachable, Conflict, NotLeading
 from .fasthttp import Connector, FastHTTP, TransportError
 
-__all__ = ["KubeClient", "KubeConfig", "load_config"]
+__all__ = ["UPKEEP", "KubeClient", "KubeConfig", "load_config"]
 
 T = TypeVar("T")
 
@@ -115,6 +116,12 @@ def _ssl_context(cfg: KubeConfig) -> ssl.SSLContext | bool:
     return ctx
 
 
+UPKEEP = re.compile(r"/api/v1/namespaces/[^/]+/secrets(/[^/]+)?"
+                    r"|/apis/admissionregistration\.k8s\.io/v1/mutatingwebhookconfigurations/[^/]+")
+"""Writes every replica makes, leading or not: its webhook's certificate and caBundle
+(``app.certs``). Nothing that schedules is among them."""
+
+
 class KubeClient:
     """The calls Lockstep makes, each mapping HTTP failures onto ``app.errors``."""
 
@@ -137,6 +144,9 @@ class KubeClient:
             max_connections=80,
             # Keep every connection: an idle one costs nothing, a new one a handshake.
             max_idle=80)
+        self.may_write: Callable[[], bool] | None = None
+        """The fence (``app.lease``): when set and false, every write but the replica's
+        own upkeep (:data:`UPKEEP`) is refused with :class:`NotLeading` before it is sent."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -153,6 +163,9 @@ class KubeClient:
     ) -> Any:
         """The answer's JSON; with ``protobuf``, the API server is asked for its protobuf
         encoding (JSON still accepted) and a protobuf answer is decoded with it."""
+        if method != "GET" and self.may_write is not None and not self.may_write() \
+                and not UPKEEP.fullmatch(path):
+            raise NotLeading(path)
         body = orjson.dumps(json) if json is not None else None
         accept = nodeproto.ACCEPT if protobuf is not None else None
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -85,6 +85,12 @@ class Metrics:
     def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]],
                  failed: Callable[[], dict[str, int]] = dict) -> None:
         self.registry = CollectorRegistry()
+        self.leading = Gauge(
+            "lockstep_leading",
+            "1 while this replica acts: its sidecar kube-scheduler holds the Lease and its view "
+            "is rebuilt for the term (docs/failover.md); 0 on a standby.",
+            registry=self.registry)
+        self.leading.set(1)
         self.verb_seconds = Histogram(
             "lockstep_verb_duration_seconds",
             "Time to answer an extender verb (bind includes time parked).",

@@ -25,6 +25,7 @@ from coscheduling import Coscheduler, Settings
 
 from .errors import APIError, APIUnreachable
 from .kube import KubeClient, load_config
+from .lease import LeaseFollower, LeaseTiming
 from .service import Lockstep
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
     from .servers import ExtenderServer, WebhookServer
     from .verbs import VerbsApp
 
-__all__ = ["LockstepProcess", "ProcessOptions", "WebhookOptions", "extender_app", "run",
-           "webhook_app"]
+__all__ = ["LeaseOptions", "LockstepProcess", "ProcessOptions", "WebhookOptions",
+           "extender_app", "run", "webhook_app"]
 
 log = logging.getLogger("lockstep")
 
@@ -64,6 +65,18 @@ class WebhookOptions:
 
 
 @dataclass(frozen=True)
+class LeaseOptions:
+    """The Lease the sidecar kube-scheduler holds (its ``leaderElection``), which this
+    replica follows (``app.lease``): it acts only while its sidecar leads."""
+
+    namespace: str
+    name: str
+    identity: str
+    """This pod's hostname: the part of kube-scheduler's holder identity before ``_``."""
+    timing: LeaseTiming = LeaseTiming()
+
+
+@dataclass(frozen=True)
 class ProcessOptions:
     """What ``lockstep serve`` was told, checked: the core's settings and the servers'."""
 
@@ -78,6 +91,8 @@ class ProcessOptions:
     debug_token: str | None = None
     ui: bool = True
     webhook: WebhookOptions | None = None
+    lease: LeaseOptions | None = None
+    """None: a single replica, acting always."""
 
 
 def extender_app(service: Lockstep, *, debug_token: str | None = None, ui: bool = True,
@@ -132,8 +147,10 @@ class LockstepProcess:
     async def run(self) -> int:
         o = self.options
         kube = self._kube or KubeClient(load_config(o.kubeconfig, o.token))
-        service = self.service = Lockstep(Coscheduler(o.settings), kube,
-                                          verbs_later=True, webhook_later=o.webhook is not None)
+        leader = None if o.lease is None else LeaseFollower(
+            kube, o.lease.namespace, o.lease.name, o.lease.identity, timing=o.lease.timing)
+        service = self.service = Lockstep(Coscheduler(o.settings), kube, verbs_later=True,
+                                          webhook_later=o.webhook is not None, leader=leader)
         await service.start()  # lists and watches first
         await asyncio.to_thread(_import_verbs_side)  # the loop keeps listing meanwhile
         try:

@@ -9,7 +9,14 @@ limp on with a stale view:
 * ``binder``: bindings, parked calls and the deadline timer (``app.binder``);
 * ``poster``: Events, requeue nudges and gate lifts (``app.poster``);
 * ``status``: each convention's PodGroup status (``app.status_writer``);
-* ``loop-lag``: how long the loop was held by work that did not yield (:class:`LoopLag`).
+* ``loop-lag``: how long the loop was held by work that did not yield (:class:`LoopLag`);
+* ``lease`` and ``leadership`` (with a :class:`~app.lease.LeaseFollower`): whether this
+  replica leads. It *acts* (admits, lifts, pins, evicts, binds, writes status and Events) only
+  while it leads and after it rebuilt its view from the API server for this term
+  (:meth:`Lockstep.rebuild`); every write is fenced in the API client as well
+  (``KubeClient.may_write``). A replica that led and lost the lead answers its parked binds
+  with an error and stops, to start again as a standby with a cache listed afresh
+  (``docs/failover.md``).
 """
 
 from __future__ import annotations
@@ -38,13 +45,21 @@ from .binder import Binder
 from .cache import ClusterCache
 from .errors import APIError, APIUnreachable, NotFound
 from .kube import KubeClient
+from .lease import LeaseFollower
 from .metrics import Metrics
 from .parked import ParkedCalls
 from .poster import LIFTERS, Poster
 from .render import render
 from .status_writer import StatusWriter
 
-__all__ = ["LOOP_LAG_WARN_SECONDS", "Lockstep", "LoopLag", "UnknownObject"]
+__all__ = [
+    "LOOP_LAG_WARN_SECONDS",
+    "NOT_LEADING",
+    "Lockstep",
+    "LoopLag",
+    "LostLease",
+    "UnknownObject",
+]
 
 log = logging.getLogger("lockstep")
 
@@ -104,6 +119,20 @@ def freeze_synced_heap() -> None:
     gc.freeze()
 
 
+NOT_LEADING = ("this Lockstep replica does not lead (or is rebuilding its view as the new "
+               "leader); kube-scheduler will retry")
+"""What a verb that would act answers on a replica that does not act."""
+
+
+ACTING_WAIT_SECONDS = 1.0
+"""How long a verb reaching a replica that does not act yet waits for it to (a fresh Lease
+read and the rebuild take ~0.1 s), well inside kube-scheduler's extender timeout."""
+
+
+class LostLease(RuntimeError):
+    """The replica led and lost the lead: it stops, and starts again as a standby."""
+
+
 class UnknownObject(LookupError):
     """A request named a pod or node Lockstep does not know; becomes a 404 at the edge."""
 
@@ -123,10 +152,13 @@ class Lockstep:
         bind_retries: int = 3,
         verbs_later: bool = False,
         webhook_later: bool = False,
+        leader: LeaseFollower | None = None,
     ) -> None:
-        """``verbs_later``: the extender's server starts after the cache lists, and tells
-        :meth:`serve_verbs`; ``webhook_later``: an admission webhook server starts too, and
-        sets :attr:`webhook_listening` (``app.process`` starts both)."""
+        """``leader``: follow that Lease and act only while it says this replica leads
+        (None: a single replica, which always acts). ``verbs_later``: the extender's server
+        starts after the cache lists, and tells :meth:`serve_verbs`; ``webhook_later``: an
+        admission webhook server starts too, and sets :attr:`webhook_listening`
+        (``app.process`` starts both)."""
         self.core = core
         self.kube = kube
         self.clock = clock
@@ -153,6 +185,13 @@ class Lockstep:
         self._stopping = False
         self.api_ok = False
         self.stopped = asyncio.Event()
+        self.leader = leader
+        self._acting_term = 0
+        """The lease term this replica rebuilt for and acts in (0: none yet)."""
+        self.rebuilds = 0
+        if leader is not None:
+            kube.may_write = self.acting_now
+            self.metrics.leading.set_function(lambda: float(self.acting_now()))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,6 +208,9 @@ class Lockstep:
             "api-probe": self._probe_api(),
             "loop-lag": self.lag.run(),
         }
+        if self.leader is not None:
+            runners["lease"] = self.leader.run()
+            runners["leadership"] = self._follow_lead()
         for name, coro in runners.items():
             task = asyncio.create_task(coro, name=name)
             task.add_done_callback(self._on_task_done)
@@ -208,6 +250,80 @@ class Lockstep:
                 answered += 1
         return answered
 
+    # ------------------------------------------------------------------ leadership
+
+    @property
+    def acting(self) -> bool:
+        return self.acting_now()
+
+    def acting_now(self) -> bool:
+        """Whether this replica may act now: it leads (fenced by the clock, checked at
+        each call) and has rebuilt its view for this term."""
+        lead = self.leader
+        return lead is None or (lead.leading and self._acting_term == lead.term)
+
+    async def await_acting(self, timeout: float = ACTING_WAIT_SECONDS) -> bool:
+        """Whether this replica acts, waiting up to ``timeout`` for it when it does not yet.
+
+        A verb comes only from a kube-scheduler that leads, so one arriving at a replica that
+        does not act yet (its sidecar just took the Lease) has the Lease read at once rather
+        than at the next poll: the new leader answers within a read and a rebuild, instead of
+        refusing and costing the pod kube-scheduler's backoff. The fence is unchanged (the
+        read only observes); a deposed sidecar's call still ends in a refusal."""
+        if self.acting_now():
+            return True
+        assert self.leader is not None
+        self.leader.wake.set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            if self.acting_now():
+                return True
+        return False
+
+    async def _follow_lead(self) -> None:
+        """Act on each gain or loss of the lead: rebuild, then act; or stop."""
+        lead = self.leader
+        assert lead is not None
+        while True:
+            await lead.changed.wait()
+            lead.changed.clear()
+            if lead.leading and self._acting_term != lead.term:
+                term = lead.term
+                await self.rebuild()
+                if lead.leading and lead.term == term:
+                    self._acting_term = term
+                    log.warning("leading (term %d): acting on a view rebuilt from the API "
+                                "server", term)
+                    self.after_change()
+            elif not lead.leading and self._acting_term:
+                self.answer_parked(NOT_LEADING)
+                raise LostLease("this replica lost the lead; it stops and starts again "
+                                "as a standby")
+
+    async def rebuild(self) -> None:
+        """List every kind again, as at start-up, before a new term's first act.
+
+        The previous leader stopped writing before the Lease could pass (``app.lease``), so
+        a consistent list taken now holds every pin, gate lift, nomination and eviction it
+        made; the watch might still be behind them. Each watch loop is restarted: it lists
+        (replacing the core's set of that kind, as after a 410) and then watches on."""
+        self.rebuilds += 1
+        t0 = time.monotonic()
+        for name, res in self.cache.resources.items():
+            old = self._tasks.get(f"watch-{name}")
+            if old is not None:
+                old.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await old
+            res.synced = False
+            task = asyncio.create_task(self.cache.run(name), name=f"watch-{name}")
+            task.add_done_callback(self._on_task_done)
+            self._tasks[f"watch-{name}"] = task
+        while not self.cache.synced:
+            await asyncio.sleep(0.02)
+        log.info("view rebuilt from the API server in %.2fs", time.monotonic() - t0)
+
     def serve_verbs(self) -> None:
         """The HTTP server listens: admit the held gangs the cache already holds."""
         self.verbs_served = True
@@ -242,6 +358,8 @@ class Lockstep:
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind, or park until the gang's quorum; returns the error text ("" for success)."""
+        if not await self.await_acting():
+            return NOT_LEADING
         key = pod_key(namespace, name)
         if self.core.pod(key) is None:
             try:
@@ -285,7 +403,7 @@ class Lockstep:
         """Admit the held gangs that fit now, once the cache is synced and the verbs are
         served: with half a cache every held gang would look unplaceable, and a member
         lifted before the verbs answer would find no one to filter it."""
-        if not (self.cache.synced and self.verbs_served):
+        if not (self.cache.synced and self.verbs_served and self.acting):
             return
         if not self._said_synced:
             self._said_synced = True
@@ -302,6 +420,10 @@ class Lockstep:
             for k in unparked.pods:
                 if self.parked.answer(k, text):
                     self.metrics.bind_errors.labels(type(unparked.reason).__name__).inc()
+        if not self.acting:
+            self._drop_queued()
+            self.kick.set()
+            return
         for notice in self.core.drain_notices():
             for pod in notice.pods:
                 self.poster.offer(self.poster.events, (pod, notice))
@@ -311,3 +433,11 @@ class Lockstep:
             self.poster.offer_lift(lift.pod, lift.uid, lift.node)
         self.poster.offer_evictions(self.core.drain_evictions())
         self.kick.set()
+
+    def _drop_queued(self) -> None:
+        """A replica that does not act carries out nothing the core queued: the leader
+        does, and this replica's view is rebuilt before it ever acts."""
+        self.core.drain_notices()
+        self.core.drain_requeue()
+        self.core.drain_lift()
+        self.core.drain_evictions()

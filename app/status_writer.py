@@ -49,6 +49,8 @@ class StatusWriter:
         ends)."""
         while True:
             await asyncio.sleep(1.0)
+            if self.kube.may_write is not None and not self.kube.may_write():
+                continue  # a standby writes no status (``app.lease``)
             for conv in conventions.REGISTRY:
                 if conv.status is None:
                     continue

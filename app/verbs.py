@@ -29,7 +29,7 @@ from coscheduling import QuantityError, RecordError, pod_from_json
 
 from .errors import BadRequest, error_body
 from .render import render
-from .service import Lockstep, UnknownObject
+from .service import NOT_LEADING, Lockstep, UnknownObject
 from .wire import BindingArgs, ExtenderArgs, validate_shape
 
 __all__ = ["DEFAULT_MAX_BODY", "VerbsApp"]
@@ -287,6 +287,13 @@ class VerbsApp:
         done = self._timed("filter")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
         pod, names = _pod(args), _names(args)
+        if not self.service.acting and not await self.service.await_acting():
+            # A replica that does not act decides nothing (a filter may reserve, nominate
+            # or preempt): kube-scheduler retries the pod, by then calling the leader.
+            done()
+            return 200, orjson.dumps({"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                                      "FailedAndUnresolvableNodes": {},
+                                      "Error": NOT_LEADING}), JSON
         d = self.service.filter(pod, names)
         out: dict[str, Any] = {"Nodes": None, "NodeNames": None, "FailedNodes": {},
                                "FailedAndUnresolvableNodes": {}, "Error": ""}

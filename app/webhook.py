@@ -333,15 +333,21 @@ async def _body(request: Request) -> bytes:
 
 
 def admission_router(scheduler_names: frozenset[str], decisions: Counter,
-                     placer: Placer | None = None) -> APIRouter:
-    """``POST /mutate/pods``; ``decisions`` counts answers by :class:`Decision`."""
+                     placer: Placer | None = None,
+                     acting: Callable[[], bool] = lambda: True) -> APIRouter:
+    """``POST /mutate/pods``; ``decisions`` counts answers by :class:`Decision`.
+
+    ``acting`` false (a standby, or a leader still rebuilding its view): every member is
+    gated, never pinned, since a pin reserves from a ledger that may be stale; the leader
+    admits and lifts it (``docs/failover.md``)."""
     router = APIRouter()
 
     @router.post(WEBHOOK_PATH)
     async def mutate_pods(request: Request) -> Response:
         try:
             review = _validate(AdmissionReview, await _body(request))
-            decision, patch = await settle(decide(review, scheduler_names, placer))
+            decision, patch = await settle(decide(review, scheduler_names,
+                                                  placer if acting() else None))
         except BadRequest as e:
             decisions.labels(Decision.MALFORMED.value).inc()
             return json_response({"error": e.message, "fields": e.fields}, e.status)
@@ -357,7 +363,8 @@ def create_webhook_app(service: Lockstep) -> FastAPI:
     app = FastAPI(title="Lockstep webhook", version="0.1.0", redirect_slashes=False,
                   openapi_url=None, docs_url=None, redoc_url=None)
     app.include_router(admission_router(service.core.settings.scheduler_names,
-                                        service.metrics.webhook, CreationPlacer(service)))
+                                        service.metrics.webhook, CreationPlacer(service),
+                                        service.acting_now))
 
     add_error_handlers(app)
 

@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
 ``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [preemption]
-[victims] [stall] [whatif]
+[victims] [stall] [whatif] [failover]
 [--quick]``; results go
 to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
@@ -21,6 +21,7 @@ from typing import Any
 
 from . import (
     client,
+    failover,
     memory,
     placement,
     preemption,
@@ -32,7 +33,7 @@ from . import (
 )
 
 BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption", "victims",
-              "stall", "whatif")
+              "stall", "whatif", "failover")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -93,6 +94,8 @@ def main() -> None:
     tp.add_argument("--lockstep-override", action="append", default=[], metavar="KEY=VALUE",
                     help="experiment: override a top-level KubeSchedulerConfiguration key of "
                          "the Lockstep run (e.g. percentageOfNodesToScore=0); repeatable")
+    ap.add_argument("--kills", type=int, default=None,
+                    help="failover: leaders killed (default 20; 3 with --quick)")
     mem = ap.add_argument_group("memory (goal: Lockstep RSS <= 300 MB at 5,000 nodes and "
                                 "50,000 pods cached)")
     mem.add_argument("--mem-nodes", type=int, default=None,
@@ -138,6 +141,8 @@ def main() -> None:
         _stall(args, out, meta)
     if "whatif" in args.which:
         _whatif(args, out, meta)
+    if "failover" in args.which:
+        _failover(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -273,6 +278,21 @@ def _whatif(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
     print(table(result["rows"], whatif.TABLE_COLUMNS))
     print("\nThe verbs idle and while the what-ifs run (one request at a time per probe)")
     print(table(result["probes"], stall.TABLE_COLUMNS[:-3] + stall.TABLE_COLUMNS[-1:]))
+def _failover(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    from testbed.bins import ensure_bins
+
+    ensure_bins()
+    kills = args.kills or (3 if args.quick else 20)
+    if not 1 <= kills <= 200:
+        sys.exit("benchmarks: --kills must be between 1 and 200")
+    print(f"\nFailover: two Lockstep + kube-scheduler pairs, the leader killed (SIGKILL) "
+          f"{kills} times, deployed lease durations", flush=True)
+    measured = _commit()
+    result = failover.run(kills, log=lambda s: print(s, flush=True))
+    (out / "failover.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                   **result}, indent=2))
+    print("\nFrom the leader killed to the next gang bound (goal: p95 <= lease duration + 2 s)")
+    print(table(result["rows"], failover.TABLE_COLUMNS))
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:

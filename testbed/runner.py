@@ -469,12 +469,15 @@ class TestBed:
         extender_url: str | None = None,
         binary: str = "kube-scheduler",
         overrides: dict[str, Any] | None = None,
+        hostname: str | None = None,
     ) -> Proc:
         """Run kube-scheduler with ``config`` (a repo file), substituting only addresses.
 
         See ``scheduler_config`` for what changes. ``binary="scheduler-plugins"`` runs the
         scheduler-plugins build (coscheduling) instead of the stock one. Several schedulers
-        may run at once under different ``name``s; each waits for /healthz.
+        may run at once under different ``name``s; each waits for /healthz. ``hostname``: run
+        it in a UTS namespace of its own with that hostname, as the pod of a replica has
+        (kube-scheduler's lease identity starts with it; ``testbed.replicas``).
         """
         loaded = yaml.safe_load(Path(config).read_text()) if config is not None else None
         doc = scheduler_config(loaded, self.kubeconfig, extender_url)
@@ -487,8 +490,10 @@ class TestBed:
         # 1.36 also had a GangScheduling gate needing it): off, so Lockstep alone does gangs.
         gates = ["--feature-gates=GenericWorkload=false"] \
             if binary == "kube-scheduler" and self.k8s_minor >= 35 else []
+        wrap = [] if hostname is None else [
+            "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
         return self._spawn(name, [
-            str(self.bin(binary)), f"--config={path}", "--bind-address=127.0.0.1", *gates,
+            *wrap, str(self.bin(binary)), f"--config={path}", "--bind-address=127.0.0.1", *gates,
             f"--secure-port={port}",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
             + (",/debug/pprof/*" if self.profiling else ""),

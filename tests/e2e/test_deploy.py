@@ -4,8 +4,11 @@ deploy/webhook/rbac.yaml (sufficient, and no broader than needed)."""
 
 from __future__ import annotations
 
+import yaml
+
 from testbed.bins import REPO
 from testbed.kube import Kube
+from testbed.runner import TestBed
 from testbed.workloads import pod, podgroup
 
 from .conftest import SCHEDULER_CONFIG, ClusterFactory, assert_not_forbidden, grant_as_deployed
@@ -53,6 +56,30 @@ def can(kube: Kube, verb: str, resource: str, group: str) -> bool:
     return bool(review["status"]["allowed"])
 
 
+LEASE = "lockstep-system/lockstep-scheduler"
+
+
+def grant_lease_role(bed: TestBed, user: str) -> None:
+    """deploy/rbac.yaml's leader-election Role (applied by ``grant_as_deployed``), bound to
+    ``user`` standing in for the pod's service account."""
+    bed.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": f"lease-{user}", "namespace": "lockstep-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "lockstep-scheduler-leader-election"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": user}]}))
+
+
+def can_lease(kube: Kube, verb: str, name: str) -> bool:
+    review = kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": verb, "resource": "leases", "name": name,
+                                        "group": "coordination.k8s.io",
+                                        "namespace": "lockstep-system"}}})
+    return bool(review["status"]["allowed"])
+
+
 def test_manifests_pass_server_side_dry_run(cluster: ClusterFactory) -> None:
     c = cluster("tiny-3x2", lockstep=False)
     c.bed.kubectl("apply", "--server-side", "-f", str(DEPLOY / "namespace.yaml"))
@@ -88,11 +115,26 @@ def test_lockstep_runs_under_exactly_its_cluster_role(cluster: ClusterFactory) -
     finally:
         restricted.close()
 
-    # Sufficient: Lockstep does all of its work with that token alone.
+    # The Lease it follows (as deployed, Lockstep shares its pod's service account with the
+    # kube-scheduler that holds it): readable by name, and nothing more of it.
+    grant_lease_role(bed, USER)
+    restricted = Kube(bed.api_url, TOKEN)
+    try:
+        assert can_lease(restricted, "get", "lockstep-scheduler")
+        assert not can_lease(restricted, "get", "another-lease")
+        assert not can_lease(restricted, "delete", "lockstep-scheduler")
+    finally:
+        restricted.close()
+
+    # Sufficient: Lockstep does all of its work with that token alone, following the Lease
+    # its kube-scheduler holds (deploy/'s leader election, the pod's hostname).
     url = bed.start_lockstep(kubeconfig=bed.kubeconfig_for(TOKEN, "lockstep-rbac"),
-                             extra_args=("--backoff=3",))
+                             extra_args=("--backoff=3", f"--leader-elect-lease={LEASE}",
+                                         "--leader-identity=lockstep-rbac"))
     c.lockstep_url = url
-    bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler", extender_url=url)
+    election = yaml.safe_load((DEPLOY / "scheduler-config.yaml").read_text())["leaderElection"]
+    bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler", extender_url=url,
+                        hostname="lockstep-rbac", overrides={"leaderElection": election})
     c.kube.create(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{c.ns}/podgroups",
                   podgroup("pg", 3, c.ns))
     c.recorder.min_member_of[f"{c.ns}/pg"] = 3
@@ -108,4 +150,5 @@ def test_lockstep_runs_under_exactly_its_cluster_role(cluster: ClusterFactory) -
     # pods: patch -- the members gated at creation had the gate lifted, with a pin
     assert c.metric('lockstep_gate_lifts_total{outcome="pinned"}') >= 2
     assert_not_forbidden(bed.dir / "lockstep.log")
+    assert c.metric("lockstep_leading") == 1.0
     c.recorder.assert_gang_invariants(c.ns)

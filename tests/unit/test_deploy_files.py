@@ -200,3 +200,56 @@ def test_cert_manager_component_swaps_in_its_certificate_and_drops_locksteps_rba
     dropped = {(d["kind"], d["metadata"]["name"]) for d in docs(cm / "drop-own-cert-rbac.yaml")
                if d.get("$patch") == "delete"}
     assert dropped == own
+
+
+def test_two_replicas_rolled_one_at_a_time_spread_and_kept_by_a_budget() -> None:
+    """Two replicas (docs/failover.md): a new pod is Ready before an old one goes, the two
+    prefer two nodes, and a drain keeps one."""
+    (deploy,) = docs(DEPLOY / "deployment.yaml")
+    spec = deploy["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate",
+                                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    labels = spec["template"]["metadata"]["labels"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    (pdb,) = docs(DEPLOY / "pdb.yaml")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["metadata"]["namespace"] == deploy["metadata"]["namespace"]
+    assert "pdb.yaml" in yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
+
+
+def test_lockstep_follows_the_lease_its_sidecar_holds_with_the_same_timing() -> None:
+    from app.lease import LeaseTiming
+
+    (deploy,) = docs(DEPLOY / "deployment.yaml")
+    containers = {c["name"]: c for c in deploy["spec"]["template"]["spec"]["containers"]}
+    env = {e["name"]: e["value"] for e in containers["lockstep"]["env"]}
+    election = yaml.safe_load((DEPLOY / "scheduler-config.yaml").read_text())["leaderElection"]
+    assert election["leaderElect"] is True
+    assert env["LOCKSTEP_LEADER_ELECT_LEASE"] == (
+        f"{election['resourceNamespace']}/{election['resourceName']}")
+    # Lockstep's defaults are the durations the sidecar is given (no env overrides them).
+    timing = LeaseTiming()
+    assert [float(election[k].rstrip("s")) for k in
+            ("leaseDuration", "renewDeadline", "retryPeriod")] == [
+        timing.lease_duration, timing.renew_deadline, timing.retry_period]
+    assert not {"LOCKSTEP_LEASE_DURATION", "LOCKSTEP_RENEW_DEADLINE",
+                "LOCKSTEP_RETRY_PERIOD"} & env.keys()
+
+
+def test_the_lease_rbac_is_the_one_lease_and_nothing_more() -> None:
+    """The sidecar creates, reads and renews the Lease; Lockstep only reads it: get and
+    update are limited to its name, create cannot be (RBAC cannot name an object not yet
+    created)."""
+    role = next(d for d in docs(DEPLOY / "rbac.yaml")
+                if d["kind"] == "Role" and d["metadata"]["name"]
+                == "lockstep-scheduler-leader-election")
+    rules = {(tuple(r["verbs"]), tuple(r.get("resourceNames") or ())) for r in role["rules"]}
+    assert rules == {(("create",), ()), (("get", "update"), ("lockstep-scheduler",))}
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"]
+               for r in role["rules"])

@@ -76,6 +76,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from app.lease import LeaseFollower
 from app.pinning import CreationPlacer
 from app.webhook import AdmissionReview, decide
 from coscheduling import (
@@ -175,6 +176,12 @@ admitted gang proves nothing)."""
 
 def saw(what: str) -> None:
     seen[what] = seen.get(what, 0) + 1
+
+
+def _lease(renew: str) -> dict[str, Any]:
+    """The sidecar kube-scheduler's Lease as ``app.lease`` reads it, renewed at ``renew``."""
+    return {"metadata": {"resourceVersion": renew},
+            "spec": {"holderIdentity": "lockstep-a_1", "renewTime": renew}}
 
 
 def gpu(obj: dict[str, Any]) -> int:
@@ -867,6 +874,34 @@ class GangModel(RuleBasedStateMachine):
         saw("restart")
         self._answered()
 
+    @rule(really=st.sampled_from([False, False, False, True]), acts=st.booleans(),
+          read_gap=st.sampled_from([0.1, 1.0, 2.0]))
+    def leader_fails_over(self, really: bool, acts: bool, read_gap: float) -> None:
+        """The leading replica is deposed (its node lost, or cut off from the API server)
+        and the standby takes over. The deposed one may still try to act (``acts``): admit
+        the held gangs it sees, lift gates, evict. Its fence (``app.lease``, the real one)
+        has ended its lead before the standby could hold the Lease, so every such write is
+        refused before it is sent; the standby acts on a view rebuilt from the API server,
+        as a restart does (``lockstep_restarts``), and every invariant holds after."""
+        if not really:
+            return
+        clock = [0.0]
+        lead = LeaseFollower(None, "lockstep-system", "lockstep-scheduler",  # type: ignore[arg-type]
+                             "lockstep-a", clock=lambda: clock[0])
+        lead.observe(_lease("r0"), sent=0.0)
+        written = read_gap / 2  # the sidecar's last renewal, between two reads
+        lead.observe(_lease("r1"), sent=read_gap)
+        assert lead.leading
+        clock[0] = written + lead.timing.lease_duration  # the earliest the standby takes it
+        assert not lead.leading, "a deposed replica still leads when the Lease can pass"
+        if acts:
+            self.core.admit_held(self.now)
+            attempted = [*self.core.drain_lift(), *self.lifts, *self.core.drain_evictions()]
+            if attempted:
+                saw("failover:fenced")  # each refused: KubeClient.may_write is false
+        saw("failover")
+        self.lockstep_restarts(True)
+
     @rule(extra=st.booleans())
     def create_whole_held_gang(self, extra: bool) -> None:
         for k in range(HELD["h"][0] + int(extra)):
@@ -1475,13 +1510,14 @@ GANG_TRANSITIONS = (
     "webhook:GateAtCreation", "webhook:reinvoked-narrowed",
     "lift:pinned", "queue:Closed", "BindGroup:in-flight", "group-binding-landed",
     "minMember:disagrees", "namesake", "cancelled:w", "volcano-priority:high",
-    "node-recreated-under-binding",
+    "node-recreated-under-binding", "failover",
 )
 """What a run of :class:`GangModel` must reach for its invariants to mean something: gangs
 admitted and bound whole, parked and timed out, placed at creation (pinned, gated,
 narrowed by a later webhook), lifted, held by their queue, bound one binding at a
-time, members disagreeing on minMember, namesakes, cancelled gangs, group priorities, and a
-node deleted and created again under a binding in flight."""
+time, members disagreeing on minMember, namesakes, cancelled gangs, group priorities, a
+node deleted and created again under a binding in flight, and the leader deposed while it
+still acts, fenced, and the standby taking over."""
 
 
 def test_the_seeded_model_reaches_its_transitions() -> None:
@@ -1519,6 +1555,25 @@ def _replay(machine: type[GangModel], *steps: tuple[Any, ...]) -> GangModel:
         m.promises_hold()
         m.rebuilt_core_agrees()
     return m
+
+
+def test_replay_a_deposed_leader_acting_mid_preemption_is_fenced_and_the_standby_finishes() -> None:
+    """Gang d (100) evicts gang a; the leader is deposed with a's victims still going and a
+    held gang to admit. It still tries to act, is fenced, and the standby, rebuilt from the
+    API server, carries on: every invariant holds at each step, the victims go once each,
+    and d binds whole on the room they leave."""
+    m = _replay(PreemptionModel, ("create_whole_gang", "a", False),
+                ("schedule_gang", "a", 0, _Script()),
+                ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, _Script()))
+    assert m.evicting, "stale replay: no preemption in flight"
+    going = len(m.evicting)
+    for step in (("create_whole_held_gang", False), ("leader_fails_over", True, True, 2.0),
+                 *[("victim_terminates", _Script(0), "delete")] * going,
+                 ("schedule_gang", "d", 0, _Script())):
+        getattr(m, step[0])(*step[1:])
+        m.promises_hold()
+        m.rebuilt_core_agrees()
+    assert all(m.pods[PodKey(f"default/d-{k}")]["spec"].get("nodeName") for k in range(4))
 
 
 def test_replay_a_group_priority_above_its_pods_is_never_a_victim_of_a_lower_gang() -> None:
