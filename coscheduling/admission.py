@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from . import expected
 from .decisions import FilterDecision, NoticeKind, Unparked
+from .devices.book import record
 from .eligibility import eligible
 from .enqueue import queue_gate
 from .gang import Gang, GangPhase
@@ -270,6 +271,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
             and (waits := _outranked(st, g, result.assignments, requests)) is not None):
         return waits
     g.admit(result.assignments, requests, result.level, now, timeout)
+    record(st.devices, result.devices)
     first = pod.key if pod is not None else (members[0].key if members else live[0].key)
     # One Event per admission, on the member whose filter call admitted the gang.
     st.notice(NoticeKind.ADMITTED, g.key, (first,), detail=_plan_text(result))
@@ -315,6 +317,7 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
     timeout = spec.timeout_seconds + (max(0.0, rec.deadline - now) if rec is not None else 0.0)
     requests = {k: st.store.pods[k].requests for k in found.assignments}
     g.admit(found.assignments, requests, found.level, now, timeout)
+    record(st.devices, found.devices)
     st.notice(NoticeKind.ADMITTED, g.key, (members[0].key,), detail=_plan_text(found))
     return True
 
@@ -481,6 +484,7 @@ def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName
         return FilterDecision([], unresolvable=ExtraMemberWaits(g.key, len(g.plan)))
     node = result.assignments[pod.key]
     g.add_slot(pod.key, node, pod.requests)
+    record(st.devices, result.devices)
     return FilterDecision([node])
 
 
@@ -501,6 +505,7 @@ def replan(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName
         return FilterDecision([], unresolvable=turn_away(st, pod.key, g, reason))
     node = result.assignments[pod.key]
     g.add_slot(pod.key, node, pod.requests)
+    record(st.devices, result.devices)
     return FilterDecision([node])
 
 

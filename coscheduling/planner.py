@@ -13,9 +13,12 @@ from __future__ import annotations
 import functools
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from .devices.book import DeviceRoom
+from .devices.demand import ClaimNeed
+from .devices.inventory import PlannedDevices
 from .eligibility import affinity_problem, eligible
 from .reasons import NoFit
 from .records import NodeName, NodeRecord, PodKey, PodRecord
@@ -64,6 +67,10 @@ class CapacityView(Protocol):
         domain's free GPUs are ``free_gpus`` summed over its nodes."""
         ...
 
+    def device_room(self) -> DeviceRoom | None:
+        """The DRA devices a plan may give (``coscheduling.devices``); None: none known."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -71,6 +78,8 @@ class Plan:
     level: str | None
     """The topology level whose single domain holds the gang; None when spread."""
     domain: tuple[str, ...] | None = None
+    devices: dict[PodKey, PlannedDevices] = field(default_factory=dict)
+    """Each member's DRA devices, chosen for the whole gang at once (``devices.matching``)."""
 
 
 def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
@@ -114,6 +123,16 @@ class _Context:
         # Affinity limits are checked once per member, never per node (eligibility.py).
         self.problems: list[str | None] = [affinity_problem(m.pod.required_affinity)
                                            for m in todo]
+        # DRA claims: resolved once per member; one that cannot be planned is eligible
+        # nowhere, with the reason (a missing class, a selector that does not compile).
+        self.room = view.device_room() if any(m.pod.claims for m in todo) else None
+        self.needs: list[tuple[ClaimNeed, ...] | None] = []
+        for i, m in enumerate(todo):
+            got = self.room.demand(m.pod) if self.room is not None else None
+            if isinstance(got, str):
+                self.problems[i] = self.problems[i] or got
+                got = None
+            self.needs.append(got or None)
         # Eligibility is the same for members with the same spec: one memo per spec.
         memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
         self._elig: list[dict[NodeName, bool]] = [
@@ -196,41 +215,65 @@ class _Context:
         return domain_of(self.levels, index, self.view.nodes[n])
 
 
-def _place(ctx: _Context, nodes: Sequence[NodeName]) -> dict[PodKey, NodeName] | None:
+_Placed = tuple[dict[PodKey, NodeName], dict[PodKey, PlannedDevices]]
+
+
+def _place(ctx: _Context, nodes: Sequence[NodeName]) -> _Placed | None:
     free: dict[NodeName, Resources] = {}
     extra_gpu: dict[NodeName, list[int]] = {}
     out: dict[PodKey, NodeName] = {}
-    view = ctx.view
+    trial = ctx.room.trial() if ctx.room is not None else None
     for i, m in enumerate(ctx.todo):
         req = m.pod.requests
-        gpus = req.get(GPU, 0)
-        best: tuple[tuple[float, ...], NodeName] | None = None
-        for n in nodes:
-            if not ctx.ok(i, n):
-                continue
-            f = free.get(n)
-            if f is None:
-                f = free[n] = ctx.free(n)
-            if not fits(req, f):
-                continue
-            if gpus:
-                used = [*view.gpu_pods_on(n), *extra_gpu.get(n, ())]
-                score = explain_score(view.nodes[n], gpus, f.get(GPU, 0), used,
-                                      ctx.layout(n)).total
-                rank: tuple[float, ...] = (f.get(GPU, 0) - gpus, -score)
-            else:
-                # CPU-only members (launchers) prefer nodes without GPUs, then the tightest.
-                rank = (view.nodes[n].allocatable.get(GPU, 0), f.get("cpu", 0) - req.get("cpu", 0))
-            if best is None or (rank, n) < (best[0], best[1]):
-                best = (rank, n)
-        if best is None:
+        needs = ctx.needs[i]
+        ranked = _ranked(ctx, i, nodes, free, extra_gpu, every=needs is not None)
+        n = None
+        if needs is None:
+            n = ranked[0][1] if ranked else None
+        elif trial is not None:
+            # The best node whose devices, with every earlier member's, can still be
+            # matched (earlier members may move to other devices: matching.py).
+            n = next((c for _, c in ranked if trial.add(m.key, needs, c)), None)
+        if n is None:
             return None
-        n = best[1]
         free[n] = sub(free[n], req)
-        if gpus:
+        if gpus := req.get(GPU, 0):
             extra_gpu.setdefault(n, []).append(gpus)
         out[ctx.keys[i]] = n
-    return out
+    return out, (trial.planned() if trial is not None else {})
+
+
+def _ranked(ctx: _Context, i: int, nodes: Sequence[NodeName], free: dict[NodeName, Resources],
+            extra_gpu: dict[NodeName, list[int]], every: bool
+            ) -> list[tuple[tuple[float, ...], NodeName]]:
+    """The nodes member ``i`` fits, best first (only the best unless ``every``)."""
+    m = ctx.todo[i]
+    view = ctx.view
+    req = m.pod.requests
+    gpus = req.get(GPU, 0)
+    best: list[tuple[tuple[float, ...], NodeName]] = []
+    for n in nodes:
+        if not ctx.ok(i, n):
+            continue
+        f = free.get(n)
+        if f is None:
+            f = free[n] = ctx.free(n)
+        if not fits(req, f):
+            continue
+        if gpus:
+            used = [*view.gpu_pods_on(n), *extra_gpu.get(n, ())]
+            score = explain_score(view.nodes[n], gpus, f.get(GPU, 0), used,
+                                  ctx.layout(n)).total
+            rank: tuple[float, ...] = (f.get(GPU, 0) - gpus, -score)
+        else:
+            # CPU-only members (launchers) prefer nodes without GPUs, then the tightest.
+            rank = (view.nodes[n].allocatable.get(GPU, 0), f.get("cpu", 0) - req.get("cpu", 0))
+        if every:
+            best.append((rank, n))
+        elif not best or (rank, n) < best[0]:
+            best = [(rank, n)]
+    best.sort()
+    return best
 
 
 def plan_gang(
@@ -270,7 +313,7 @@ def plan_gang(
         # The store keeps the domains ranked by free GPUs; the other resources are summed
         # only for the domains tried.
         ranked = view.domains_by_free_gpus(index)
-        best: tuple[tuple[int, int, tuple[str, ...]], dict[PodKey, NodeName]] | None = None
+        best: tuple[tuple[int, int, tuple[str, ...]], _Placed] | None = None
         ties = 0
         for at in range(bisect_left(ranked, (total_gpu,)), len(ranked)):
             free_gpu, d = ranked[at]
@@ -289,18 +332,18 @@ def plan_gang(
             placed = _place(ctx, ns)
             if placed is None:
                 continue
-            rank = (free_gpu - total_gpu, len(set(placed.values())), d)
+            rank = (free_gpu - total_gpu, len(set(placed[0].values())), d)
             if best is None or rank < best[0]:
                 best = (rank, placed)
         if best is not None:
-            return Plan({**fixed, **best[1]}, levels[index].name, best[0][2])
+            return Plan({**fixed, **best[1][0]}, levels[index].name, best[0][2], best[1][1])
 
     if required is None and ctx.could_hold(ctx.names, total_gpu, others):
         # Spread over the whole cluster: tried only when its free capacity adds up (without
         # the check, a 64-member gang that did not fit cost 64 x every node, ~1 s at 5,000).
         placed = _place(ctx, ctx.names)
         if placed is not None:
-            return Plan({**fixed, **placed}, None)
+            return Plan({**fixed, **placed[0]}, None, None, placed[1])
     return _explain(ctx, required)
 
 

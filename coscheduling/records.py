@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, NewType
 
 from .keys import GANG_GATE
+from .podclaims import PodClaim, pod_claims
 from .resources import Resources, pod_requests, resource_list
 
 __all__ = [
@@ -119,6 +120,8 @@ class PodRecord:
     recently started victims lose the least work."""
     grace_seconds: float = 30.0
     """``spec.terminationGracePeriodSeconds``: how long an evicted pod may take to go."""
+    claims: tuple[PodClaim, ...] = ()
+    """``spec.resourceClaims``: devices it asks for through DRA (``coscheduling.devices``)."""
     resource_version: int = field(default=0, compare=False)
     """``metadata.resourceVersion`` when it is a number (the API server's etcd revision), else
     0: tells a pod the watch has not reached yet from one it has already seen go. Not part of
@@ -339,7 +342,15 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         preempt_never=spec.get("preemptionPolicy") == "Never",
         started=_timestamp(status.get("startTime")),
         grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
+        claims=_claims(spec, status),
     )
+
+
+def _claims(spec: Mapping[str, Any], status: object) -> tuple[PodClaim, ...]:
+    try:
+        return pod_claims(spec, status)
+    except ValueError as e:
+        raise RecordError("Pod.spec.resourceClaims", str(e)) from None
 
 
 def _timestamp(raw: object) -> float:

@@ -9,12 +9,15 @@ convention module); Kubernetes' own kinds are declared here. The adapter's cache
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import dra_events as devices
 from . import ingest
 from .conventions import scheduler_plugins, upstream, volcano
 from .conventions.base import Watch
+from .devices.wire import claim_from_json, class_from_json, slice_from_json, template_from_json
 from .ingest import Kind
 from .numa import nrt_from_json
 from .preemption.budgets import budget_from_json
@@ -37,6 +40,21 @@ class Watched:
 
 def _cluster_scoped(_: str, name: str) -> NodeName:
     return NodeName(name)
+
+
+def _namespaced(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSIONS = ("v1",)
+"""``resource.k8s.io`` versions read: v1 only (its shape is the one parsed)."""
+
+
+def _dra(plural: str, parse: Callable[[Mapping[str, Any]], Any],
+         key_of: Callable[[str, str], Any]) -> Watch:
+    return Watch(plural, devices.watch_parse(parse), "", key_of,
+                 discover=(DRA_GROUP, plural, DRA_VERSIONS))
 
 
 _SP = scheduler_plugins.WATCHES
@@ -62,4 +80,11 @@ WATCHED: tuple[Watched, ...] = (
                   optional=False), ingest.PRIORITY_CLASSES),
     Watched(_UPSTREAM[0], ingest.UPSTREAM_PODGROUPS),
     Watched(_UPSTREAM[1], ingest.WORKLOADS),
+    # Dynamic Resource Allocation (GA in 1.34): optional, found by discovery, so a cluster
+    # without the API (or an older one) runs as before (docs/dra.md).
+    Watched(_dra("deviceclasses", class_from_json, _cluster_scoped), devices.CLASSES),
+    Watched(_dra("resourceslices", slice_from_json, _cluster_scoped), devices.SLICES),
+    Watched(_dra("resourceclaims", claim_from_json, _namespaced), devices.CLAIMS),
+    Watched(_dra("resourceclaimtemplates", template_from_json, _namespaced),
+            devices.TEMPLATES),
 )

@@ -71,6 +71,9 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("scheduling.k8s.io", "podgroups/status", "patch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        *{("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices",
+                                              "resourceclaims", "resourceclaimtemplates")
+          for v in ("list", "watch")},
     }
 
 

@@ -1,0 +1,61 @@
+"""Watch events of the four ``resource.k8s.io/v1`` kinds, into the device inventory
+(``coscheduling.devices``; kept outside the wing, which the core's state holds).
+
+Kinds in the shape of ``coscheduling.ingest.Kind`` (the table the facade routes events by).
+A change to a slice or a claim may let a waiting gang fit: the store's epoch is bumped, which
+is what makes held and blocked gangs planned again (the same signal node changes give).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from .devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
+from .ingest import Kind
+from .state import CoreState
+
+__all__ = ["CLAIMS", "CLASSES", "SLICES", "TEMPLATES"]
+
+R = TypeVar("R")
+
+
+def _changed(st: CoreState) -> None:
+    st.store.epoch += 1
+
+
+def _kind(name: str, table: Callable[[CoreState], Mapping[str, R]], key: Callable[[R], str],
+          put: Callable[[CoreState, R], None], drop: Callable[[CoreState, str], None]
+          ) -> Kind[str, R]:
+    def upsert(st: CoreState, rec: R) -> None:
+        put(st, rec)
+        _changed(st)
+
+    def delete(st: CoreState, k: str) -> None:
+        drop(st, k)
+        _changed(st)
+
+    return Kind(name, table, key, upsert, delete)
+
+
+def _claim_key(c: Claim) -> ClaimKey:
+    return c.key
+
+
+SLICES: Kind[str, DeviceSlice] = _kind(
+    "resourceslices", lambda st: st.devices.slices, lambda s: s.name,
+    lambda st, s: st.devices.put_slice(s), lambda st, k: st.devices.drop_slice(k))
+CLASSES: Kind[str, DeviceClass] = _kind(
+    "deviceclasses", lambda st: st.devices.classes, lambda c: c.name,
+    lambda st, c: st.devices.put_class(c), lambda st, k: st.devices.drop_class(k))
+CLAIMS: Kind[str, Claim] = _kind(
+    "resourceclaims", lambda st: st.devices.claims, _claim_key,
+    lambda st, c: st.devices.put_claim(c), lambda st, k: st.devices.drop_claim(k))
+TEMPLATES: Kind[str, ClaimTemplate] = _kind(
+    "resourceclaimtemplates", lambda st: st.devices.templates, lambda t: t.key,
+    lambda st, t: st.devices.put_template(t), lambda st, k: st.devices.drop_template(k))
+
+
+def watch_parse(parse: Callable[[Mapping[str, Any]], R]) -> Callable[[Mapping[str, Any], str], R]:
+    """A watch's parse function: the served version is always v1 here."""
+    return lambda obj, _version: parse(obj)

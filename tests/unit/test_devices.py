@@ -1,0 +1,228 @@
+"""DRA devices in the core: parsing at the wire, CEL selection, the joint plan of a gang
+(with backtracking across members), reservations between gangs, and preemption's freed
+devices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
+from coscheduling import dra_events as dra
+from coscheduling.devices.demand import pod_demand
+from coscheduling.devices.inventory import DeviceInventory
+from coscheduling.devices.model import Device
+from coscheduling.devices.selectors import MAX_EXPRESSION_CHARS, Selectors
+from coscheduling.devices.wire import (
+    claim_from_json,
+    class_from_json,
+    slice_from_json,
+    template_from_json,
+)
+from coscheduling.reasons import DoesNotFit
+from coscheduling.records import RecordError
+from tests.builders import node, pod
+
+DRIVER = "gpu.nvidia.com"
+
+
+def gpu_slice(node_name: str, models: list[str], roots: list[str] | None = None,
+              generation: int = 1) -> dict[str, Any]:
+    roots = roots or ["pci0"] * len(models)
+    return {"metadata": {"name": f"{node_name}-gpus"},
+            "spec": {"driver": DRIVER, "nodeName": node_name,
+                     "pool": {"name": node_name, "generation": generation,
+                              "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}",
+                                  "attributes": {"productName": {"string": m},
+                                                 "resource.kubernetes.io/pcieRoot":
+                                                     {"string": r}},
+                                  "capacity": {"memory": {"value": "80Gi"}}}
+                                 for i, (m, r) in enumerate(zip(models, roots, strict=True))]}}
+
+
+def device_class(name: str = "gpu.nvidia.com", expr: str | None = None) -> dict[str, Any]:
+    e = expr or f'device.driver == "{DRIVER}"'
+    return {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": e}}]}}
+
+
+def template(name: str, selector: str | None = None, count: int = 1,
+             cls: str = "gpu.nvidia.com", ns: str = "default") -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}}
+
+
+def claimed(p: dict[str, Any], tmpl: str) -> dict[str, Any]:
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": tmpl}]
+    return p
+
+
+def cluster(nodes: int, models: list[list[str]]) -> Coscheduler:
+    core = Coscheduler(Settings(backoff_seconds=10))
+    for i in range(nodes):
+        core.upsert(ingest.NODES, node_from_json(node(f"n{i}").build()))
+        core.upsert(dra.SLICES, slice_from_json(gpu_slice(f"n{i}", models[i])))
+    core.upsert(dra.CLASSES, class_from_json(device_class()))
+    return core
+
+
+# ----------------------------------------------------------------------------- wire
+
+
+def test_slice_attributes_are_qualified_by_the_driver_and_capacity_is_a_quantity() -> None:
+    s = slice_from_json(gpu_slice("n0", ["H100"]))
+    d = s.devices[0]
+    assert s.node == "n0" and d.id == (DRIVER, "n0", "gpu-0")
+    assert d.attribute("productName") == "H100"
+    assert d.attribute("resource.kubernetes.io/pcieRoot") == "pci0"
+    assert dict(((dom, i), v) for dom, i, v in d.capacity)[(DRIVER, "memory")] \
+        == 80 * 2**30 * 1000
+
+
+@pytest.mark.parametrize(("count", "problem"), [
+    (0, "spec.devices.requests[0].exactly.count: 0, must be 1..32"),
+    (33, "spec.devices.requests[0].exactly.count: 33, must be 1..32"),
+    (10**30, "must be 1..32"),
+])
+def test_a_count_over_the_limit_is_a_problem_naming_the_field(count: int, problem: str) -> None:
+    t = template_from_json(template("t", count=count))
+    assert t.spec.problem is not None and problem in t.spec.problem
+
+
+def test_an_expression_over_the_length_limit_is_refused_before_compiling() -> None:
+    long = "true && " * (MAX_EXPRESSION_CHARS // 8 + 1) + "true"
+    t = template_from_json(template("t", selector=long))
+    assert t.spec.problem is not None
+    assert "selectors[0].cel.expression" in t.spec.problem and "at most 10240" in t.spec.problem
+
+
+def test_a_malformed_slice_is_a_record_error() -> None:
+    with pytest.raises(RecordError, match=r"ResourceSlice\.spec"):
+        slice_from_json({"metadata": {"name": "s"}, "spec": {"pool": {"name": "p"}}})
+
+
+def test_an_allocated_claim_lists_its_devices_and_pods() -> None:
+    c = claim_from_json({
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": "gpu-1"}]}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "pu"}]}})
+    assert c.allocated == ((DRIVER, "n0", "gpu-1"),) and c.reserved_for == ("ns/p",)
+
+
+# ----------------------------------------------------------------------------- CEL
+
+
+def test_cel_reads_attributes_capacity_and_an_unknown_domain_as_empty() -> None:
+    s = Selectors()
+    d = Device(DRIVER, "n0", "gpu-0", ((DRIVER, "productName", "H100"),),
+               ((DRIVER, "memory", 80 * 2**30 * 1000),))
+    assert s.matches(f'device.attributes["{DRIVER}"].productName == "H100"', d)
+    assert s.matches(f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0', d)
+    assert not s.matches(f'device.capacity["{DRIVER}"].memory.isGreaterThan(quantity("1Ti"))',
+                         d)
+    assert not s.matches('has(device.attributes["other.example.com"].x)', d)
+    assert not s.matches('"not a bool"', d)
+    assert isinstance(s.program("device.driver =="), str)
+
+
+def test_a_selector_that_does_not_compile_names_the_field() -> None:
+    inv = DeviceInventory()
+    inv.put_class(class_from_json(device_class()))
+    inv.put_template(template_from_json(template("t", selector="device.driver ==")))
+    p = pod_from_json(claimed(pod("p").build(), "t"))
+    got = pod_demand(inv, p)
+    assert isinstance(got, str)
+    assert "ResourceClaimTemplate default/t: spec.devices.requests[0].exactly.selectors[0]" \
+        ".cel.expression: does not compile" in got
+
+
+def test_a_claim_naming_an_unknown_class_names_it() -> None:
+    inv = DeviceInventory()
+    inv.put_template(template_from_json(template("t", cls="nope")))
+    got = pod_demand(inv, pod_from_json(claimed(pod("p").build(), "t")))
+    assert got == ("ResourceClaimTemplate default/t: spec.devices.requests[0].exactly"
+                   ".deviceClassName: DeviceClass 'nope' not found")
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+def gang_pod(name: str, gang: str, size: int, tmpl: str) -> dict[str, Any]:
+    return claimed(pod(name).gang(gang, min_member=size).build(), tmpl)
+
+
+def test_first_fit_blocking_another_member_is_planned_jointly() -> None:
+    """kubernetes/kubernetes#138765's shape: one node, an H100 and an A100; member a takes
+    any GPU, member b only an H100. First fit gives a the H100 and b nothing; the joint plan
+    gives a the A100."""
+    core = cluster(1, [["H100", "A100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template("any")))
+    core.upsert(dra.TEMPLATES, template_from_json(template(
+        "h100", selector=f'device.attributes["{DRIVER}"].productName == "H100"')))
+    core.upsert_pod(pod_from_json(gang_pod("a", "g", 2, "any")))
+    core.upsert_pod(pod_from_json(gang_pod("b", "g", 2, "h100")))
+    d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
+    assert d.passed == ["n0"]
+    held = core.state.devices.planned
+    assert {pd.devices[0][1][2] for pd in held.values()} == {"gpu-0", "gpu-1"}
+    assert held[pod_key("default", "b")].devices[0][1] == (DRIVER, "n0", "gpu-0")
+    assert held[pod_key("default", "a")].devices[0][1] == (DRIVER, "n0", "gpu-1")
+
+
+def test_two_gangs_never_hold_the_same_devices() -> None:
+    """The seed case: 3 nodes x 2 GPUs, two gangs of 4 one-GPU members. One is admitted
+    with 4 devices; the other does not fit (2 left), holding none."""
+    core = cluster(3, [["H100", "H100"]] * 3)
+    core.upsert(dra.TEMPLATES, template_from_json(template("one")))
+    for g in ("x", "y"):
+        for i in range(4):
+            core.upsert_pod(pod_from_json(gang_pod(f"{g}-{i}", g, 4, "one")))
+    assert core.filter(core.pods[pod_key("default", "x-0")], ["n0", "n1", "n2"], 0.0).passed
+    d = core.filter(core.pods[pod_key("default", "y-0")], ["n0", "n1", "n2"], 0.0)
+    assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
+    held = core.state.devices.planned
+    assert sorted(held) == [pod_key("default", f"x-{i}") for i in range(4)]
+    devices = [d for pd in held.values() for _, d in pd.devices]
+    assert len(set(devices)) == 4
+
+
+def test_a_gang_whose_claims_cannot_be_met_anywhere_does_not_fit() -> None:
+    core = cluster(2, [["A100"], ["A100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template(
+        "h100", selector=f'device.attributes["{DRIVER}"].productName == "H100"')))
+    core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "h100")))
+    d = core.filter(core.pods[pod_key("default", "a")], ["n0", "n1"], 0.0)
+    assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
+
+
+def test_allocated_devices_are_not_planned_again() -> None:
+    core = cluster(1, [["H100", "H100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template("two", count=2)))
+    core.upsert(dra.CLAIMS, claim_from_json({
+        "metadata": {"name": "other", "namespace": "default", "uid": "u"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": "gpu-0"}]}}}}))
+    core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "two")))
+    d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
+    assert d.passed == []
+
+
+def test_a_member_fills_one_pcie_root_first() -> None:
+    core = cluster(1, [["H100"] * 4])
+    core.upsert(ingest.NODES, node_from_json(node("n0").build()))
+    core.upsert(dra.SLICES, slice_from_json(gpu_slice(
+        "n0", ["H100"] * 4, roots=["pci1", "pci0", "pci1", "pci0"])))
+    core.upsert(dra.TEMPLATES, template_from_json(template("two", count=2)))
+    core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "two")))
+    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
+    got = {d[2] for _, d in core.state.devices.planned[pod_key("default", "a")].devices}
+    assert got == {"gpu-1", "gpu-3"}  # both on pci0
