@@ -30,6 +30,8 @@ targets=(
   "etcd $ETCD_VERSION etcd go.etcd.io/etcd/server/v3"
   "kube-apiserver $K8S_VERSION k8s k8s.io/kubernetes/cmd/kube-apiserver"
   "kube-scheduler $K8S_VERSION k8s k8s.io/kubernetes/cmd/kube-scheduler"
+  # The resourceclaim controller (DRA's ResourceClaimTemplates -> per-pod claims) lives here.
+  "kube-controller-manager $K8S_VERSION k8s k8s.io/kubernetes/cmd/kube-controller-manager"
   "kubectl $K8S_VERSION k8s k8s.io/kubernetes/cmd/kubectl"
   "kwok $KWOK_VERSION kwok sigs.k8s.io/kwok/cmd/kwok"
   "scheduler-plugins $SCHEDULER_PLUGINS_VERSION k8s sigs.k8s.io/scheduler-plugins/cmd/scheduler"

@@ -35,6 +35,7 @@ _VERSION_OF = {
     "etcd": VERSIONS["ETCD_VERSION"],
     "kube-apiserver": VERSIONS["K8S_VERSION"],
     "kube-scheduler": VERSIONS["K8S_VERSION"],
+    "kube-controller-manager": VERSIONS["K8S_VERSION"],
     "kubectl": VERSIONS["K8S_VERSION"],
     "kwok": VERSIONS["KWOK_VERSION"],
     "scheduler-plugins": VERSIONS["SCHEDULER_PLUGINS_VERSION"],

@@ -54,12 +54,21 @@ from .certs import make_certs
 from .http import get
 from .kube import Kube
 
-__all__ = ["ADMIN_TOKEN", "UPSTREAM_GANG_API", "WEBHOOK_CONFIG", "Proc", "StartupError",
-           "TestBed", "default_k8s", "free_port", "scheduler_config", "webhook_configuration"]
+__all__ = ["ADMIN_TOKEN", "KCM_CONTROLLERS", "KCM_TOKEN", "UPSTREAM_GANG_API", "WEBHOOK_CONFIG",
+           "Proc", "StartupError", "TestBed", "default_k8s", "free_port", "scheduler_config",
+           "webhook_configuration"]
 
 log = logging.getLogger("testbed")
 
 ADMIN_TOKEN = "lockstep-admin-token"
+KCM_TOKEN = "lockstep-kcm-token"
+"""kube-controller-manager's own identity (``system:kube-controller-manager``, in
+``system:masters``: its controllers run under it, no per-controller service accounts)."""
+KCM_CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller")
+"""The controllers the test bed runs: DRA's resourceclaim controller (a pod's claim from its
+ResourceClaimTemplate, ``status.resourceClaimStatuses``, releasing a claim whose pods are
+gone) and the garbage collector (deleting the claims a deleted pod owned, a deleted node's
+ResourceSlices)."""
 STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
 NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"
@@ -373,7 +382,8 @@ class TestBed:
             subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True,
                            capture_output=True)
         tokens = self.dir / "tokens.csv"
-        lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"']
+        lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"',
+                 f'{KCM_TOKEN},system:kube-controller-manager,kcm,"system:masters"']
         for tok, (user, groups) in self.extra_tokens.items():
             lines.append(f'{tok},{user},{user},"{",".join(groups)}"')
         tokens.write_text("\n".join(lines) + "\n")
@@ -492,6 +502,23 @@ class TestBed:
             f"--secure-port={port}",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
             + (",/debug/pprof/*" if self.profiling else ""),
+            "--authentication-skip-lookup=true", "--v=2",
+        ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
+
+    def start_controller_manager(self, controllers: tuple[str, ...] = KCM_CONTROLLERS
+                                 ) -> Proc:
+        """Run kube-controller-manager (the default Kubernetes version's, built from the same
+        module as the API server) with only ``controllers``, under its own kubeconfig and
+        token; waits for /healthz. Its serving certificate is self-signed in memory, like
+        kube-scheduler's."""
+        kubeconfig = self.kubeconfig_for(KCM_TOKEN, "kube-controller-manager")
+        port = free_port()
+        return self._spawn("kube-controller-manager", [
+            str(bin_path("kube-controller-manager")), f"--kubeconfig={kubeconfig}",
+            f"--controllers={','.join(controllers)}", "--leader-elect=false",
+            "--use-service-account-credentials=false",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--authentication-skip-lookup=true", "--v=2",
         ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
 

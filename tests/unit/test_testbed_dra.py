@@ -1,0 +1,154 @@
+"""DRA nodes in topology files, and the ResourceSlices and DeviceClass the fake NVIDIA driver
+publishes for them (testbed.dra), shaped like k8s-dra-driver-gpu's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from testbed import dra
+from testbed.cluster import TopologyError, load_topology, nodes_from_topology, nrt_from_node
+from testbed.workloads import gang, pod
+
+
+def by_name(nodes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {n["metadata"]["name"]: n for n in nodes}
+
+
+def test_a_dra_node_has_no_gpu_capacity_and_declares_its_devices() -> None:
+    nodes = nodes_from_topology(load_topology("dra-tiny-3x2"))
+    assert len(nodes) == 3
+    for n in nodes:
+        assert "nvidia.com/gpu" not in n["status"]["allocatable"]
+        assert "nvidia.com/gpu" not in n["status"]["capacity"]
+        assert dra.is_dra_node(n)
+        assert n["metadata"]["annotations"][dra.DRA_GPUS] == "2"
+        assert n["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-L40S"
+        assert nrt_from_node(n) is None  # no nvidia.com/gpu zones either
+
+
+def test_the_slice_of_a_node_is_shaped_like_nvidias() -> None:
+    node = by_name(nodes_from_topology(load_topology("dra-two-models")))["h100-r0-n0"]
+    node["metadata"]["uid"] = "uid-1"  # as the API server returns it
+    s = dra.slice_for_node(node)
+    assert s is not None
+    assert s["apiVersion"] == "resource.k8s.io/v1" and s["kind"] == "ResourceSlice"
+    assert s["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": "h100-r0-n0", "uid": "uid-1"}]
+    spec = s["spec"]
+    assert spec["driver"] == "gpu.nvidia.com" and spec["nodeName"] == "h100-r0-n0"
+    assert spec["pool"] == {"name": "h100-r0-n0", "generation": 1, "resourceSliceCount": 1}
+    devices = spec["devices"]
+    assert [d["name"] for d in devices] == [f"gpu-{i}" for i in range(8)]
+    first = devices[0]["attributes"]
+    assert first["type"] == {"string": "gpu"}
+    assert first["productName"] == {"string": "NVIDIA H100 80GB HBM3"}
+    assert first["architecture"] == {"string": "Hopper"}
+    assert first["cudaComputeCapability"] == {"version": "9.0.0"}
+    assert first["uuid"]["string"].startswith("GPU-")
+    assert devices[0]["capacity"] == {"memory": {"value": "81559Mi"}}
+    assert len({d["attributes"]["uuid"]["string"] for d in devices}) == 8
+    assert len({d["attributes"]["pcieBusID"]["string"] for d in devices}) == 8
+    roots = [d["attributes"]["resource.kubernetes.io/pcieRoot"]["string"] for d in devices]
+    assert len(set(roots)) == 4  # pcie_roots: 4, two GPUs on each, in order
+    assert roots[0] == roots[1] != roots[2] == roots[3]
+    assert roots[0].startswith("pci0000:")
+
+
+def test_two_models_and_cliques() -> None:
+    models = {dra.slice_for_node(n)["spec"]["devices"][0]["attributes"]["productName"]["string"]  # type: ignore[index]
+              for n in nodes_from_topology(load_topology("dra-two-models"))}
+    assert models == {"NVIDIA H100 80GB HBM3", "NVIDIA A100 SXM4 40GB"}
+    a100 = by_name(nodes_from_topology(load_topology("dra-two-models")))["a100-r0-n0"]
+    s = dra.slice_for_node(a100)
+    assert s is not None and "ownerReferences" not in s["metadata"]  # no uid yet
+    assert s["spec"]["devices"][0]["attributes"]["architecture"] == {"string": "Ampere"}
+    # numa_nodes: 2 and no pcie_roots: one root per NUMA node
+    assert len({d["attributes"]["resource.kubernetes.io/pcieRoot"]["string"]
+                for d in s["spec"]["devices"]}) == 2
+    cliques = {n["metadata"]["labels"]["nvidia.com/gpu.clique"]
+               for n in nodes_from_topology(load_topology("dra-gb200-cliques"))}
+    assert cliques == {"cluster-gb200.0", "cluster-gb200.1"}
+
+
+def test_a_mixed_cluster_has_both_kinds_of_node() -> None:
+    nodes = by_name(nodes_from_topology(load_topology("mixed-dp-dra")))
+    assert nodes["dp-r0-n0"]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert not dra.is_dra_node(nodes["dp-r0-n0"])
+    assert dra.slice_for_node(nodes["dp-r0-n0"]) is None
+    assert "nvidia.com/gpu" not in nodes["dra-r0-n0"]["status"]["allocatable"]
+    assert len(dra.slice_for_node(nodes["dra-r0-n0"])["spec"]["devices"]) == 4  # type: ignore[index]
+
+
+@pytest.mark.parametrize("group", [
+    pytest.param({"name": "x", "gpus": 2, "dra": "yes"}, id="dra-not-a-bool"),
+    pytest.param({"name": "x", "gpus": 2, "dra": True, "pcie_roots": -1}, id="negative-roots"),
+])
+def test_bad_dra_groups_name_the_problem(group: dict[str, object]) -> None:
+    with pytest.raises(TopologyError, match="group 'x'"):
+        nodes_from_topology({"groups": [group]})
+
+
+def test_device_classes_and_claims() -> None:
+    cls = dra.device_class()
+    assert cls["metadata"]["name"] == "gpu.nvidia.com"
+    assert cls["spec"]["selectors"] == [{"cel": {"expression": (
+        "device.driver == 'gpu.nvidia.com' && "
+        "device.attributes['gpu.nvidia.com'].type == 'gpu'")}}]
+    a100 = dra.device_class("a100", product="NVIDIA A100 SXM4 40GB")
+    assert a100["spec"]["selectors"][0]["cel"]["expression"].endswith(
+        "productName == 'NVIDIA A100 SXM4 40GB'")
+    t = dra.claim_template("one-gpu", namespace="ns", count=2, selectors=("true",))
+    assert t["kind"] == "ResourceClaimTemplate" and t["metadata"]["namespace"] == "ns"
+    assert t["spec"]["spec"]["devices"]["requests"] == [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2,
+        "selectors": [{"cel": {"expression": "true"}}]}}]
+    whole = dra.claim("node", all_devices=True)
+    assert whole["kind"] == "ResourceClaim"
+    assert whole["spec"]["devices"]["requests"][0]["exactly"] == {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}
+
+
+def test_pods_consume_a_claim_of_their_own_or_a_shared_one() -> None:
+    p = pod("w").claim(template="one-gpu").build()
+    assert p["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    res = p["spec"]["containers"][0]["resources"]
+    assert res["claims"] == [{"name": "gpu"}] and "nvidia.com/gpu" not in res["limits"]
+    shared = pod("w").claim(claim="node", name="all").build()
+    assert shared["spec"]["resourceClaims"] == [{"name": "all", "resourceClaimName": "node"}]
+    with pytest.raises(ValueError, match="exactly one"):
+        pod("w").claim()
+    members = gang("g", 2, claim_template="one-gpu")
+    assert all("nvidia.com/gpu" not in m["spec"]["containers"][0]["resources"]["limits"]
+               and m["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "one-gpu"
+               for m in members)
+    assert gang("g", 1)[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] \
+        == "1"
+
+
+class Recording:
+    """Records what publish() creates (no cluster)."""
+
+    def __init__(self, conflict: bool = False) -> None:
+        self.created: list[tuple[str, str]] = []
+        self.conflict = conflict
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.conflict and path.endswith("deviceclasses"):
+            from testbed.kube import Conflict
+            raise Conflict(409, "exists", path)
+        self.created.append((path, body["metadata"]["name"]))
+        return body
+
+
+@pytest.mark.parametrize("conflict", [False, True], ids=["new", "class-exists"])
+def test_publish_creates_the_class_once_and_a_slice_per_dra_node(conflict: bool) -> None:
+    kube = Recording(conflict)
+    nodes = nodes_from_topology(load_topology("mixed-dp-dra"))
+    assert dra.publish(kube, nodes) == 2  # type: ignore[arg-type]
+    classes = [n for p, n in kube.created if p.endswith("deviceclasses")]
+    assert classes == ([] if conflict else ["gpu.nvidia.com"])
+    assert sorted(n for p, n in kube.created if p.endswith("resourceslices")) == [
+        "dra-r0-n0-gpu.nvidia.com", "dra-r1-n0-gpu.nvidia.com"]
+    assert dra.publish(Recording(), nodes_from_topology(load_topology("tiny-3x2"))) == 0  # type: ignore[arg-type]
