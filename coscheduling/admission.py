@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from . import expected
 from .decisions import FilterDecision, NoticeKind, Unparked
+from .devices.align import align
 from .devices.book import record
 from .eligibility import eligible
 from .enqueue import queue_gate
@@ -25,6 +26,7 @@ from .preempting import blocked, preempting_reason, try_preempt, victims_hold
 from .preemption.book import PreemptorId
 from .reasons import (
     BackingOff,
+    DevicesNotReady,
     DoesNotFit,
     ExtraMemberWaits,
     GangReason,
@@ -45,6 +47,7 @@ __all__ = [
     "TOPOLOGY_REQUIRED",
     "admit",
     "admit_by_preemption",
+    "devices_ready",
     "extend",
     "fall_back",
     "free_outside_reservations",
@@ -201,7 +204,20 @@ def admit(st: CoreState, g: Gang, spec: GangSpec, pod: PodRecord,
     if (waits := victims_hold(st, g, node)) is not None:
         # kube-scheduler found room there, but not counting all its holders.
         return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
+    if (short := devices_ready(st, g, pod, node)) is not None:
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, short))
     return FilterDecision([node])
+
+
+def devices_ready(st: CoreState, g: Gang, pod: PodRecord, node: NodeName
+                  ) -> DevicesNotReady | None:
+    """None when kube-scheduler's first fit on ``node`` gives ``pod`` devices its plan can
+    take (``coscheduling.devices.align``); else why the member waits."""
+    if not pod.claims:
+        return None
+    why = align(st.devices, st.store.nodes, st.store.pods, st.ledger.get,
+                lambda p: r.gang if (r := st.ledger.get(p)) is not None else "?", pod, node)
+    return DevicesNotReady(g.key, pod.key, why) if why is not None else None
 
 
 def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now: float,

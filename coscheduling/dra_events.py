@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from .devices.align import observed
 from .devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
 from .ingest import Kind
+from .reasons import DevicesNotReady
 from .state import CoreState
 
 __all__ = ["CLAIMS", "CLASSES", "SLICES", "TEMPLATES"]
@@ -21,7 +23,14 @@ R = TypeVar("R")
 
 
 def _changed(st: CoreState) -> None:
+    """Devices changed: waiting gangs may fit now, and plans follow what kube-scheduler
+    allocated (``devices.align.observed``). Members that wait for devices (turned away at
+    the filter) are nudged: no cluster event of theirs would wake them."""
     st.store.epoch += 1
+    observed(st.devices, st.store.nodes, st.store.pods, st.ledger.get)
+    for g in st.gangs.values():
+        if g.turned_away and isinstance(g.reason, DevicesNotReady):
+            st.outbox.requeue.update(g.wake())
 
 
 def _kind(name: str, table: Callable[[CoreState], Mapping[str, R]], key: Callable[[R], str],

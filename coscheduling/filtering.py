@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import filterfalse
 
-from .admission import admit, extend, replan, turn_away
+from .admission import admit, devices_ready, extend, replan, turn_away
 from .decisions import FilterDecision
 from .enqueue import queue_gate
 from .expected import adopt
@@ -90,6 +90,8 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
     if planned is not None:
         # The plan holds this pod's slot: hand out exactly that node (idempotent).
         if planned in candidates and victims_hold(st, g, planned) is None:
+            if (waits := devices_ready(st, g, pod, planned)) is not None:
+                return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
             return FilterDecision([planned])
         if (preempting := preempting_reason(st, g)) is not None:
             # Its victims still hold the planned node (kube-scheduler's own filters said

@@ -28,12 +28,12 @@ def held_devices(inv: DeviceInventory, reservation: Callable[[PodKey], Reservati
     out: dict[DeviceId, PodKey] = {}
     for pod in list(inv.planned):
         pd = inv.planned[pod]
-        r = reservation(PodKey(pod))
+        r = reservation(pod)
         if r is None or r.node != pd.node:
             del inv.planned[pod]
             continue
         for _, d in pd.devices:
-            out[d] = PodKey(pod)
+            out[d] = pod
     return out
 
 

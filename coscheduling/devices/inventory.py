@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..eligibility import match_expression
+from ..records import PodKey
 from .model import Claim, ClaimKey, ClaimTemplate, Device, DeviceClass, DeviceId, DeviceSlice
 from .selectors import Selectors
 
@@ -26,6 +27,9 @@ class PlannedDevices:
 
     node: str
     devices: tuple[tuple[ClaimKey, DeviceId], ...]
+    chosen: bool = False
+    """kube-scheduler chose these (predicted first fit of a member that passed the filter,
+    or an allocation the watch showed): no longer moved when others are matched again."""
 
 
 def _term_matches(term: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
@@ -49,7 +53,7 @@ class DeviceInventory:
     slices: dict[str, DeviceSlice] = field(default_factory=dict)
     claims: dict[ClaimKey, Claim] = field(default_factory=dict)
     templates: dict[str, ClaimTemplate] = field(default_factory=dict)
-    planned: dict[str, PlannedDevices] = field(default_factory=dict)
+    planned: dict[PodKey, PlannedDevices] = field(default_factory=dict)
     """Devices each planned member holds, by pod key (``coscheduling.devices.book``)."""
     selectors: Selectors = field(default_factory=Selectors)
     epoch: int = 0

@@ -8,7 +8,18 @@ from typing import Any
 
 import pytest
 
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
+from app.render import render
+from coscheduling import (
+    Coscheduler,
+    FilterDecision,
+    NodeName,
+    Reject,
+    Settings,
+    ingest,
+    node_from_json,
+    pod_from_json,
+    pod_key,
+)
 from coscheduling import dra_events as dra
 from coscheduling.devices.demand import pod_demand
 from coscheduling.devices.inventory import DeviceInventory
@@ -20,7 +31,10 @@ from coscheduling.devices.wire import (
     slice_from_json,
     template_from_json,
 )
-from coscheduling.reasons import DoesNotFit
+from coscheduling.planner import Member, Plan, plan_gang
+from coscheduling.preemption.freed import freed_view
+from coscheduling.preemption.victims import Candidate
+from coscheduling.reasons import DevicesNotReady, DoesNotFit
 from coscheduling.records import RecordError
 from tests.builders import node, pod
 
@@ -161,7 +175,8 @@ def gang_pod(name: str, gang: str, size: int, tmpl: str) -> dict[str, Any]:
 def test_first_fit_blocking_another_member_is_planned_jointly() -> None:
     """kubernetes/kubernetes#138765's shape: one node, an H100 and an A100; member a takes
     any GPU, member b only an H100. First fit gives a the H100 and b nothing; the joint plan
-    gives a the A100."""
+    gives a the A100, and the filter orders the members so kube-scheduler's first fit
+    allocates exactly that: a waits until b has its H100, then first fit gives a the A100."""
     core = cluster(1, [["H100", "A100"]])
     core.upsert(dra.TEMPLATES, template_from_json(template("any")))
     core.upsert(dra.TEMPLATES, template_from_json(template(
@@ -169,7 +184,10 @@ def test_first_fit_blocking_another_member_is_planned_jointly() -> None:
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 2, "any")))
     core.upsert_pod(pod_from_json(gang_pod("b", "g", 2, "h100")))
     d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
-    assert d.passed == ["n0"]
+    assert d.passed == [] and isinstance(d.unresolvable, DevicesNotReady)
+    assert "first fit on n0 would give it gpu-0" in render(d.unresolvable)
+    assert core.filter(core.pods[pod_key("default", "b")], ["n0"], 0.0).passed == ["n0"]
+    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
     held = core.state.devices.planned
     assert {pd.devices[0][1][2] for pd in held.values()} == {"gpu-0", "gpu-1"}
     assert held[pod_key("default", "b")].devices[0][1] == (DRIVER, "n0", "gpu-0")
@@ -216,13 +234,128 @@ def test_allocated_devices_are_not_planned_again() -> None:
     assert d.passed == []
 
 
-def test_a_member_fills_one_pcie_root_first() -> None:
+def test_the_plan_fills_one_pcie_root_per_member_first() -> None:
     core = cluster(1, [["H100"] * 4])
-    core.upsert(ingest.NODES, node_from_json(node("n0").build()))
     core.upsert(dra.SLICES, slice_from_json(gpu_slice(
         "n0", ["H100"] * 4, roots=["pci1", "pci0", "pci1", "pci0"])))
     core.upsert(dra.TEMPLATES, template_from_json(template("two", count=2)))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "two")))
-    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
-    got = {d[2] for _, d in core.state.devices.planned[pod_key("default", "a")].devices}
+    plan = plan_gang([Member(core.pods[pod_key("default", "a")])], core.state.capacity,
+                     core.state.settings.levels)
+    assert isinstance(plan, Plan)
+    got = {d[2] for _, d in plan.devices[pod_key("default", "a")].devices}
     assert got == {"gpu-1", "gpu-3"}  # both on pci0
+
+
+def two_gangs_on_mixed_node() -> Coscheduler:
+    """n0 has an H100 (gpu-0) and an A100 (gpu-1), n1 an H100. Gang y (two H100-only
+    members) is admitted by y-1's filter on n1, so y-0 holds n0's H100 without having passed
+    its filter yet; gang x (one member, any GPU) can then only hold n0's A100."""
+    core = cluster(2, [["H100", "A100"], ["H100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template("any")))
+    core.upsert(dra.TEMPLATES, template_from_json(template(
+        "h100", selector=f'device.attributes["{DRIVER}"].productName == "H100"')))
+    for name, gang, size, tmpl in (("y-0", "y", 2, "h100"), ("y-1", "y", 2, "h100"),
+                                   ("x-0", "x", 1, "any")):
+        obj = gang_pod(name, gang, size, tmpl)
+        obj["status"]["resourceClaimStatuses"] = [{"name": "gpu",
+                                                   "resourceClaimName": f"{name}-gpu"}]
+        core.upsert_pod(pod_from_json(obj))
+        core.upsert(dra.CLAIMS, claim_from_json(generated(name)))
+    return core
+
+
+def generated(pod_name: str, device: str | None = None) -> dict[str, Any]:
+    tmpl = "h100" if pod_name.startswith("y") else "any"
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "count": 1}
+    if tmpl == "h100":
+        exactly["selectors"] = [{"cel": {"expression":
+                                         f'device.attributes["{DRIVER}"].productName == "H100"'}}]
+    obj: dict[str, Any] = {
+        "metadata": {"name": f"{pod_name}-gpu", "namespace": "default", "uid": pod_name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        "status": {}}
+    if device is not None:
+        obj["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": device}]}},
+            "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_name}]}
+    return obj
+
+
+def admit_both(core: Coscheduler) -> FilterDecision:
+    """y is admitted (y-1 passes on n1), then x by its member's filter on n0, whose answer
+    is returned."""
+    assert core.filter(core.pods[pod_key("default", "y-1")], ["n1"], 0.0).passed == ["n1"]
+    d = core.filter(core.pods[pod_key("default", "x-0")], ["n0"], 0.0)
+    held = core.state.devices.planned
+    assert held[pod_key("default", "y-0")].devices[0][1] == (DRIVER, "n0", "gpu-0")
+    assert held[pod_key("default", "x-0")].devices[0][1] == (DRIVER, "n0", "gpu-1")
+    return d
+
+
+def test_a_member_waits_rather_than_take_a_device_another_gang_cannot_spare() -> None:
+    core = two_gangs_on_mixed_node()
+    d = admit_both(core)
+    assert isinstance(d.unresolvable, DevicesNotReady)
+    assert "held by gang default/y" in render(d.unresolvable)
+    assert core.filter(core.pods[pod_key("default", "y-0")], ["n0", "n1"], 1.0).passed == ["n0"]
+    # y's claim allocated (PreBind): x is nudged, and first fit now gives it the A100.
+    core.upsert(dra.CLAIMS, claim_from_json(generated("y-0", "gpu-0")))
+    assert pod_key("default", "x-0") in core.state.outbox.requeue
+    assert core.filter(core.pods[pod_key("default", "x-0")], ["n0"], 2.0).passed == ["n0"]
+
+
+def test_a_bind_whose_allocation_took_another_gangs_device_is_refused() -> None:
+    """kube-scheduler allocated gpu-0 to x-0 (say its first fit was not the one predicted):
+    the bind is refused, so kube-scheduler's Unreserve drops the pod from reservedFor."""
+    core = two_gangs_on_mixed_node()
+    admit_both(core)
+    core.upsert(dra.CLAIMS, claim_from_json(generated("x-0", "gpu-0")))
+    got = core.bind(pod_key("default", "x-0"), NodeName("n0"), 3.0)
+    assert isinstance(got, Reject) and isinstance(got.reason, DevicesNotReady)
+    assert "gpu.nvidia.com/n0/gpu-0" in render(got.reason)
+
+
+def test_an_allocation_of_interchangeable_devices_moves_the_plans_not_the_gang() -> None:
+    """Two one-GPU members of one gang on a node of two H100s; a passed the filter with
+    gpu-0 predicted, but kube-scheduler allocated it gpu-1 (a prediction can miss: several
+    pools). The plans follow the allocation: a holds gpu-1, b is matched to gpu-0."""
+    core = cluster(1, [["H100", "H100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template("any")))
+    for name in ("a", "b"):
+        obj = gang_pod(name, "g", 2, "any")
+        obj["status"]["resourceClaimStatuses"] = [{"name": "gpu",
+                                                   "resourceClaimName": f"{name}-gpu"}]
+        core.upsert_pod(pod_from_json(obj))
+    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
+    held = core.state.devices.planned
+    assert held[pod_key("default", "a")].devices[0][1][2] == "gpu-0"
+    assert held[pod_key("default", "b")].devices[0][1][2] == "gpu-1"
+    alloc = generated("x")
+    alloc["metadata"]["name"] = "a-gpu"
+    alloc["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": "gpu-1"}]}}}
+    core.upsert(dra.CLAIMS, claim_from_json(alloc))
+    assert held[pod_key("default", "a")].devices[0][1][2] == "gpu-1"
+    assert held[pod_key("default", "b")].devices[0][1][2] == "gpu-0"
+
+
+def test_preemption_counts_a_victims_claims_as_freed_devices() -> None:
+    core = cluster(1, [["H100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template("any")))
+    core.upsert(dra.CLAIMS, claim_from_json({
+        "metadata": {"name": "v-gpu", "namespace": "default", "uid": "v"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": "gpu-0"}]}},
+            "reservedFor": [{"resource": "pods", "name": "v", "uid": "v"}]}}))
+    core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "any")))
+    a = Member(core.pods[pod_key("default", "a")])
+    levels = core.state.settings.levels
+    assert not isinstance(plan_gang([a], core.state.capacity, levels), Plan)
+    victim = Candidate(pod_key("default", "v"), NodeName("n0"), {}, 0, None, 0.0)
+    freed = freed_view(core.state.capacity, levels, [victim])
+    plan = plan_gang([a], freed, levels)
+    assert isinstance(plan, Plan)
+    assert plan.devices[a.key].devices[0][1] == (DRIVER, "n0", "gpu-0")

@@ -1,0 +1,129 @@
+"""Making kube-scheduler's allocation equal the plan: checked at the filter, at the bind, and
+when the watch shows an allocation. The design is argued in ``docs/dra.md``.
+
+* **Filter** (:func:`align`): a member is handed its planned node only when kube-scheduler's
+  predictable first fit there (``firstfit``) keeps every plan on that node feasible. The
+  prediction becomes the member's devices, and the other members planned on the node (of any
+  gang) are matched again around it, within their gangs' holds and the free devices: with
+  interchangeable GPUs a plan's device names are a witness, not a promise. When first fit
+  would take a device another gang's plan cannot do without, the member waits (turned away,
+  woken when claims change) instead of taking it.
+* **Bind** (:func:`outside`): the allocation is written before the extender's bind. A bind
+  whose devices are held by another gang's member is refused; kube-scheduler's Unreserve
+  then takes the pod out of ``reservedFor``.
+* **Watch** (:func:`observed`): an allocation seen for a planned member becomes its devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..ledger import Reservation
+from ..records import NodeName, NodeRecord, PodKey, PodRecord
+from .book import held_devices
+from .demand import pod_demand
+from .firstfit import first_fit
+from .inventory import DeviceInventory, PlannedDevices
+from .matching import Budget, JointTrial
+from .model import DeviceId
+
+__all__ = ["align", "observed", "outside"]
+
+
+def _chosen(inv: DeviceInventory) -> set[DeviceId]:
+    """Devices of members kube-scheduler has chosen for (in flight or allocated)."""
+    return {d for pd in inv.planned.values() if pd.chosen for _, d in pd.devices}
+
+
+def align(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
+          pods: Mapping[PodKey, PodRecord],
+          reservation: Callable[[PodKey], Reservation | None],
+          gang_of: Callable[[PodKey], str],
+          pod: PodRecord, node: NodeName) -> str | None:
+    """None when ``pod`` may go to ``node`` (its devices now those first fit will give);
+    else why it waits."""
+    held = held_devices(inv, reservation)
+    mine = inv.planned.get(pod.key)
+    if mine is None or mine.chosen or not pod.claims:
+        return None
+    claims = pod_demand(inv, pod)
+    if isinstance(claims, str):
+        return claims
+    n = nodes.get(node)
+    labels = n.labels if n is not None else {}
+    ff = first_fit(inv, claims, node, labels, _chosen(inv) - {d for _, d in mine.devices})
+    if ff is None:
+        return None  # kube-scheduler's own filter refuses the node; nothing is allocated
+    blocked = _rematch(inv, nodes, pods, held, pod.key, node, ff)
+    if isinstance(blocked, dict):
+        for k, pd in blocked.items():
+            inv.planned[k] = pd
+        inv.epoch += 1
+        return None
+    holder = held.get(blocked) if blocked is not None else None
+    whose = f" (held by gang {gang_of(holder)})" if holder is not None else ""
+    return (f"first fit on {node} would give it {', '.join(d[2] for _, d in ff)}, "
+            f"which the plans there cannot spare{whose}; it waits for them to be allocated")
+
+
+def _rematch(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
+             pods: Mapping[PodKey, PodRecord], held: Mapping[DeviceId, PodKey],
+             key: PodKey, node: NodeName, ff: tuple[tuple[str, DeviceId], ...]
+             ) -> dict[PodKey, PlannedDevices] | DeviceId | None:
+    """The plans of the other unchosen members that share devices with ``node``, matched
+    again with ``key`` holding ``ff``; or a device of ``ff`` they could not do without."""
+    taken = {d for _, d in ff}
+    movable = {p: pd for p, pd in inv.planned.items()
+               if p != key and not pd.chosen and p in pods
+               and (pd.node == node or any(d in taken for _, d in pd.devices))}
+    keep = {d: p for d, p in held.items() if p not in movable and p != key}
+    trial = JointTrial(inv, nodes, {**keep, **dict.fromkeys(taken, key)}, Budget())
+    for p, pd in sorted(movable.items()):
+        claims = pod_demand(inv, pods[p])
+        if isinstance(claims, str) or not trial.add(p, claims, NodeName(pd.node)):
+            return next((d for _, d in pd.devices if d in taken), None)
+    out = trial.planned()
+    out[key] = PlannedDevices(node, ff, chosen=True)
+    return out
+
+
+def outside(inv: DeviceInventory, reservation: Callable[[PodKey], Reservation | None],
+            pod: PodRecord) -> tuple[DeviceId, ...]:
+    """Devices ``pod``'s allocated claims hold that another member's plan holds (empty
+    when none, or when the watch has not shown the allocation yet)."""
+    held_devices(inv, reservation)  # drops plans whose slot is gone
+    others = {d for p, pd in inv.planned.items() if p != pod.key for _, d in pd.devices}
+    got = _allocated(inv, pod) or ()
+    return tuple(d for _, d in got if d in others)
+
+
+def _allocated(inv: DeviceInventory, pod: PodRecord
+               ) -> tuple[tuple[str, DeviceId], ...] | None:
+    """The devices of ``pod``'s claims once every one of them is allocated, else None."""
+    out: list[tuple[str, DeviceId]] = []
+    for pc in pod.claims:
+        name = pc.claim or pc.generated
+        c = inv.claims.get(f"{pod.namespace}/{name}") if name else None
+        if c is None or c.allocated is None:
+            return None
+        out.extend((c.key, d) for d in c.allocated)
+    return tuple(out)
+
+
+def observed(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
+             pods: Mapping[PodKey, PodRecord],
+             reservation: Callable[[PodKey], Reservation | None]) -> None:
+    """Allocations the watch shows become their members' devices (a plan's names were a
+    witness; the allocation is the fact), and members whose plans named those devices are
+    matched again around them."""
+    held = held_devices(inv, reservation)
+    for key, pd in list(inv.planned.items()):
+        pod = pods.get(key)
+        got = _allocated(inv, pod) if pod is not None and pod.claims else None
+        if got is None or (pd.chosen and set(got) == set(pd.devices)):
+            continue
+        inv.planned[key] = PlannedDevices(pd.node, got, chosen=True)
+        fixed = _rematch(inv, nodes, pods, held, key, NodeName(pd.node), got)
+        if isinstance(fixed, dict):
+            inv.planned.update(fixed)
+        inv.epoch += 1
