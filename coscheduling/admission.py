@@ -15,6 +15,7 @@ from . import expected
 from .decisions import FilterDecision, NoticeKind, Unparked
 from .devices.align import align
 from .devices.book import record
+from .devices.demand import pod_demand
 from .eligibility import eligible
 from .enqueue import queue_gate
 from .gang import Gang, GangPhase
@@ -44,6 +45,7 @@ from .state import CoreState
 from .topology import GPU, Level, level_by_name
 
 __all__ = [
+    "CLAIMS_FIELD",
     "TOPOLOGY_REQUIRED",
     "admit",
     "admit_by_preemption",
@@ -209,6 +211,20 @@ def admit(st: CoreState, g: Gang, spec: GangSpec, pod: PodRecord,
     return FilterDecision([node])
 
 
+CLAIMS_FIELD = "spec.resourceClaims"
+
+
+def claims_problem(st: CoreState, g: Gang, live: Sequence[PodRecord]
+                   ) -> InvalidDeclaration | None:
+    """A member whose DRA claims cannot be planned (an unknown class or template, a
+    selector that does not compile, a number over its limit): the gang is invalid until it
+    is fixed, with the reason naming the field. Looked at again when devices change."""
+    for p in live:
+        if p.claims and isinstance(why := pod_demand(st.devices, p), str):
+            return InvalidDeclaration(InvalidGang(g.key, f"{p.key} {CLAIMS_FIELD}", "", why))
+    return None
+
+
 def devices_ready(st: CoreState, g: Gang, pod: PodRecord, node: NodeName
                   ) -> DevicesNotReady | None:
     """None when kube-scheduler's first fit on ``node`` gives ``pod`` devices its plan can
@@ -236,6 +252,8 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         return waits_for
     if (queue_says := queue_gate(st, g, spec, live)) is not None:
         return queue_says  # a Volcano gang whose queue is closed, missing or full
+    if (bad_claims := claims_problem(st, g, live)) is not None:
+        return bad_claims
     short: NotEnoughMinResources | None = None
     if spec.min_resources:
         total = free_outside_reservations(st)

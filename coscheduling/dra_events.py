@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from .admission import CLAIMS_FIELD
 from .devices.align import observed
 from .devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
 from .ingest import Kind
-from .reasons import DevicesNotReady
+from .reasons import DevicesNotReady, InvalidDeclaration
 from .state import CoreState
 
 __all__ = ["CLAIMS", "CLASSES", "SLICES", "TEMPLATES"]
@@ -29,7 +30,9 @@ def _changed(st: CoreState) -> None:
     st.store.epoch += 1
     observed(st.devices, st.store.nodes, st.store.pods, st.ledger.get)
     for g in st.gangs.values():
-        if g.turned_away and isinstance(g.reason, DevicesNotReady):
+        if g.turned_away and (isinstance(g.reason, DevicesNotReady) or (
+                isinstance(g.reason, InvalidDeclaration)
+                and g.reason.error.field.endswith(CLAIMS_FIELD))):
             st.outbox.requeue.update(g.wake())
 
 

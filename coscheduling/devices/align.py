@@ -27,7 +27,7 @@ from .inventory import DeviceInventory, PlannedDevices
 from .matching import Budget, JointTrial
 from .model import DeviceId
 
-__all__ = ["align", "observed", "outside"]
+__all__ = ["align", "observed", "outside", "spared"]
 
 
 def _chosen(inv: DeviceInventory) -> set[DeviceId]:
@@ -85,6 +85,28 @@ def _rematch(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
     out = trial.planned()
     out[key] = PlannedDevices(node, ff, chosen=True)
     return out
+
+
+def spared(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
+           pods: Mapping[PodKey, PodRecord],
+           reservation: Callable[[PodKey], Reservation | None],
+           pod: PodRecord, node: NodeName) -> PodKey | None:
+    """For a pod no plan holds (a plain pod with claims): None when kube-scheduler's first
+    fit on ``node`` leaves every plan there feasible, else a member whose plan it breaks.
+    Nothing is changed: the pod may go elsewhere."""
+    held = held_devices(inv, reservation)
+    claims = pod_demand(inv, pod)
+    if not held or isinstance(claims, str):
+        return None
+    n = nodes.get(node)
+    ff = first_fit(inv, claims, node, n.labels if n is not None else {}, _chosen(inv))
+    if ff is None or not any(d in held for _, d in ff):
+        return None
+    got = _rematch(inv, nodes, pods, held, pod.key, node, ff)
+    if isinstance(got, dict):
+        return None
+    return held.get(got) if got is not None else next(
+        (held[d] for _, d in ff if d in held), None)
 
 
 def outside(inv: DeviceInventory, reservation: Callable[[PodKey], Reservation | None],

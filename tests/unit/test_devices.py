@@ -34,7 +34,7 @@ from coscheduling.devices.wire import (
 from coscheduling.planner import Member, Plan, plan_gang
 from coscheduling.preemption.freed import freed_view
 from coscheduling.preemption.victims import Candidate
-from coscheduling.reasons import DevicesNotReady, DoesNotFit
+from coscheduling.reasons import DevicesNotReady, DoesNotFit, InvalidDeclaration
 from coscheduling.records import RecordError
 from tests.builders import node, pod
 
@@ -359,3 +359,32 @@ def test_preemption_counts_a_victims_claims_as_freed_devices() -> None:
     plan = plan_gang([a], freed, levels)
     assert isinstance(plan, Plan)
     assert plan.devices[a.key].devices[0][1] == (DRIVER, "n0", "gpu-0")
+
+
+def test_a_gang_with_a_selector_that_does_not_compile_is_invalid_naming_the_field() -> None:
+    core = cluster(1, [["H100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template("bad", selector="device.driver ==")))
+    core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "bad")))
+    d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
+    assert isinstance(d.unresolvable, InvalidDeclaration)
+    assert render(d.unresolvable).startswith(
+        "gang default/g: invalid default/a spec.resourceClaims: ResourceClaimTemplate "
+        "default/bad: spec.devices.requests[0].exactly.selectors[0].cel.expression: "
+        "does not compile")
+    # Fixed: the turned-away member is nudged, and the gang is planned.
+    core.upsert(dra.TEMPLATES, template_from_json(template("bad")))
+    assert pod_key("default", "a") in core.state.outbox.requeue
+    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 1.0).passed == ["n0"]
+
+
+def test_a_plain_pod_is_kept_off_a_node_where_first_fit_takes_a_gangs_device() -> None:
+    """y-0 holds n0's H100 (not chosen yet); a plain pod asking for any GPU would get the H100
+    by first fit on n0, so n0 is refused; on n2 it is free to go."""
+    core = two_gangs_on_mixed_node()
+    admit_both(core)
+    core.upsert(ingest.NODES, node_from_json(node("n2").build()))
+    core.upsert(dra.SLICES, slice_from_json(gpu_slice("n2", ["A100"])))
+    core.upsert_pod(pod_from_json(claimed(pod("plain").build(), "any")))
+    d = core.filter(core.pods[pod_key("default", "plain")], ["n0", "n2"], 1.0)
+    assert d.passed == ["n2"]
+    assert render(d.failed[NodeName("n0")]).startswith("node n0: short of")
