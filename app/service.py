@@ -163,6 +163,7 @@ class Lockstep:
             "deadline-timer": self.binder.expire_loop(),
             "event-poster": self.poster.post_events(),
             "requeue-nudger": self.poster.nudge(),
+            "claim-deallocator": self.poster.deallocate(),
             "evictor": self.poster.evict(),
             **{f"gate-lifter-{i}": self.poster.lift() for i in range(LIFTERS)},
             "podgroup-status": self.status.run(),
@@ -310,4 +311,6 @@ class Lockstep:
         for lift in self.core.drain_lift():
             self.poster.offer_lift(lift.pod, lift.uid, lift.node)
         self.poster.offer_evictions(self.core.drain_evictions())
+        for claim in self.core.drain_deallocate():
+            self.poster.offer(self.poster.deallocations, claim)
         self.kick.set()

@@ -285,6 +285,11 @@ class Coscheduler:
         """Parked calls let go of by cluster events; the app answers each with its reason."""
         return self.outbox.drain_unparked()
 
+    def drain_deallocate(self) -> list[tuple[str, str, str]]:
+        """DRA claims whose allocation nobody will use (``devices.stale``): ``(namespace/name,
+        uid, resourceVersion)``; the app clears each allocation under those preconditions."""
+        return self.state.outbox.drain_deallocate()
+
     def drain_evictions(self) -> list[Eviction]:
         """Victims of preemptions decided since the last drain: the app evicts them."""
         return self.state.outbox.drain_evictions()

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from .admission import CLAIMS_FIELD
 from .devices.align import observed
 from .devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
+from .devices.stale import stale
 from .ingest import Kind
 from .reasons import DevicesNotReady, InvalidDeclaration
 from .state import CoreState
@@ -60,9 +61,17 @@ SLICES: Kind[str, DeviceSlice] = _kind(
 CLASSES: Kind[str, DeviceClass] = _kind(
     "deviceclasses", lambda st: st.devices.classes, lambda c: c.name,
     lambda st, c: st.devices.put_class(c), lambda st, k: st.devices.drop_class(k))
+def _put_claim(st: CoreState, c: Claim) -> None:
+    st.devices.put_claim(c)
+    if stale(st.devices, c, st.store.pods, lambda p: p in st.membership, st.ledger.get):
+        st.outbox.deallocate[c.key] = (c.uid, c.resource_version)
+    else:
+        st.outbox.deallocate.pop(c.key, None)
+
+
 CLAIMS: Kind[str, Claim] = _kind(
     "resourceclaims", lambda st: st.devices.claims, _claim_key,
-    lambda st, c: st.devices.put_claim(c), lambda st, k: st.devices.drop_claim(k))
+    _put_claim, lambda st, k: st.devices.drop_claim(k))
 TEMPLATES: Kind[str, ClaimTemplate] = _kind(
     "resourceclaimtemplates", lambda st: st.devices.templates, lambda t: t.key,
     lambda st, t: st.devices.put_template(t), lambda st, k: st.devices.drop_template(k))

@@ -113,6 +113,10 @@ class Claim:
     reserved_for: tuple[str, ...] = ()
     """Pods in ``status.reservedFor``, as ``namespace/name`` (the claim's namespace)."""
     deleting: bool = False
+    owner: str | None = None
+    """The pod it was made for from a template (``metadata.ownerReferences``): its alone."""
+    resource_version: str = ""
+    """``metadata.resourceVersion``: the precondition of Lockstep's one write to it."""
 
     @property
     def key(self) -> ClaimKey:

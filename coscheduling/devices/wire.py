@@ -52,11 +52,19 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class _Owner(_Wire):
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
 class _Meta(_Wire):
     name: str = Field(min_length=1, max_length=253)
     namespace: str = ""
     uid: str = ""
+    resourceVersion: str = ""
     deletionTimestamp: str | None = None
+    ownerReferences: list[_Owner] = Field(default_factory=list)
 
 
 class _Cel(_Wire):
@@ -293,7 +301,10 @@ def claim_from_json(obj: Mapping[str, Any]) -> Claim:
         if alloc is not None else None,
         reserved_for=tuple(f"{c.metadata.namespace or 'default'}/{x.name}"
                            for x in c.status.reservedFor if x.resource == "pods" and x.name),
-        deleting=c.metadata.deletionTimestamp is not None)
+        deleting=c.metadata.deletionTimestamp is not None,
+        owner=next((o.name for o in c.metadata.ownerReferences
+                    if o.kind == "Pod" and o.controller and o.name), None),
+        resource_version=c.metadata.resourceVersion)
 
 
 def template_from_json(obj: Mapping[str, Any]) -> ClaimTemplate:

@@ -74,6 +74,7 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         *{("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices",
                                               "resourceclaims", "resourceclaimtemplates")
           for v in ("list", "watch")},
+        ("resource.k8s.io", "resourceclaims/status", "patch"),
     }
 
 

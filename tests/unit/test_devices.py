@@ -12,6 +12,7 @@ from app.render import render
 from coscheduling import (
     Coscheduler,
     FilterDecision,
+    GangKey,
     NodeName,
     Reject,
     Settings,
@@ -34,7 +35,12 @@ from coscheduling.devices.wire import (
 from coscheduling.planner import Member, Plan, plan_gang
 from coscheduling.preemption.freed import freed_view
 from coscheduling.preemption.victims import Candidate
-from coscheduling.reasons import DevicesNotReady, DoesNotFit, InvalidDeclaration
+from coscheduling.reasons import (
+    DevicesNotReady,
+    DoesNotFit,
+    InvalidDeclaration,
+    WaitingForMembers,
+)
 from coscheduling.records import RecordError
 from tests.builders import node, pod
 
@@ -388,3 +394,46 @@ def test_a_plain_pod_is_kept_off_a_node_where_first_fit_takes_a_gangs_device() -
     d = core.filter(core.pods[pod_key("default", "plain")], ["n0", "n2"], 1.0)
     assert d.passed == ["n2"]
     assert render(d.failed[NodeName("n0")]).startswith("node n0: short of")
+
+
+def owned(obj: dict[str, Any], pod_name: str, rv: str = "7") -> dict[str, Any]:
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name,
+                                           "uid": pod_name, "controller": True}]
+    obj["metadata"]["resourceVersion"] = rv
+    return obj
+
+
+def test_an_allocation_kube_scheduler_left_behind_for_a_refused_member_is_cleared() -> None:
+    """The bind of x-0 was refused (its allocation took y-0's H100); Unreserve dropped it
+    from reservedFor and kept the allocation: Lockstep clears it, under the claim's uid and
+    resourceVersion."""
+    core = two_gangs_on_mixed_node()
+    admit_both(core)
+    taken = owned(generated("x-0", "gpu-0"), "x-0", rv="8")
+    core.upsert(dra.CLAIMS, claim_from_json(taken))
+    assert core.drain_deallocate() == []  # still reserved for x-0: kube-scheduler's
+    taken["status"].pop("reservedFor")
+    taken["metadata"]["resourceVersion"] = "9"
+    core.upsert(dra.CLAIMS, claim_from_json(taken))
+    assert core.drain_deallocate() == [("default/x-0-gpu", "x-0", "9")]
+
+
+def test_an_allocation_within_the_plan_is_kept_while_the_gang_holds_it() -> None:
+    core = two_gangs_on_mixed_node()
+    admit_both(core)
+    assert core.filter(core.pods[pod_key("default", "y-0")], ["n0", "n1"], 1.0).passed == ["n0"]
+    mine = owned(generated("y-0", "gpu-0"), "y-0")
+    mine["status"].pop("reservedFor")
+    core.upsert(dra.CLAIMS, claim_from_json(mine))
+    assert core.drain_deallocate() == []
+
+
+def test_an_allocation_of_a_gang_that_lost_its_reservation_is_cleared() -> None:
+    core = two_gangs_on_mixed_node()
+    admit_both(core)
+    core.state.gangs[GangKey("default/y")].fall_back(WaitingForMembers(GangKey("default/y"),
+                                                                       1, 2))
+    mine = owned(generated("y-0", "gpu-0"), "y-0")
+    mine["status"].pop("reservedFor")
+    core.upsert(dra.CLAIMS, claim_from_json(mine))
+    assert core.drain_deallocate() == [("default/y-0-gpu", "y-0", "7")]
