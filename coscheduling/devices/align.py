@@ -144,8 +144,9 @@ def observed(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
         got = _allocated(inv, pod) if pod is not None and pod.claims else None
         if got is None or (pd.chosen and set(got) == set(pd.devices)):
             continue
-        inv.planned[key] = PlannedDevices(pd.node, got, chosen=True)
         fixed = _rematch(inv, nodes, pods, held, key, NodeName(pd.node), got)
         if isinstance(fixed, dict):
             inv.planned.update(fixed)
-        inv.epoch += 1
+            inv.epoch += 1
+        # Else the allocation took devices other plans cannot spare: the plans stay, the
+        # bind is refused (``outside``) and the allocation cleared (``devices.stale``).

@@ -43,6 +43,7 @@ from coscheduling.reasons import (
 )
 from coscheduling.records import RecordError
 from tests.builders import node, pod
+from tests.invariants import InvariantBroken, check_invariants
 
 DRIVER = "gpu.nvidia.com"
 
@@ -437,3 +438,20 @@ def test_an_allocation_of_a_gang_that_lost_its_reservation_is_cleared() -> None:
     mine["status"].pop("reservedFor")
     core.upsert(dra.CLAIMS, claim_from_json(mine))
     assert core.drain_deallocate() == [("default/y-0-gpu", "y-0", "7")]
+
+
+def test_every_scenario_keeps_the_device_invariants() -> None:
+    """Rules 15 and 16 of tests/invariants.py over the scenarios above."""
+    core = two_gangs_on_mixed_node()
+    admit_both(core)
+    check_invariants(core)
+    taken = owned(generated("x-0", "gpu-0"), "x-0", rv="8")
+    core.upsert(dra.CLAIMS, claim_from_json(taken))  # PreBind, then the bind call
+    assert isinstance(core.bind(pod_key("default", "x-0"), NodeName("n0"), 1.0), Reject)
+    check_invariants(core)
+    taken["status"].pop("reservedFor")  # Unreserve
+    core.upsert(dra.CLAIMS, claim_from_json(taken))
+    check_invariants(core)
+    assert core.drain_deallocate() == [("default/x-0-gpu", "x-0", "8")]
+    with pytest.raises(InvariantBroken, match="rule 16: default/x-0's unreserved claim"):
+        check_invariants(core)  # once drained, the app's write is what clears it
