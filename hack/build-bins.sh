@@ -48,6 +48,12 @@ for v in ${K8S_EXTRA_VERSIONS:-}; do
   done
 done
 
+# Other training-operator versions (TRAINING_OPERATOR_EXTRA_VERSIONS), each from
+# hack/gomod/kubeflow-<major.minor>: v1.9.3 for PyTorchJobs whose pods use DRA claims.
+for v in ${TRAINING_OPERATOR_EXTRA_VERSIONS:-}; do
+  targets+=("training-operator $v kubeflow-$(echo "$v" | sed -E 's/^v([0-9]+[.][0-9]+)[.].*/\1/') github.com/kubeflow/training-operator/cmd/training-operator.v1")
+done
+
 missing=0
 for t in "${targets[@]}"; do
   read -r name version _ _ <<<"$t"

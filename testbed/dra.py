@@ -31,7 +31,8 @@ from typing import Any
 from .kube import Kube, KubeError
 
 __all__ = ["API", "DEVICE_CLASS", "DRA_GPUS", "DRIVER", "PCIE_ROOTS", "claim",
-           "claim_template", "device_class", "is_dra_node", "publish", "slice_for_node"]
+           "claim_template", "device_class", "is_dra_node", "partitionable_slice", "publish",
+           "slice_for_node"]
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"
@@ -110,10 +111,49 @@ def slice_for_node(node: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def device_class(name: str = DEVICE_CLASS, product: str | None = None) -> dict[str, Any]:
-    """The driver chart's GPU DeviceClass; ``product`` narrows it to one model (its NVML
-    productName, e.g. "NVIDIA A100-SXM4-40GB"), as a cluster admin would for two models."""
-    expr = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
+def partitionable_slice(node: Mapping[str, Any]) -> dict[str, Any]:
+    """kubernetes/kubernetes#138765's device on ``node``: one GPU that is either whole
+    (``gpu-0``, type ``gpu``) or two halves (``gpu-0-mig-0``, ``gpu-0-mig-1``, type ``mig``,
+    profile ``half``), not both: the whole device consumes both of the counter set's
+    ``memory-slices``, each half one (DRAPartitionableDevices, alpha in 1.34: the bed needs
+    ``feature_gates=("DRAPartitionableDevices=true",)``). MIG devices carry ``parentUUID``
+    and ``profile`` as NVIDIA's do."""
+    meta = node.get("metadata") or {}
+    name = str(meta["name"])
+    parent = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}/gpu-0"))
+    counters = "gpu-0-counter-set"
+
+    def consumes(n: int) -> list[dict[str, Any]]:
+        return [{"counterSet": counters, "counters": {"memory-slices": {"value": str(n)}}}]
+
+    whole = {"name": "gpu-0", "attributes": {"type": _string("gpu"), "uuid": _string(parent)},
+             "consumesCounters": consumes(2)}
+    halves = [{"name": f"gpu-0-mig-{i}", "attributes": {
+        "type": _string("mig"), "profile": _string("half"), "parentUUID": _string(parent),
+        "uuid": _string("MIG-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}/mig-{i}")))},
+        "consumesCounters": consumes(1)} for i in range(2)]
+    out: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{name}-{DRIVER}"},
+        "spec": {"driver": DRIVER, "nodeName": name,
+                 "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                 "sharedCounters": [{"name": counters,
+                                     "counters": {"memory-slices": {"value": "2"}}}],
+                 "devices": [whole, *halves]},
+    }
+    if meta.get("uid"):
+        out["metadata"]["ownerReferences"] = [{
+            "apiVersion": "v1", "kind": "Node", "name": name, "uid": meta["uid"]}]
+    return out
+
+
+def device_class(name: str = DEVICE_CLASS, product: str | None = None,
+                 device_type: str = "gpu") -> dict[str, Any]:
+    """The driver chart's GPU DeviceClass (``device_type="mig"``: its ``mig.nvidia.com``);
+    ``product`` narrows it to one model (its NVML productName, e.g. "NVIDIA A100 SXM4 40GB"),
+    as a cluster admin would for two models."""
+    expr = (f"device.driver == '{DRIVER}' && "
+            f"device.attributes['{DRIVER}'].type == '{device_type}'")
     if product is not None:
         expr += f" && device.attributes['{DRIVER}'].productName == '{product}'"
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",

@@ -225,6 +225,9 @@ class TestBed:
     """Also install Volcano's PodGroup and Queue CRDs (scheduling.volcano.sh/v1beta1)."""
     k8s: str = field(default_factory=default_k8s)
     """Kubernetes version of kube-apiserver, kube-scheduler and kubectl (``K8S_VERSIONS``)."""
+    feature_gates: tuple[str, ...] = ()
+    """Extra Kubernetes feature gates (``"DRAPartitionableDevices=true"``) for kube-apiserver,
+    the stock kube-scheduler and kube-controller-manager alike."""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     webhooks: dict[str, str] = field(default_factory=dict)
@@ -399,7 +402,7 @@ class TestBed:
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false", f"--profiling={str(self.profiling).lower()}",
-            "--event-ttl=1h", "--v=1", *self._upstream_gang_args(),
+            "--event-ttl=1h", "--v=1", *self._gate_args(),
         ], ready_url=f"{self.api_url}/readyz", token=ADMIN_TOKEN, timeout=90.0,
            # Graceful termination waits for every open watch to end (clients of a test bed
            # rarely hang up first); etcd holds the data, so 3 s then SIGKILL is safe.
@@ -409,11 +412,13 @@ class TestBed:
     def k8s_minor(self) -> int:
         return int(self.k8s.split(".")[1])
 
-    def _upstream_gang_args(self) -> list[str]:
+    def _gate_args(self) -> list[str]:
+        """The API server's ``--feature-gates`` (the upstream gang API's and
+        ``feature_gates``) and ``--runtime-config``."""
         gates, runtime = UPSTREAM_GANG_API.get(self.k8s_minor, ("", ""))
-        if not gates:
-            return []
-        return [f"--feature-gates={gates}", f"--runtime-config={runtime}"]
+        merged = ",".join(g for g in (gates, *self.feature_gates) if g)
+        return [*((f"--feature-gates={merged}",) if merged else ()),
+                *((f"--runtime-config={runtime}",) if runtime else ())]
 
     def bin(self, name: str) -> Path:
         """``name`` at this bed's Kubernetes version when it is a Kubernetes binary."""
@@ -495,8 +500,10 @@ class TestBed:
         port = free_port()
         # From 1.35 the stock scheduler's native gang plugin follows GenericWorkload (1.35 and
         # 1.36 also had a GangScheduling gate needing it): off, so Lockstep alone does gangs.
-        gates = ["--feature-gates=GenericWorkload=false"] \
-            if binary == "kube-scheduler" and self.k8s_minor >= 35 else []
+        stock = binary == "kube-scheduler"
+        wanted = [*(("GenericWorkload=false",) if stock and self.k8s_minor >= 35 else ()),
+                  *(self.feature_gates if stock else ())]
+        gates = [f"--feature-gates={','.join(wanted)}"] if wanted else []
         return self._spawn(name, [
             str(self.bin(binary)), f"--config={path}", "--bind-address=127.0.0.1", *gates,
             f"--secure-port={port}",
@@ -520,6 +527,8 @@ class TestBed:
             "--bind-address=127.0.0.1", f"--secure-port={port}",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--authentication-skip-lookup=true", "--v=2",
+            *((f"--feature-gates={','.join(self.feature_gates)}",) if self.feature_gates
+              else ()),
         ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
 
     def start_lockstep(

@@ -156,9 +156,10 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterF
              lockstep_args: tuple[str, ...] = ("--backoff=3",),
              extra_tokens: dict[str, tuple[str, list[str]]] | None = None,
              volcano: bool = False, k8s: str | None = None, webhook: bool = True,
-             dra: bool = False) -> Cluster:
+             dra: bool = False, feature_gates: tuple[str, ...] = ()) -> Cluster:
         bed = TestBed(run_dir=tmp_path / f"bed{len(made)}", extra_tokens=extra_tokens or {},
-                      with_volcano=volcano, k8s=k8s or default_k8s())
+                      with_volcano=volcano, k8s=k8s or default_k8s(),
+                      feature_gates=feature_gates)
         bed.start()
         kube = Kube(bed.api_url, bed.token)
         c = Cluster(bed, kube, BindingRecorder(kube), ns="e2e")

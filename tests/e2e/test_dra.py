@@ -12,8 +12,12 @@ two claims, no claim on another node than its pod.
 
 from __future__ import annotations
 
-from testbed.dra import API, claim_template
-from testbed.workloads import gang
+from pathlib import Path
+
+import yaml
+
+from testbed.dra import API, claim_template, device_class, partitionable_slice
+from testbed.workloads import gang, pod
 
 from .conftest import Cluster, ClusterFactory, settle
 
@@ -61,4 +65,80 @@ def test_seed_case_with_dra_gpus_one_gang_runs_whole_the_other_holds_no_device(
     c.wait_bound(names[loser], timeout=45)
     c.kube.wait("the second gang's 4 devices", lambda: len(devices_of(c, names[loser])) == 4,
                 timeout=10)
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_a_mixed_cluster_runs_each_gang_on_the_gpus_its_pods_ask_for(
+        cluster: ClusterFactory) -> None:
+    """Device-plugin nodes (``nvidia.com/gpu: 4``) beside DRA-only nodes (4 devices each, no
+    ``nvidia.com/gpu``): a gang asking for ``nvidia.com/gpu`` runs on the first, a gang
+    claiming devices on the second, both at once, and the DRA gang's devices are on the
+    nodes its pods run on."""
+    c = cluster("mixed-dp-dra")
+    templates(c, claim_template("two-gpus", count=2))
+    dp = gang("dp", 4, gpus=2)
+    dra = gang("dra", 4, claim_template="two-gpus")
+    for x, y in zip(dp, dra, strict=True):
+        c.create(x, y)
+    bound = c.wait_bound(c.names("dp", 4) + c.names("dra", 4), timeout=45)
+    assert {bound[n] for n in c.names("dp", 4)} <= {"dp-r0-n0", "dp-r1-n0"}, bound
+    assert {bound[n] for n in c.names("dra", 4)} <= {"dra-r0-n0", "dra-r1-n0"}, bound
+    held = devices_of(c, c.names("dra", 4) + c.names("dp", 4))
+    assert sorted(held) == c.names("dra", 4), held  # device-plugin pods have no claims
+    for name, devices in held.items():
+        assert len(devices) == 2 and all(d.split("/")[1] == bound[name] for d in devices)
+    assert len({d for ds in held.values() for d in ds}) == 8
+    c.wait_running(c.names("dra", 4))  # KWOK runs a pod with allocated claims as any other
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+ROOT_0 = "device.attributes['resource.kubernetes.io'].pcieRoot == 'pci0000:10'"
+
+
+def test_one_members_first_fit_choice_does_not_block_another(cluster: ClusterFactory) -> None:
+    """kubernetes/kubernetes#138765's failure in GA terms: one node, gpu-0 on PCIe root
+    pci0000:10 and gpu-1 on pci0000:50; gang ``g`` of two, ``g-0`` takes any GPU and ``g-1``
+    only one on pci0000:10. kube-scheduler allocates one pod at a time, first fit: ``g-0``
+    (created first, scheduled first) would get gpu-0 and leave ``g-1`` nothing. Planned
+    jointly, ``g-0`` runs on gpu-1 and ``g-1`` on gpu-0."""
+    c = cluster("dra-pcie-roots-1x2")
+    templates(c, claim_template("any-gpu"), claim_template("root-0-gpu", selectors=(ROOT_0,)))
+    c.create(pod("g-0").gang("g", 2).claim(template="any-gpu").build())
+    c.create(pod("g-1").gang("g", 2).claim(template="root-0-gpu").build())
+    c.wait_bound(["g-0", "g-1"], timeout=45)
+    c.kube.wait("both claims allocated", lambda: len(devices_of(c, ["g-0", "g-1"])) == 2, 10)
+    assert devices_of(c, ["g-0", "g-1"]) == {
+        "g-0": ("gpu.nvidia.com/dra-r0-n0/gpu-1",), "g-1": ("gpu.nvidia.com/dra-r0-n0/gpu-0",)}
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_the_first_fit_case_of_138765_whole_or_half_of_a_partitionable_gpu(
+        cluster: ClusterFactory, tmp_path: Path) -> None:
+    """kubernetes/kubernetes#138765 exactly: one GPU that is either whole or two halves (a
+    shared counter; DRAPartitionableDevices, alpha in 1.34, on for this bed), each member's
+    claim a prioritized list preferring the whole GPU, then a half (DRAPrioritizedList, beta
+    and on); a gang of two, each with its own claim. First fit gives the first member the
+    whole GPU and the second nothing; the gang fits only as two halves."""
+    topology = tmp_path / "one-node.yaml"
+    topology.write_text(yaml.safe_dump({"groups": [{"name": "mig", "count": 1, "gpus": 0}]}))
+    c = cluster(str(topology), dra=True, feature_gates=("DRAPartitionableDevices=true",))
+    node = c.kube.node("mig-r0-n0")
+    c.kube.create(f"{API}/deviceclasses", device_class())
+    c.kube.create(f"{API}/deviceclasses", device_class("mig.nvidia.com", device_type="mig"))
+    c.kube.create(f"{API}/resourceslices", partitionable_slice(node))
+    whole_or_half = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                     "metadata": {"name": "whole-or-half"}, "spec": {"spec": {"devices": {
+                         "requests": [{"name": "gpu", "firstAvailable": [
+                             {"name": "whole", "deviceClassName": "gpu.nvidia.com"},
+                             {"name": "half", "deviceClassName": "mig.nvidia.com"}]}]}}}}
+    templates(c, whole_or_half)
+    for i in range(2):
+        c.create(pod(f"g-{i}").gang("g", 2).claim(template="whole-or-half").build())
+    try:
+        c.wait_bound(["g-0", "g-1"], timeout=45)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; Lockstep: {c.lockstep('/debug/gangs')}") from e
+    c.kube.wait("both claims allocated", lambda: len(devices_of(c, ["g-0", "g-1"])) == 2, 10)
+    assert sorted(d for ds in devices_of(c, ["g-0", "g-1"]).values() for d in ds) == [
+        "gpu.nvidia.com/mig-r0-n0/gpu-0-mig-0", "gpu.nvidia.com/mig-r0-n0/gpu-0-mig-1"]
     c.recorder.assert_gang_invariants(c.ns)

@@ -3,11 +3,12 @@ publishes for them (testbed.dra), shaped like k8s-dra-driver-gpu's."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed import dra
+from testbed import bins, dra
 from testbed.cluster import TopologyError, load_topology, nodes_from_topology, nrt_from_node
 from testbed.workloads import gang, pod
 
@@ -152,3 +153,46 @@ def test_publish_creates_the_class_once_and_a_slice_per_dra_node(conflict: bool)
     assert sorted(n for p, n in kube.created if p.endswith("resourceslices")) == [
         "dra-r0-n0-gpu.nvidia.com", "dra-r1-n0-gpu.nvidia.com"]
     assert dra.publish(Recording(), nodes_from_topology(load_topology("tiny-3x2"))) == 0  # type: ignore[arg-type]
+
+
+def test_feature_gates_reach_the_api_server_with_the_upstream_gang_apis(tmp_path: Path
+                                                                       ) -> None:
+    from testbed.runner import TestBed
+    bed = TestBed(run_dir=tmp_path, feature_gates=("DRAPartitionableDevices=true",))
+    assert bed._gate_args() == ["--feature-gates=DRAPartitionableDevices=true"]
+    assert TestBed(run_dir=tmp_path)._gate_args() == []
+    newer = TestBed(run_dir=tmp_path, k8s="v1.37.2", feature_gates=("X=true",))
+    gates, runtime = newer._gate_args()
+    assert gates.startswith("--feature-gates=GenericWorkload=true,") and gates.endswith(",X=true")
+    assert runtime.startswith("--runtime-config=scheduling.k8s.io/v1beta1=true")
+
+
+def test_training_operator_is_built_at_a_second_version_for_dra_claims(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))
+    (other,) = bins.EXTRA_VERSIONS["training-operator"]
+    assert other == "v1.9.3" != bins.version_of("training-operator")
+    (tmp_path / "bin" / f"training-operator-{other}").mkdir(parents=True)
+    (tmp_path / "bin" / f"training-operator-{other}" / "training-operator").touch()
+    assert bins.bin_path("training-operator", other).parent.name == f"training-operator-{other}"
+    with pytest.raises(ValueError, match="not built by the test bed"):
+        bins.bin_path("training-operator", "v1.7.0")
+    with pytest.raises(ValueError, match="not built by the test bed"):
+        bins.bin_path("kube-scheduler", "v1.9.3")
+    assert bins.version_of("kube-controller-manager") == bins.VERSIONS["K8S_VERSION"]
+
+
+def test_the_partitionable_gpu_of_138765_is_whole_or_two_halves() -> None:
+    s = dra.partitionable_slice({"metadata": {"name": "n0", "uid": "u"}})
+    spec = s["spec"]
+    assert spec["sharedCounters"] == [{"name": "gpu-0-counter-set",
+                                       "counters": {"memory-slices": {"value": "2"}}}]
+    used = {d["name"]: d["consumesCounters"][0]["counters"]["memory-slices"]["value"]
+            for d in spec["devices"]}
+    assert used == {"gpu-0": "2", "gpu-0-mig-0": "1", "gpu-0-mig-1": "1"}
+    halves = [d for d in spec["devices"] if d["attributes"]["type"] == {"string": "mig"}]
+    parent = spec["devices"][0]["attributes"]["uuid"]
+    assert [h["attributes"]["parentUUID"] for h in halves] == [parent, parent]
+    assert s["metadata"]["ownerReferences"][0]["uid"] == "u"
+    mig = dra.device_class("mig.nvidia.com", device_type="mig")
+    assert mig["spec"]["selectors"][0]["cel"]["expression"].endswith(".type == 'mig'")
