@@ -17,7 +17,9 @@ only constructs whose cost grows faster than the expression: each iterates a map
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +30,7 @@ from celpy import celtypes
 from ..resources import QuantityError, parse_quantity
 from .model import Device
 
-__all__ = ["MAX_EXPRESSION_CHARS", "MAX_MACROS", "Selectors", "compile_problem"]
+__all__ = ["MAX_EXPRESSION_CHARS", "MAX_MACROS", "Selectors"]
 
 MAX_EXPRESSION_CHARS = 10 * 1024
 MAX_MACROS = 4
@@ -111,17 +113,23 @@ def _activation(d: Device) -> dict[str, Any]:
     })}
 
 
-def compile_problem(expression: str) -> str | None:
-    """None when ``expression`` compiles within the bounds, else why not."""
-    got = Selectors().program(expression)
-    return got if isinstance(got, str) else None
+@functools.cache
+def _environment() -> celpy.Environment:
+    """One CEL environment per process, built on first use (its parser takes a while).
+    cel-python raises the interpreter's recursion limit for every program's sake when it
+    builds one; the process's own limit is put back (an expression nested past it is
+    refused as nested too deeply)."""
+    limit = sys.getrecursionlimit()
+    try:
+        return celpy.Environment()
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 class Selectors:
     """Compiled programs and results, cached; one per core."""
 
     def __init__(self) -> None:
-        self._env = celpy.Environment()
         self._programs: OrderedDict[str, Any] = OrderedDict()
         self._results: dict[tuple[str, Device], bool] = {}
 
@@ -143,7 +151,8 @@ class Selectors:
         if len(_MACRO.findall(expression)) > MAX_MACROS:
             return f"more than {MAX_MACROS} comprehension macros"
         try:
-            return self._env.program(self._env.compile(expression), functions=_FUNCTIONS)
+            env = _environment()
+            return env.program(env.compile(expression), functions=_FUNCTIONS)
         except RecursionError:
             return "nested too deeply"
         except Exception as e:  # cel-python's parse errors carry no common base
