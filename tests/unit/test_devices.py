@@ -4,6 +4,7 @@ devices."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -455,3 +456,11 @@ def test_every_scenario_keeps_the_device_invariants() -> None:
     assert core.drain_deallocate() == [("default/x-0-gpu", "x-0", "8")]
     with pytest.raises(InvariantBroken, match="rule 16: default/x-0's unreserved claim"):
         check_invariants(core)  # once drained, the app's write is what clears it
+
+
+def test_compiling_a_selector_leaves_the_processs_recursion_limit_alone() -> None:
+    """cel-python's Environment raises it to 2500 for every program (hypothesis refused the
+    model's run when it found it changed)."""
+    before = sys.getrecursionlimit()
+    assert not isinstance(Selectors().program("device.driver == 'x'"), str)
+    assert sys.getrecursionlimit() == before
