@@ -218,7 +218,20 @@ class _Context:
 _Placed = tuple[dict[PodKey, NodeName], dict[PodKey, PlannedDevices]]
 
 
-def _place(ctx: _Context, nodes: Sequence[NodeName]) -> _Placed | None:
+def _place_any(ctx: _Context, nodes: Sequence[NodeName]) -> _Placed | None:
+    """:func:`_place`, then, for a gang with ``firstAvailable`` requests whose preferred
+    subrequests leave later members nothing, again from each less preferred one (at most
+    ``MAX_ALTERNATIVES`` tries: #138765's gang fits as two halves, not one whole GPU)."""
+    widest = max((len(n.alternatives) for needs in ctx.needs if needs
+                  for c in needs for n in c.needs), default=0)
+    for floor in range(max(widest, 1)):
+        got = _place(ctx, nodes, floor)
+        if got is not None:
+            return got
+    return None
+
+
+def _place(ctx: _Context, nodes: Sequence[NodeName], floor: int = 0) -> _Placed | None:
     free: dict[NodeName, Resources] = {}
     extra_gpu: dict[NodeName, list[int]] = {}
     out: dict[PodKey, NodeName] = {}
@@ -233,7 +246,7 @@ def _place(ctx: _Context, nodes: Sequence[NodeName]) -> _Placed | None:
         elif trial is not None:
             # The best node whose devices, with every earlier member's, can still be
             # matched (earlier members may move to other devices: matching.py).
-            n = next((c for _, c in ranked if trial.add(m.key, needs, c)), None)
+            n = next((c for _, c in ranked if trial.add(m.key, needs, c, floor)), None)
         if n is None:
             return None
         free[n] = sub(free[n], req)
@@ -329,7 +342,7 @@ def plan_gang(
                     break
             if not ctx.holds(ns, others):
                 continue
-            placed = _place(ctx, ns)
+            placed = _place_any(ctx, ns)
             if placed is None:
                 continue
             rank = (free_gpu - total_gpu, len(set(placed[0].values())), d)
@@ -341,7 +354,7 @@ def plan_gang(
     if required is None and ctx.could_hold(ctx.names, total_gpu, others):
         # Spread over the whole cluster: tried only when its free capacity adds up (without
         # the check, a 64-member gang that did not fit cost 64 x every node, ~1 s at 5,000).
-        placed = _place(ctx, ctx.names)
+        placed = _place_any(ctx, ctx.names)
         if placed is not None:
             return Plan({**fixed, **placed[0]}, None, None, placed[1])
     return _explain(ctx, required)

@@ -23,6 +23,8 @@ class Need:
     request: Request
     selectors: tuple[str, ...]
     """The class's selectors, then the request's: all must hold."""
+    alternatives: tuple[Need, ...] = ()
+    """``firstAvailable``: one of these, the first that can be had by preference."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,18 +40,33 @@ def _needs(inv: DeviceInventory, spec: ClaimSpec, what: str) -> tuple[Need, ...]
         return f"{what}: {spec.problem}"
     out = []
     for i, r in enumerate(spec.requests):
-        path = f"{what}: spec.devices.requests[{i}].exactly"
-        cls = inv.classes.get(r.device_class)
-        if cls is None:
-            return f"{path}.deviceClassName: DeviceClass {r.device_class!r} not found"
-        for j, e in enumerate(cls.selectors):
-            if isinstance(why := inv.selectors.program(e), str):
-                return f"DeviceClass {cls.name}: spec.selectors[{j}].cel.expression: {why}"
-        for j, e in enumerate(r.selectors):
-            if isinstance(why := inv.selectors.program(e), str):
-                return f"{path}.selectors[{j}].cel.expression: {why}"
-        out.append(Need(r, cls.selectors + r.selectors))
+        if r.alternatives:
+            subs = []
+            for j, sub in enumerate(r.alternatives):
+                got = _need(inv, sub, f"{what}: spec.devices.requests[{i}].firstAvailable[{j}]")
+                if isinstance(got, str):
+                    return got
+                subs.append(got)
+            out.append(Need(r, (), tuple(subs)))
+            continue
+        one = _need(inv, r, f"{what}: spec.devices.requests[{i}].exactly")
+        if isinstance(one, str):
+            return one
+        out.append(one)
     return tuple(out)
+
+
+def _need(inv: DeviceInventory, r: Request, path: str) -> Need | str:
+    cls = inv.classes.get(r.device_class)
+    if cls is None:
+        return f"{path}.deviceClassName: DeviceClass {r.device_class!r} not found"
+    for j, e in enumerate(cls.selectors):
+        if isinstance(why := inv.selectors.program(e), str):
+            return f"DeviceClass {cls.name}: spec.selectors[{j}].cel.expression: {why}"
+    for j, e in enumerate(r.selectors):
+        if isinstance(why := inv.selectors.program(e), str):
+            return f"{path}.selectors[{j}].cel.expression: {why}"
+    return Need(r, cls.selectors + r.selectors)
 
 
 def pod_demand(inv: DeviceInventory, pod: PodRecord) -> tuple[ClaimNeed, ...] | str:

@@ -27,6 +27,8 @@ class PlannedDevices:
 
     node: str
     devices: tuple[tuple[ClaimKey, DeviceId], ...]
+    choices: tuple[tuple[ClaimKey, str, int], ...] = ()
+    """``(claim, request, subrequest index)``: the ``firstAvailable`` subrequest planned."""
     chosen: bool = False
     """kube-scheduler chose these (predicted first fit of a member that passed the filter,
     or an allocation the watch showed): no longer moved when others are matched again."""
@@ -58,6 +60,8 @@ class DeviceInventory:
     selectors: Selectors = field(default_factory=Selectors)
     epoch: int = 0
     """Bumped on every change a plan reads (slices, claims, classes, templates)."""
+    _by_id: dict[DeviceId, Device] | None = None
+    _counters: dict[tuple[str, str, str, str], int] | None = None
     _local: dict[str, list[Device]] | None = None
     _network: list[DeviceSlice] | None = None
     _allocated: dict[DeviceId, ClaimKey] | None = None
@@ -103,6 +107,8 @@ class DeviceInventory:
     def _slices_changed(self) -> None:
         self._local = None
         self._network = None
+        self._by_id = None
+        self._counters = None
         self.epoch += 1
 
     # ------------------------------------------------------------------ reads
@@ -141,6 +147,22 @@ class DeviceInventory:
             if s.all_nodes or any(_term_matches(t, node, labels) for t in s.node_selector or ()):
                 out.extend(s.devices)
         return out
+
+    def device(self, d: DeviceId) -> Device | None:
+        if self._by_id is None:
+            local, network = self._index()
+            self._by_id = {x.id: x for devs in local.values() for x in devs}
+            self._by_id.update((x.id, x) for s in network for x in s.devices)
+        return self._by_id.get(d)
+
+    def counters(self) -> Mapping[tuple[str, str, str, str], int]:
+        """Shared counters of partitionable devices: ``(driver, pool, set, counter)`` to
+        what the pool has (milli-units)."""
+        if self._counters is None:
+            self._index()
+            self._counters = {(s.driver, s.pool, cs, c): v for s in self.slices.values()
+                              for cs, c, v in s.counters}
+        return self._counters
 
     def allocated(self) -> Mapping[DeviceId, ClaimKey]:
         """Every device some claim's ``status.allocation`` holds, with the claim."""

@@ -68,9 +68,36 @@ class JointTrial:
     claim_units: dict[ClaimKey, list[int]] = field(default_factory=dict)
     fixed: dict[ClaimKey, tuple[DeviceId, ...]] = field(default_factory=dict)
     pods: dict[PodKey, tuple[NodeName, tuple[ClaimKey, ...]]] = field(default_factory=dict)
+    chosen: dict[ClaimKey, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    """The subrequest each ``firstAvailable`` request of a claim was planned on."""
+    used: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    """Shared counters taken (``inventory.counters``): by allocated and held devices, and by
+    the devices matched here."""
+    _entered: list[DeviceId] = field(default_factory=list)
+    """Devices in the matching, in the order they entered it (their counters are taken)."""
     _reach: dict[NodeName, Sequence[Device]] = field(default_factory=dict)
     _eligible: dict[tuple[NodeName, tuple[str, ...]], list[DeviceId]] = field(
         default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.inv.counters():
+            for d in {*self.inv.allocated(), *self.held}:
+                dev = self.inv.device(d)
+                if dev is not None:
+                    self._take(dev, 1)
+
+    def _take(self, dev: Device, sign: int) -> None:
+        for cs, c, v in dev.consumes:
+            k = (dev.driver, dev.pool, cs, c)
+            self.used[k] = self.used.get(k, 0) + sign * v
+
+    def _counters_allow(self, d: DeviceId) -> bool:
+        dev = self.inv.device(d)
+        if dev is None or not dev.consumes:
+            return True
+        have = self.inv.counters()
+        return all(self.used.get(k := (dev.driver, dev.pool, cs, c), 0) + v <= have.get(k, 0)
+                   for cs, c, v in dev.consumes)
 
     def _reachable(self, node: NodeName) -> Sequence[Device]:
         got = self._reach.get(node)
@@ -93,9 +120,20 @@ class JointTrial:
             got = self._eligible[k] = [d.id for d in devs]
         return got
 
-    def add(self, pod: PodKey, claims: Sequence[ClaimNeed], node: NodeName) -> bool:
-        """Place ``pod``'s claims on ``node``'s devices, or change nothing and say no."""
-        start = len(self.edges)
+    def add(self, pod: PodKey, claims: Sequence[ClaimNeed], node: NodeName, floor: int = 0
+            ) -> bool:
+        """Place ``pod``'s claims on ``node``'s devices, or change nothing and say no. A
+        ``firstAvailable`` request takes its first subrequest from ``floor`` on that can be
+        had (the planner raises ``floor`` for the whole gang when preferred subrequests of
+        early members leave later ones nothing: #138765's whole GPU and its halves)."""
+        widest = max((len(n.alternatives) for c in claims for n in c.needs), default=0)
+        for k in range(min(floor, max(widest - 1, 0)), max(widest, 1)):
+            if self._add(pod, claims, node, k):
+                return True
+        return False
+
+    def _add(self, pod: PodKey, claims: Sequence[ClaimNeed], node: NodeName, k: int) -> bool:
+        start, entered = len(self.edges), len(self._entered)
         undo: list[tuple[int, DeviceId | None, DeviceId | None, int | None]] = []
         added: list[ClaimKey] = []
         reach = None
@@ -115,10 +153,16 @@ class JointTrial:
             else:
                 units = self.claim_units[c.key] = []
                 added.append(c.key)
+                picks = []
                 for need in c.needs:
+                    if need.alternatives:
+                        j = min(k, len(need.alternatives) - 1)
+                        picks.append((need.request.name, j))
+                        need = need.alternatives[j]
                     ok = self._add_units(node, c.key, need, units)
                     if not ok:
                         break
+                self.chosen[c.key] = tuple(picks)
             if not ok:
                 break
         if ok:
@@ -127,7 +171,7 @@ class JointTrial:
                     ok = False
                     break
         if not ok:
-            self._rollback(start, undo, added)
+            self._rollback(start, entered, undo, added)
             return False
         self.pods[pod] = (node, tuple(c.key for c in claims))
         return True
@@ -170,6 +214,12 @@ class JointTrial:
                 if o is not None:
                     queue.append(o)
                     continue
+                if not self._counters_allow(d):
+                    continue  # a partition whose shared counters are spent
+                dev = self.inv.device(d)
+                if dev is not None and dev.consumes:
+                    self._take(dev, 1)
+                self._entered.append(d)
                 while True:  # flip the path back to u
                     x = prev[d]
                     old = self.match[x]
@@ -181,9 +231,14 @@ class JointTrial:
                     d = old
         return False
 
-    def _rollback(self, start: int, undo: list[tuple[int, DeviceId | None, DeviceId | None,
-                                                     int | None]],
+    def _rollback(self, start: int, entered: int,
+                  undo: list[tuple[int, DeviceId | None, DeviceId | None, int | None]],
                   added: list[ClaimKey]) -> None:
+        for e in self._entered[entered:]:
+            dev = self.inv.device(e)
+            if dev is not None and dev.consumes:
+                self._take(dev, -1)
+        del self._entered[entered:]
         for x, old, d, old_owner in reversed(undo):
             self.match[x] = old
             if d is not None:
@@ -199,6 +254,7 @@ class JointTrial:
         for k in added:
             self.claim_units.pop(k, None)
             self.fixed.pop(k, None)
+            self.chosen.pop(k, None)
 
     def planned(self) -> dict[PodKey, PlannedDevices]:
         """Each placed member's devices, claim by claim (a shared claim under each of its
@@ -212,5 +268,6 @@ class JointTrial:
                 else:
                     devs.extend((c, m) for u in self.claim_units.get(c, ())
                                 if (m := self.match[u]) is not None)
-            out[pod] = PlannedDevices(node, tuple(devs))
+            out[pod] = PlannedDevices(node, tuple(devs), choices=tuple(
+                (c, r, j) for c in claims for r, j in self.chosen.get(c, ())))
         return out

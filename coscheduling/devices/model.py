@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
+    "MAX_ALTERNATIVES",
     "MAX_COUNT",
     "Claim",
     "ClaimKey",
@@ -28,6 +29,9 @@ DeviceId = tuple[str, str, str]
 ClaimKey = str
 """``namespace/name`` of a ResourceClaim."""
 
+MAX_ALTERNATIVES = 8
+"""Subrequests of one ``firstAvailable`` request (the API's
+``FirstAvailableDeviceRequestMaxSize``)."""
 MAX_COUNT = 32
 """The most devices one request may ask for: an allocation result holds at most 32 devices
 (``AllocationResultsMaxSize`` in k8s.io/api/resource/v1), so a larger ``count`` can never be
@@ -48,6 +52,9 @@ class Device:
     """``(domain, id, value)`` per attribute."""
     capacity: tuple[tuple[str, str, int], ...] = ()
     """``(domain, id, value in milli-units)`` per capacity."""
+    consumes: tuple[tuple[str, str, int], ...] = ()
+    """``(counter set, counter, milli-units)`` it takes from its pool's shared counters
+    (partitionable devices: a whole GPU and its halves share one set)."""
 
     @property
     def id(self) -> DeviceId:
@@ -75,6 +82,8 @@ class DeviceSlice:
     node_selector: tuple[dict[str, Any], ...] | None = None
     """``spec.nodeSelector.nodeSelectorTerms`` (ORed): network-attached devices."""
     devices: tuple[Device, ...] = ()
+    counters: tuple[tuple[str, str, int], ...] = ()
+    """``spec.sharedCounters``: ``(counter set, counter, milli-units)`` of the pool."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +102,9 @@ class Request:
     selectors: tuple[str, ...] = ()
     mode: Literal["ExactCount", "All"] = "ExactCount"
     count: int = 1
+    alternatives: tuple[Request, ...] = ()
+    """``firstAvailable``: subrequests in order of preference, one of which is allocated
+    (``device_class`` and the rest unused then)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..records import RecordError
 from ..resources import QuantityError, parse_quantity
 from .model import (
+    MAX_ALTERNATIVES,
     MAX_COUNT,
     Claim,
     ClaimSpec,
@@ -95,10 +96,21 @@ class _Capacity(_Wire):
     value: str | int
 
 
+class _Consumption(_Wire):
+    counterSet: str = ""
+    counters: dict[str, _Capacity] = Field(default_factory=dict)
+
+
+class _CounterSet(_Wire):
+    name: str = ""
+    counters: dict[str, _Capacity] = Field(default_factory=dict)
+
+
 class _Device(_Wire):
     name: str = Field(min_length=1, max_length=128)
     attributes: dict[str, _Attribute] = Field(default_factory=dict)
     capacity: dict[str, _Capacity] = Field(default_factory=dict)
+    consumesCounters: list[_Consumption] = Field(default_factory=list, max_length=8)
 
 
 class _Pool(_Wire):
@@ -113,6 +125,7 @@ class _SliceSpec(_Wire):
     allNodes: bool | None = None
     nodeSelector: dict[str, Any] | None = None
     devices: list[_Device] = Field(default_factory=list, max_length=MAX_DEVICES_PER_SLICE)
+    sharedCounters: list[_CounterSet] = Field(default_factory=list, max_length=8)
 
 
 class _Slice(_Wire):
@@ -127,10 +140,14 @@ class _Exactly(_Wire):
     count: int | None = None
 
 
+class _Subrequest(_Exactly):
+    name: str = ""
+
+
 class _Request(_Wire):
     name: str = ""
     exactly: _Exactly | None = None
-    firstAvailable: list[dict[str, Any]] | None = None
+    firstAvailable: list[_Subrequest] | None = None
 
 
 class _Devices(_Wire):
@@ -240,7 +257,16 @@ def _device(d: _Device, driver: str, pool: str) -> Device:
             caps.append((*_qualify(name, driver), parse_quantity(c.value, milli=True)))
         except QuantityError as e:
             raise RecordError(f"ResourceSlice.spec.devices.capacity.{name}", str(e)) from None
-    return Device(driver, pool, d.name, tuple(attrs), tuple(caps))
+    consumes = tuple((c.counterSet, name, _milli(v.value, "consumesCounters"))
+                     for c in d.consumesCounters for name, v in sorted(c.counters.items()))
+    return Device(driver, pool, d.name, tuple(attrs), tuple(caps), consumes)
+
+
+def _milli(value: str | int, where: str) -> int:
+    try:
+        return parse_quantity(value, milli=True)
+    except QuantityError as e:
+        raise RecordError(f"ResourceSlice.spec.{where}", str(e)) from None
 
 
 def slice_from_json(obj: Mapping[str, Any]) -> DeviceSlice:
@@ -254,28 +280,43 @@ def slice_from_json(obj: Mapping[str, Any]) -> DeviceSlice:
         name=s.metadata.name, driver=spec.driver, pool=spec.pool.name,
         generation=spec.pool.generation, node=spec.nodeName or None,
         all_nodes=bool(spec.allNodes), node_selector=terms,
-        devices=tuple(_device(d, spec.driver, spec.pool.name) for d in spec.devices))
+        devices=tuple(_device(d, spec.driver, spec.pool.name) for d in spec.devices),
+        counters=tuple((c.name, name, _milli(v.value, "sharedCounters"))
+                       for c in spec.sharedCounters for name, v in sorted(c.counters.items())))
 
 
 def _request(i: int, r: _Request) -> Request | str:
     path = f"spec.devices.requests[{i}]"
+    if r.firstAvailable:
+        if len(r.firstAvailable) > MAX_ALTERNATIVES:
+            return (f"{path}.firstAvailable: {len(r.firstAvailable)} subrequests, at most "
+                    f"{MAX_ALTERNATIVES}")
+        subs = []
+        for j, sub in enumerate(r.firstAvailable):
+            got = _exactly(f"{r.name}/{sub.name}", sub, f"{path}.firstAvailable[{j}]")
+            if isinstance(got, str):
+                return got
+            subs.append(got)
+        return Request(r.name, "", alternatives=tuple(subs))
     if r.exactly is None:
-        what = "firstAvailable" if r.firstAvailable else "exactly"
-        return f"{path}.{what}: only requests with `exactly` are planned"
-    e = r.exactly
+        return f"{path}: neither exactly nor firstAvailable"
+    return _exactly(r.name, r.exactly, f"{path}.exactly")
+
+
+def _exactly(name: str, e: _Exactly, path: str) -> Request | str:
     if not e.deviceClassName:
-        return f"{path}.exactly.deviceClassName: missing"
-    exprs, problem = _expressions(e.selectors, f"{path}.exactly.selectors")
+        return f"{path}.deviceClassName: missing"
+    exprs, problem = _expressions(e.selectors, f"{path}.selectors")
     if problem is not None:
         return problem
     if e.allocationMode == "All":
-        return Request(r.name, e.deviceClassName, exprs, "All", 0)
+        return Request(name, e.deviceClassName, exprs, "All", 0)
     if e.allocationMode not in ("", "ExactCount"):
-        return f"{path}.exactly.allocationMode: {e.allocationMode!r} is not ExactCount or All"
+        return f"{path}.allocationMode: {e.allocationMode!r} is not ExactCount or All"
     count = 1 if e.count is None else e.count
     if not 1 <= count <= MAX_COUNT:
-        return f"{path}.exactly.count: {count}, must be 1..{MAX_COUNT}"
-    return Request(r.name, e.deviceClassName, exprs, "ExactCount", count)
+        return f"{path}.count: {count}, must be 1..{MAX_COUNT}"
+    return Request(name, e.deviceClassName, exprs, "ExactCount", count)
 
 
 def _spec(spec: _ClaimSpec) -> ClaimSpec:

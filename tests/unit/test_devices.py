@@ -464,3 +464,62 @@ def test_compiling_a_selector_leaves_the_processs_recursion_limit_alone() -> Non
     before = sys.getrecursionlimit()
     assert not isinstance(Selectors().program("device.driver == 'x'"), str)
     assert sys.getrecursionlimit() == before
+
+
+def partitionable(name: str = "n0") -> dict[str, Any]:
+    """#138765's device: one GPU, whole (2 counters) or two halves (1 each)."""
+    def consumes(n: int) -> list[dict[str, Any]]:
+        return [{"counterSet": "set", "counters": {"slices": {"value": str(n)}}}]
+    return {"metadata": {"name": f"{name}-gpus"},
+            "spec": {"driver": DRIVER, "nodeName": name,
+                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                     "sharedCounters": [{"name": "set", "counters": {"slices": {"value": "2"}}}],
+                     "devices": [
+                         {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}},
+                          "consumesCounters": consumes(2)},
+                         *({"name": f"gpu-0-mig-{i}", "attributes": {"type": {"string": "mig"}},
+                            "consumesCounters": consumes(1)} for i in range(2))]}}
+
+
+def whole_or_half() -> dict[str, Any]:
+    return {"metadata": {"name": "whole-or-half", "namespace": "default"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": [
+                {"name": "whole", "deviceClassName": "gpu"},
+                {"name": "half", "deviceClassName": "mig"}]}]}}}}
+
+
+def test_138765_exactly_whole_or_half_plans_two_halves() -> None:
+    """kubernetes/kubernetes#138765 as filed: each member's claim prefers the whole GPU,
+    then a half (firstAvailable); first fit gives the first member the whole GPU and the
+    second nothing. The gang is planned on the two halves."""
+    core = Coscheduler(Settings(backoff_seconds=10))
+    core.upsert(ingest.NODES, node_from_json(node("n0").build()))
+    core.upsert(dra.SLICES, slice_from_json(partitionable()))
+    for cls, kind in (("gpu", "gpu"), ("mig", "mig")):
+        core.upsert(dra.CLASSES, class_from_json(device_class(
+            cls, f'device.attributes["{DRIVER}"].type == "{kind}"')))
+    core.upsert(dra.TEMPLATES, template_from_json(whole_or_half()))
+    members = []
+    for i in range(2):
+        core.upsert_pod(pod_from_json(gang_pod(f"g-{i}", "g", 2, "whole-or-half")))
+        members.append(Member(core.pods[pod_key("default", f"g-{i}")]))
+    plan = plan_gang(members, core.state.capacity, core.state.settings.levels)
+    assert isinstance(plan, Plan)
+    got = sorted(d[2] for pd in plan.devices.values() for _, d in pd.devices)
+    assert got == ["gpu-0-mig-0", "gpu-0-mig-1"]
+    assert {c[1:] for pd in plan.devices.values() for c in pd.choices} == {("gpu", 1)}
+
+
+def test_a_whole_gpu_is_planned_when_one_member_asks() -> None:
+    core = Coscheduler(Settings(backoff_seconds=10))
+    core.upsert(ingest.NODES, node_from_json(node("n0").build()))
+    core.upsert(dra.SLICES, slice_from_json(partitionable()))
+    for cls, kind in (("gpu", "gpu"), ("mig", "mig")):
+        core.upsert(dra.CLASSES, class_from_json(device_class(
+            cls, f'device.attributes["{DRIVER}"].type == "{kind}"')))
+    core.upsert(dra.TEMPLATES, template_from_json(whole_or_half()))
+    core.upsert_pod(pod_from_json(gang_pod("g-0", "g", 1, "whole-or-half")))
+    plan = plan_gang([Member(core.pods[pod_key("default", "g-0")])], core.state.capacity,
+                     core.state.settings.levels)
+    assert isinstance(plan, Plan)
+    assert [d[2] for pd in plan.devices.values() for _, d in pd.devices] == ["gpu-0"]
