@@ -57,6 +57,7 @@ from .service import Lockstep
 
 __all__ = [
     "API_VERSION",
+    "CLAIMS_PATH",
     "MAX_BODY",
     "WEBHOOK_PATH",
     "AdmissionReview",
@@ -73,6 +74,10 @@ __all__ = [
 
 API_VERSION = "admission.k8s.io/v1"
 WEBHOOK_PATH = "/mutate/pods"
+CLAIMS_PATH = "/mutate/resourceclaims"
+"""ResourceClaims being created: a claim made for a gang member from a template is narrowed
+to the ``firstAvailable`` subrequests its gang's plan chose (``coscheduling.devices.narrow``,
+docs/dra.md)."""
 """Where the API server sends pod reviews (``clientConfig`` in ``deploy/webhook/``)."""
 MAX_BODY = 8 * 1024 * 1024
 """The API server sends at most its own 3 MiB request limit plus the review's envelope."""
@@ -333,9 +338,25 @@ async def _body(request: Request) -> bytes:
 
 
 def admission_router(scheduler_names: frozenset[str], decisions: Counter,
-                     placer: Placer | None = None) -> APIRouter:
-    """``POST /mutate/pods``; ``decisions`` counts answers by :class:`Decision`."""
+                     placer: Placer | None = None,
+                     narrow: Callable[[str, dict[str, Any]], list[dict[str, Any]]] | None = None
+                     ) -> APIRouter:
+    """``POST /mutate/pods`` and ``POST /mutate/resourceclaims``; ``decisions`` counts pod
+    answers by :class:`Decision`."""
     router = APIRouter()
+
+    @router.post(CLAIMS_PATH)
+    async def mutate_claims(request: Request) -> Response:
+        try:
+            review = _validate(AdmissionReview, await _body(request))
+        except BadRequest as e:
+            return json_response({"error": e.message, "fields": e.fields}, e.status)
+        req = review.request
+        patch: list[dict[str, Any]] = []
+        if narrow is not None and req.operation == "CREATE" and not req.dry_run \
+                and req.kind.kind == "ResourceClaim" and req.obj is not None:
+            patch = narrow(req.namespace, req.obj)
+        return json_response(review_response(req.uid, patch))
 
     @router.post(WEBHOOK_PATH)
     async def mutate_pods(request: Request) -> Response:
@@ -357,7 +378,8 @@ def create_webhook_app(service: Lockstep) -> FastAPI:
     app = FastAPI(title="Lockstep webhook", version="0.1.0", redirect_slashes=False,
                   openapi_url=None, docs_url=None, redoc_url=None)
     app.include_router(admission_router(service.core.settings.scheduler_names,
-                                        service.metrics.webhook, CreationPlacer(service)))
+                                        service.metrics.webhook, CreationPlacer(service),
+                                        service.core.narrow_claim))
 
     add_error_handlers(app)
 

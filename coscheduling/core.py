@@ -45,6 +45,7 @@ from .decisions import (
     Placement,
     Unparked,
 )
+from .devices.narrow import narrow
 from .gang import Gang
 from .ingest import Kind
 from .membership import gang_key, meets_quorum
@@ -284,6 +285,11 @@ class Coscheduler:
     def drain_unparked(self) -> list[Unparked]:
         """Parked calls let go of by cluster events; the app answers each with its reason."""
         return self.outbox.drain_unparked()
+
+    def narrow_claim(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The webhook's patch for a ResourceClaim being created: each ``firstAvailable``
+        request narrowed to the subrequest its pod's plan chose (``devices.narrow``)."""
+        return narrow(self.state.devices, namespace, obj)
 
     def drain_deallocate(self) -> list[tuple[str, str, str]]:
         """DRA claims whose allocation nobody will use (``devices.stale``): ``(namespace/name,

@@ -83,7 +83,12 @@ def webhook_docs() -> dict[str, dict[str, Any]]:
 
 
 def test_webhook_never_blocks_pod_creation_and_sees_only_lockstep_pods() -> None:
-    (hook,) = webhook_docs()["MutatingWebhookConfiguration"]["webhooks"]
+    hook, claims = webhook_docs()["MutatingWebhookConfiguration"]["webhooks"]
+    assert claims["failurePolicy"] == "Ignore" and claims["sideEffects"] == "None"
+    assert claims["rules"] == [{"operations": ["CREATE"], "apiGroups": ["resource.k8s.io"],
+                                "apiVersions": ["v1"], "resources": ["resourceclaims"],
+                                "scope": "Namespaced"}]
+    assert claims["clientConfig"]["service"]["path"] == "/mutate/resourceclaims"
     assert hook["failurePolicy"] == "Ignore"
     assert hook["sideEffects"] == "NoneOnDryRun"  # a pin reserves; a dry run does not
     assert hook["timeoutSeconds"] == 2

@@ -523,3 +523,51 @@ def test_a_whole_gpu_is_planned_when_one_member_asks() -> None:
                      core.state.settings.levels)
     assert isinstance(plan, Plan)
     assert [d[2] for pd in plan.devices.values() for _, d in pd.devices] == ["gpu-0"]
+
+
+def generated_whole_or_half(pod_name: str) -> dict[str, Any]:
+    """The claim the resourceclaim controller makes for ``pod_name`` from whole-or-half."""
+    return {"metadata": {"name": f"{pod_name}-gpu-x7k2p", "namespace": "default",
+                         "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                                              "name": pod_name, "uid": "u",
+                                              "controller": True}]},
+            "spec": whole_or_half()["spec"]["spec"]}
+
+
+def test_a_claim_made_for_a_planned_member_is_narrowed_to_the_planned_subrequest() -> None:
+    """The gang is admitted (planned on two halves) before the resourceclaim controller
+    makes the claims: each claim keeps only the "half" subrequest, so kube-scheduler's first
+    fit cannot give the first member the whole GPU."""
+    core = Coscheduler(Settings(backoff_seconds=10))
+    core.upsert(ingest.NODES, node_from_json(node("n0").build()))
+    core.upsert(dra.SLICES, slice_from_json(partitionable()))
+    for cls, kind in (("gpu", "gpu"), ("mig", "mig")):
+        core.upsert(dra.CLASSES, class_from_json(device_class(
+            cls, f'device.attributes["{DRIVER}"].type == "{kind}"')))
+    core.upsert(dra.TEMPLATES, template_from_json(whole_or_half()))
+    for i in range(2):
+        core.upsert_pod(pod_from_json(gang_pod(f"g-{i}", "g", 2, "whole-or-half")))
+    # Admitted; g-0 waits: unnarrowed, first fit would give it the whole GPU.
+    d = core.filter(core.pods[pod_key("default", "g-0")], ["n0"], 0.0)
+    assert isinstance(d.unresolvable, DevicesNotReady)
+    assert sorted(core.state.devices.planned) == [pod_key("default", f"g-{i}") for i in (0, 1)]
+    unowned = generated_whole_or_half("g-1")
+    del unowned["metadata"]["ownerReferences"]
+    assert core.narrow_claim("default", unowned) == []
+    assert core.narrow_claim("default", generated_whole_or_half("not-planned")) == []
+    for i in range(2):
+        claim = generated_whole_or_half(f"g-{i}")
+        ops = core.narrow_claim("default", claim)
+        assert ops == [{"op": "replace", "path": "/spec/devices/requests/0/firstAvailable",
+                        "value": [{"name": "half", "deviceClassName": "mig"}]}]
+        claim["spec"]["devices"]["requests"][0]["firstAvailable"] = ops[0]["value"]
+        core.upsert(dra.CLAIMS, claim_from_json(claim))
+        obj = gang_pod(f"g-{i}", "g", 2, "whole-or-half")
+        obj["metadata"]["uid"] = core.pods[pod_key("default", f"g-{i}")].uid
+        obj["status"]["resourceClaimStatuses"] = [
+            {"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
+        core.upsert_pod(pod_from_json(obj))
+    # Narrowed, first fit gives each member a half: both pass.
+    assert core.filter(core.pods[pod_key("default", "g-0")], ["n0"], 1.0).passed == ["n0"]
+    assert core.filter(core.pods[pod_key("default", "g-1")], ["n0"], 1.0).passed == ["n0"]
