@@ -142,3 +142,47 @@ def test_the_first_fit_case_of_138765_whole_or_half_of_a_partitionable_gpu(
     assert sorted(d for ds in devices_of(c, ["g-0", "g-1"]).values() for d in ds) == [
         "gpu.nvidia.com/mig-r0-n0/gpu-0-mig-0", "gpu.nvidia.com/mig-r0-n0/gpu-0-mig-1"]
     c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_two_models_by_device_class_each_member_on_one_pcie_root(
+        cluster: ClusterFactory) -> None:
+    """The fake driver's attributes as CEL sees them, in Lockstep and in kube-scheduler
+    alike: a DeviceClass per model (``productName`` as NVML spells it) sends a gang of A100
+    claims to the A100 nodes and one of H100 claims to the H100 nodes, each member's 2
+    devices on one PCIe root."""
+    c = cluster("dra-two-models")
+    for name, product in (("a100", "NVIDIA A100 SXM4 40GB"), ("h100", "NVIDIA H100 80GB HBM3")):
+        c.kube.create(f"{API}/deviceclasses", device_class(name, product=product))
+        templates(c, claim_template(f"two-{name}", count=2, device_class_name=name))
+    a = gang("a", 2, claim_template="two-a100")
+    h = gang("h", 4, claim_template="two-h100")
+    c.create(*a, *h)
+    bound = c.wait_bound(c.names("a", 2) + c.names("h", 4), timeout=45)
+    assert {bound[n].split("-")[0] for n in c.names("a", 2)} == {"a100"}, bound
+    assert {bound[n].split("-")[0] for n in c.names("h", 4)} == {"h100"}, bound
+    c.kube.wait("6 pods' devices", lambda: len(devices_of(c, list(bound))) == 6, 10)
+    roots = {s["spec"]["nodeName"]: {d["name"]: d["attributes"][
+        "resource.kubernetes.io/pcieRoot"]["string"] for d in s["spec"]["devices"]}
+        for s in c.kube.list(f"{API}/resourceslices")}
+    for name, held in devices_of(c, list(bound)).items():
+        node = bound[name]
+        assert len({roots[node][d.split("/")[2]] for d in held}) == 1, (name, held)
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_a_gang_of_whole_nodes_stays_within_one_nvlink_clique(cluster: ClusterFactory) -> None:
+    """GB200 with DRA: two NVLink cliques (``nvidia.com/gpu.clique``) of 4 nodes x 4 GPUs, one
+    node of each clique already busy. A gang of 3 pods x 4 GPUs fits in either clique; it
+    runs in one."""
+    c = cluster("dra-gb200-cliques")
+    templates(c, claim_template("four-gpus", count=4))
+    for i, node in enumerate(("gb200-r0-n0", "gb200-r1-n0")):  # plain pods, one per clique
+        c.create(pod(f"busy-{i}").claim(template="four-gpus")
+                 .node_selector({"kubernetes.io/hostname": node}).build())
+    c.wait_bound(c.names("busy", 2), 45)
+    c.create(*gang("g", 3, claim_template="four-gpus"))
+    bound = c.wait_bound(c.names("g", 3), 45)
+    cliques = {n["metadata"]["name"]: n["metadata"]["labels"]["nvidia.com/gpu.clique"]
+               for n in c.kube.nodes()}
+    assert len({cliques[bound[n]] for n in c.names("g", 3)}) == 1, bound
+    c.recorder.assert_gang_invariants(c.ns)
