@@ -6,7 +6,8 @@ claim made from a template, and every pod in ``status.reservedFor``), the node i
 or the claim deleted. Checked against the pods the recorder saw (``claim_problems``):
 
 - **a parked hold is short**: a claim allocated to a gang member that is not bound must see it
-  bound (or deleted) within ``hold`` seconds. kube-scheduler allocates a member's devices
+  bound (or deleted) within ``hold`` seconds (20 by default: a loaded 2-core machine adds
+  kube-scheduler backoffs of up to 5 s; a gang's timeout is 60 s). kube-scheduler allocates a member's devices
   before it calls the extender's bind, so a member parked at bind holds them. Held by a gang
   Lockstep admitted, the wait is its siblings' scheduling cycles (about a second); held by a
   gang Lockstep does not know to hold devices for (the seed's failure: two gangs each parked
@@ -121,7 +122,7 @@ class ClaimLedger:
         return out
 
     def problems(self, pods: Mapping[str, PodView], now: float, ns: str | None = None,
-                 hold: float = 10.0) -> list[tuple[str, str, str]]:
+                 hold: float = 20.0) -> list[tuple[str, str, str]]:
         """(namespace, claim, problem) for every hold (in ``ns``) that breaks a rule of the
         module doc; ``pods`` maps a pod uid to what the recorder saw of it."""
         holds = [h for h in self.holds if ns is None or h.namespace == ns]

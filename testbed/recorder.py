@@ -371,7 +371,7 @@ class BindingRecorder:
         with self._lock:
             return self.claims.allocated(ns)
 
-    def claim_problems(self, ns: str | None = None, hold: float = 10.0,
+    def claim_problems(self, ns: str | None = None, hold: float = 20.0,
                        now: float | None = None) -> list[tuple[str, str, str]]:
         """(namespace, claim, problem) for every DRA allocation that breaks a rule of
         ``testbed.claims``: a claim held by an unbound gang member for longer than ``hold``
@@ -384,7 +384,7 @@ class BindingRecorder:
             return self.claims.problems(pods, now, ns, hold)
 
     def assert_gang_invariants(self, ns: str | None = None, window: float = 1.0,
-                               hold: float = 10.0) -> None:
+                               hold: float = 20.0) -> None:
         """``gang_problems`` and ``claim_problems``, raised as one AssertionError with a
         timeline."""
         problems = self.gang_problems(ns, window) + self.claim_problems(ns, hold)

@@ -68,7 +68,7 @@ class Cluster:
     ns: str
     lockstep_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    hold: float = 10.0
+    hold: float = 20.0
     """Seconds a gang member may hold DRA devices unbound (``BindingRecorder.claim_problems``),
     checked when the test ends."""
 

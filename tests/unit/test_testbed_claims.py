@@ -149,6 +149,7 @@ def test_assert_gang_invariants_reports_claims_too() -> None:
     r = rec()
     r._observe("ADDED", member("a-0"), 10.0)
     r.claims.observe("ADDED", claim("a-0-gpu", "a-0", ["gpu-0"]), 10.0)
-    r.claims.observe("MODIFIED", claim("a-0-gpu", "a-0", None), 30.0)
-    with pytest.raises(AssertionError, match="claim a-0-gpu held"):
-        r.assert_gang_invariants("e2e")
+    r.claims.observe("MODIFIED", claim("a-0-gpu", "a-0", None), 35.0)
+    with pytest.raises(AssertionError, match=r"claim a-0-gpu held .* for 25.0s \(> 20s\)"):
+        r.assert_gang_invariants("e2e")  # 20 s by default
+    r.assert_gang_invariants("e2e", hold=30.0)
