@@ -9,10 +9,9 @@ or the claim deleted. Checked against the pods the recorder saw (``claim_problem
   bound (or deleted) within ``hold`` seconds (20 by default: a loaded 2-core machine adds
   kube-scheduler backoffs of up to 5 s; a gang's timeout is 60 s). kube-scheduler allocates
   a member's devices before it calls the extender's bind, so a member parked at bind holds
-  them. Held by a gang
-  Lockstep admitted, the wait is its siblings' scheduling cycles (about a second); held by a
-  gang Lockstep does not know to hold devices for (the seed's failure: two gangs each parked
-  with devices the other needs), it lasts until the gang's timeout. Outside the product this
+  them. Held by a gang Lockstep admitted, the wait is its siblings' scheduling cycles (about
+  a second); held by a gang Lockstep does not know to hold devices for (the seed's failure:
+  two gangs each parked with devices the other needs), it lasts until the gang's timeout. Outside the product this
   is what "an allocated claim of an unbound member belongs to an admitted gang's reservation"
   can be observed as; the model checker states it exactly.
 - **a device is held by one claim at a time**: allocations of the same device never overlap,
