@@ -11,9 +11,9 @@ or the claim deleted. Checked against the pods the recorder saw (``claim_problem
   a member's devices before it calls the extender's bind, so a member parked at bind holds
   them. Held by a gang Lockstep admitted, the wait is its siblings' scheduling cycles (about
   a second); held by a gang Lockstep does not know to hold devices for (the seed's failure:
-  two gangs each parked with devices the other needs), it lasts until the gang's timeout. Outside the product this
-  is what "an allocated claim of an unbound member belongs to an admitted gang's reservation"
-  can be observed as; the model checker states it exactly.
+  two gangs each parked with devices the other needs), it lasts until the gang's timeout.
+  Outside the product this is what "an allocated claim of an unbound member belongs to an
+  admitted gang's reservation" can be observed as; the model checker states it exactly.
 - **a device is held by one claim at a time**: allocations of the same device never overlap,
   so a preemptor's claim is only allocated after its victims' claims let the device go.
 - **a claim is on its pod's node**: the allocation's node is where its pod was bound.
