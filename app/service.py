@@ -31,6 +31,7 @@ from coscheduling import (
     RecordError,
     pod_from_json,
     pod_key,
+    warm_selectors,
 )
 
 from . import STARTED
@@ -142,6 +143,7 @@ class Lockstep:
         self.status = StatusWriter(core, kube)
         self.lag = LoopLag()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cel_warm: asyncio.Future[None] | None = None
         self.failed: BaseException | None = None
         self.verbs_served = not verbs_later
         """The extender verbs answer: until then held gangs are not admitted (the process
@@ -170,6 +172,9 @@ class Lockstep:
             "api-probe": self._probe_api(),
             "loop-lag": self.lag.run(),
         }
+        # DRA's CEL parser, built once in a thread (half a second), not on the loop by the
+        # first plan of a gang with claims.
+        self._cel_warm = asyncio.get_running_loop().run_in_executor(None, warm_selectors)
         for name, coro in runners.items():
             task = asyncio.create_task(coro, name=name)
             task.add_done_callback(self._on_task_done)
@@ -188,6 +193,8 @@ class Lockstep:
         if self._stopping:
             return
         self._stopping = True
+        if self._cel_warm is not None:
+            self._cel_warm.cancel()  # a no-op once built; a thread is never interrupted
         for t in self._tasks.values():
             t.cancel()
         for t in self._tasks.values():

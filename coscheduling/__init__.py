@@ -31,6 +31,7 @@ from .decisions import (
     Reject,
     Unparked,
 )
+from .devices.selectors import warm as warm_selectors
 from .eligibility import affinity_problem, eligible
 from .gang import GangPhase
 from .gating import (
@@ -121,4 +122,5 @@ __all__ = [
     "podgroup_from_json",
     "priority_class_from_json",
     "unpinned_terms",
+    "warm_selectors",
 ]

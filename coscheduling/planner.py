@@ -82,6 +82,22 @@ class Plan:
     """Each member's DRA devices, chosen for the whole gang at once (``devices.matching``)."""
 
 
+def _devices_needed(needs: Sequence[tuple[ClaimNeed, ...] | None]) -> int:
+    """The fewest devices the members' claims can be given: each claim once (shared ones
+    too), none for an allocated one, a ``firstAvailable`` request its smallest subrequest."""
+    seen: set[str] = set()
+    total = 0
+    for claims in needs:
+        for c in claims or ():
+            if c.key in seen or c.allocated is not None:
+                continue
+            seen.add(c.key)
+            for n in c.needs:
+                options = [o.request for o in n.alternatives] or [n.request]
+                total += min(o.count if o.mode == "ExactCount" else 1 for o in options)
+    return total
+
+
 def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
     """Members with equal signatures are eligible on the same nodes. An affinity over a
     limit is never rendered (its ``repr`` alone would grow with the pod): such a member is
@@ -133,11 +149,50 @@ class _Context:
                 self.problems[i] = self.problems[i] or got
                 got = None
             self.needs.append(got or None)
+        self.devices_needed = _devices_needed(self.needs)
+        self._free_devices: dict[NodeName, int | None] = {}
+
         # Eligibility is the same for members with the same spec: one memo per spec.
         memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
         self._elig: list[dict[NodeName, bool]] = [
             memo.setdefault(_signature(m.pod, p), {})
             for m, p in zip(todo, self.problems, strict=True)]
+
+    def devices_could(self, nodes: Sequence[NodeName]) -> bool:
+        """``nodes`` have as many free DRA devices as the gang asks for (a necessary
+        condition, counted without selectors: no CEL is evaluated for a domain that cannot
+        hold the gang, as a 64-GPU gang cannot one 8-GPU node)."""
+        if not self.devices_needed or self.room is None:
+            return True
+        have = 0
+        for n in nodes:
+            got = self._free_devices.get(n, -1)
+            if got == -1:
+                got = self._free_devices[n] = self.room.free_devices(n)
+            if got is None:
+                return True
+            have += got
+            if have >= self.devices_needed:
+                return True
+        return False
+
+    def ranked_by_devices(self, domains: Mapping[tuple[str, ...], Sequence[NodeName]]
+                          ) -> list[tuple[int, tuple[str, ...]]] | None:
+        """``(free DRA devices, domain)`` ascending, for a gang whose claims ask for
+        devices; None when there is no such count (no claims, network-attached devices)."""
+        if not self.devices_needed or self.room is None or self.room.inv.has_network():
+            return None
+        out = []
+        for d, ns in domains.items():
+            total = 0
+            for n in ns:
+                got = self._free_devices.get(n, -1)
+                if got == -1:
+                    got = self._free_devices[n] = self.room.free_devices(n)
+                total += got or 0
+            out.append((total, d))
+        out.sort()
+        return out
 
     def ok(self, i: int, n: NodeName) -> bool:
         """Member ``i`` may use node ``n`` (kube-scheduler's candidates, then predicates)."""
@@ -325,33 +380,37 @@ def plan_gang(
         # Tightest domains first: once one fits, only domains as tight can still beat it.
         # The store keeps the domains ranked by free GPUs; the other resources are summed
         # only for the domains tried.
-        ranked = view.domains_by_free_gpus(index)
+        ranked, need = view.domains_by_free_gpus(index), total_gpu
+        if not total_gpu and (by_devices := ctx.ranked_by_devices(domains)) is not None:
+            # DRA GPUs are devices, not nvidia.com/gpu: the same tightness, counted in them.
+            ranked, need = by_devices, ctx.devices_needed
         best: tuple[tuple[int, int, tuple[str, ...]], _Placed] | None = None
         ties = 0
-        for at in range(bisect_left(ranked, (total_gpu,)), len(ranked)):
+        for at in range(bisect_left(ranked, (need,)), len(ranked)):
             free_gpu, d = ranked[at]
             ns = domains.get(d)
             if ns is None:  # not the parked members' domain
                 continue
             if best is not None:
                 # A tie can only win on fewer nodes, and none uses fewer than one.
-                if free_gpu - total_gpu > best[0][0] or best[0][1] == 1:
+                if free_gpu - need > best[0][0] or best[0][1] == 1:
                     break
                 ties += 1
                 if ties > TIES_TRIED:
                     break
-            if not ctx.holds(ns, others):
+            if not ctx.holds(ns, others) or not ctx.devices_could(ns):
                 continue
             placed = _place_any(ctx, ns)
             if placed is None:
                 continue
-            rank = (free_gpu - total_gpu, len(set(placed[0].values())), d)
+            rank = (free_gpu - need, len(set(placed[0].values())), d)
             if best is None or rank < best[0]:
                 best = (rank, placed)
         if best is not None:
             return Plan({**fixed, **best[1][0]}, levels[index].name, best[0][2], best[1][1])
 
-    if required is None and ctx.could_hold(ctx.names, total_gpu, others):
+    if required is None and ctx.could_hold(ctx.names, total_gpu, others) \
+            and ctx.devices_could(ctx.names):
         # Spread over the whole cluster: tried only when its free capacity adds up (without
         # the check, a 64-member gang that did not fit cost 64 x every node, ~1 s at 5,000).
         placed = _place_any(ctx, ctx.names)

@@ -71,6 +71,20 @@ class DeviceRoom:
             self._held = held_devices(self.inv, self.reservation)
         return self._held
 
+    def free_devices(self, node: NodeName) -> int | None:
+        """Devices of ``node``'s own slices that no claim holds and no plan holds (selectors
+        not looked at: an upper bound, without CEL); None when network-attached devices
+        exist (they are counted on no one node, so no bound is given)."""
+        if self.inv.has_network():
+            return None
+        held, allocated = self.held(), self.inv.allocated()
+        free = 0
+        for d in self.inv.local(node):
+            owner = allocated.get(d.id)
+            if d.id not in held and (owner is None or owner in self.freed_claims):
+                free += 1
+        return free
+
     def trial(self) -> JointTrial:
         return JointTrial(self.inv, self.nodes, self.held(), self.budget,
                           freed=frozenset(self.freed_claims))

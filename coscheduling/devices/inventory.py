@@ -138,6 +138,12 @@ class DeviceInventory:
             self._local, self._network = local, network
         return self._local, self._network
 
+    def local(self, node: str) -> Sequence[Device]:
+        return self._index()[0].get(node, ())
+
+    def has_network(self) -> bool:
+        return bool(self._index()[1])
+
     def reachable(self, node: str, labels: Mapping[str, str]) -> Sequence[Device]:
         """Devices a pod on ``node`` could be given: the node's own, then network-attached
         slices whose ``allNodes`` or ``nodeSelector`` takes the node."""

@@ -30,7 +30,7 @@ from celpy import celtypes
 from ..resources import QuantityError, parse_quantity
 from .model import Device
 
-__all__ = ["MAX_EXPRESSION_CHARS", "MAX_MACROS", "Selectors"]
+__all__ = ["MAX_EXPRESSION_CHARS", "MAX_MACROS", "Selectors", "warm"]
 
 MAX_EXPRESSION_CHARS = 10 * 1024
 MAX_MACROS = 4
@@ -111,6 +111,13 @@ def _activation(d: Device) -> dict[str, Any]:
         celtypes.StringType("capacity"): _Domains(
             {celtypes.StringType(k): celtypes.MapType(v) for k, v in caps.items()}),
     })}
+
+
+def warm() -> None:
+    """Build the CEL environment now (about half a second: cel-python builds its parser),
+    so the first DRA plan does not pay for it on the event loop (the app calls this in a
+    thread at start)."""
+    _environment()
 
 
 @functools.cache
