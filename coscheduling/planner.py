@@ -445,6 +445,10 @@ def _explain(ctx: _Context, required: Level | None) -> NoFit:
     notes = [f"{m.key}: {problem}" if problem is not None else
              f"{m.key} matches no node (selector, affinity or taints)"
              for m, ok, problem in zip(todo, sets, ctx.problems, strict=True) if not ok]
+    if ctx.devices_needed and ctx.room is not None and not ctx.room.inv.has_network():
+        free = sum(ctx.room.free_devices(n) or 0 for n in eligible_nodes)
+        notes.insert(0, f"DRA claims ask for {ctx.devices_needed} devices; {free} free on the "
+                     f"eligible nodes (any class), fewer matching the selectors")
     widest = 0
     if required is not None:
         for ns in ctx.view.domains(ctx.levels.index(required)).values():

@@ -571,3 +571,13 @@ def test_a_claim_made_for_a_planned_member_is_narrowed_to_the_planned_subrequest
     # Narrowed, first fit gives each member a half: both pass.
     assert core.filter(core.pods[pod_key("default", "g-0")], ["n0"], 1.0).passed == ["n0"]
     assert core.filter(core.pods[pod_key("default", "g-1")], ["n0"], 1.0).passed == ["n0"]
+
+
+def test_a_gang_short_of_devices_says_how_many_it_asks_for_and_how_many_are_free() -> None:
+    core = cluster(2, [["H100", "H100"], ["H100"]])
+    core.upsert(dra.TEMPLATES, template_from_json(template("two", count=2)))
+    for i in range(2):
+        core.upsert_pod(pod_from_json(gang_pod(f"a-{i}", "g", 2, "two")))
+    d = core.filter(core.pods[pod_key("default", "a-0")], ["n0", "n1"], 0.0)
+    assert isinstance(d.unresolvable, DoesNotFit)
+    assert "DRA claims ask for 4 devices; 3 free on the eligible nodes" in render(d.unresolvable)
