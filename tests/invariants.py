@@ -374,11 +374,13 @@ def check_devices(core: Coscheduler, claims: Mapping[str, Claim] | None = None,
     inv = st.devices
     held_devices(inv, st.ledger.get)  # only live plans count
     owner: dict[DeviceId, PodKey] = {}
+    claim_of: dict[DeviceId, str] = {}
     for pod, pd in inv.planned.items():
-        for _, d in pd.devices:
-            if d in owner and owner[d] != pod:
+        for held_by, d in pd.devices:
+            # One claim shared by several members is planned under each: one holder.
+            if d in owner and owner[d] != pod and claim_of[d] != held_by:
                 raise InvariantBroken(f"rule 15: device {d} planned for {owner[d]} and {pod}")
-            owner[d] = pod
+            owner[d], claim_of[d] = pod, held_by
     claims = inv.claims if claims is None else claims
     queued = {**st.outbox.deallocate, **(drained or {})}
     for c in claims.values():

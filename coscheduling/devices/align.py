@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from .book import held_devices
-from .demand import pod_demand
+from .demand import ClaimNeed, pod_demand
 from .firstfit import first_fit
 from .inventory import DeviceInventory, PlannedDevices
 from .matching import Budget, JointTrial
@@ -49,9 +49,13 @@ def align(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
     claims = pod_demand(inv, pod)
     if isinstance(claims, str):
         return claims
+    shared = _chosen_claims(inv, pod.key)
+    claims = _known(claims, shared)
     n = nodes.get(node)
     labels = n.labels if n is not None else {}
     ff = first_fit(inv, claims, node, labels, _chosen(inv) - {d for _, d in mine.devices})
+    if ff is not None:  # a shared claim keeps the devices its first member was given
+        ff = (*ff, *((c.key, d) for c in claims if c.key in shared for d in shared[c.key]))
     if ff is None:
         return None  # kube-scheduler's own filter refuses the node; nothing is allocated
     blocked = _rematch(inv, nodes, pods, held, pod.key, node, ff)
@@ -80,10 +84,35 @@ def _rematch(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
     trial = JointTrial(inv, nodes, {**keep, **dict.fromkeys(taken, key)}, Budget())
     for p, pd in sorted(movable.items()):
         claims = pod_demand(inv, pods[p])
+        if not isinstance(claims, str):
+            claims = _known(claims, _by_claim(ff))  # a claim it shares with ``key``
         if isinstance(claims, str) or not trial.add(p, claims, NodeName(pd.node)):
             return next((d for _, d in pd.devices if d in taken), None)
     out = trial.planned()
     out[key] = PlannedDevices(node, ff, chosen=True)
+    return out
+
+
+def _by_claim(devices: tuple[tuple[str, DeviceId], ...]) -> dict[str, tuple[DeviceId, ...]]:
+    out: dict[str, list[DeviceId]] = {}
+    for c, d in devices:
+        out.setdefault(c, []).append(d)
+    return {c: tuple(ds) for c, ds in out.items()}
+
+
+def _known(claims: tuple[ClaimNeed, ...], known: Mapping[str, tuple[DeviceId, ...]]
+           ) -> tuple[ClaimNeed, ...]:
+    """``claims`` with those another member already has devices for (a shared claim that
+    kube-scheduler allocated, or will, for that member) as allocated to those devices."""
+    return tuple(ClaimNeed(c.key, (), known[c.key]) if c.allocated is None and c.key in known
+                 else c for c in claims)
+
+
+def _chosen_claims(inv: DeviceInventory, but: PodKey) -> dict[str, tuple[DeviceId, ...]]:
+    out: dict[str, tuple[DeviceId, ...]] = {}
+    for p, pd in inv.planned.items():
+        if p != but and pd.chosen:
+            out.update(_by_claim(pd.devices))
     return out
 
 
@@ -114,8 +143,10 @@ def outside(inv: DeviceInventory, reservation: Callable[[PodKey], Reservation | 
     """Devices ``pod``'s allocated claims hold that another member's plan holds (empty
     when none, or when the watch has not shown the allocation yet)."""
     held_devices(inv, reservation)  # drops plans whose slot is gone
-    others = {d for p, pd in inv.planned.items() if p != pod.key for _, d in pd.devices}
     got = _allocated(inv, pod) or ()
+    mine = {c for c, _ in got}
+    others = {d for p, pd in inv.planned.items() if p != pod.key
+              for c, d in pd.devices if c not in mine}
     return tuple(d for _, d in got if d in others)
 
 

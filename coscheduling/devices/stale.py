@@ -45,5 +45,6 @@ def stale(inv: DeviceInventory, claim: Claim, pods: Mapping[PodKey, PodRecord],
     mine = inv.planned.get(key)
     if mine is None:
         return True
-    others = {d for p, pd in inv.planned.items() if p != key for _, d in pd.devices}
+    others = {d for p, pd in inv.planned.items() if p != key
+              for c, d in pd.devices if c != claim.key}
     return any(d in others for d in claim.allocated)

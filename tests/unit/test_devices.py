@@ -11,10 +11,12 @@ import pytest
 
 from app.render import render
 from coscheduling import (
+    BindGroup,
     Coscheduler,
     FilterDecision,
     GangKey,
     NodeName,
+    Park,
     Reject,
     Settings,
     ingest,
@@ -581,3 +583,102 @@ def test_a_gang_short_of_devices_says_how_many_it_asks_for_and_how_many_are_free
     d = core.filter(core.pods[pod_key("default", "a-0")], ["n0", "n1"], 0.0)
     assert isinstance(d.unresolvable, DoesNotFit)
     assert "DRA claims ask for 4 devices; 3 free on the eligible nodes" in render(d.unresolvable)
+
+
+def shared_claim(name: str, device: str | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "default", "uid": name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com"}}]}}, "status": {}}
+    if device is not None:
+        obj["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device}]}}}
+    return obj
+
+
+def by_claim(p: dict[str, Any], claim: str) -> dict[str, Any]:
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    return p
+
+
+def test_one_claim_shared_by_two_members_is_planned_once_on_one_node() -> None:
+    """Both members name claim ``shared``: it gets one device, and both go where it is."""
+    core = cluster(2, [["H100"], ["H100"]])
+    core.upsert(dra.CLAIMS, claim_from_json(shared_claim("shared")))
+    for i in range(2):
+        core.upsert_pod(pod_from_json(by_claim(pod(f"s-{i}").gang("s", min_member=2).build(),
+                                               "shared")))
+    members = [Member(core.pods[pod_key("default", f"s-{i}")]) for i in range(2)]
+    plan = plan_gang(members, core.state.capacity, core.state.settings.levels)
+    assert isinstance(plan, Plan)
+    assert len(set(plan.assignments.values())) == 1
+    devices = {d for pd in plan.devices.values() for _, d in pd.devices}
+    assert len(devices) == 1
+
+
+def test_a_member_whose_claim_is_allocated_goes_where_its_devices_are() -> None:
+    core = cluster(2, [["H100"], ["H100"]])
+    core.upsert(dra.CLAIMS, claim_from_json(shared_claim("mine", device="gpu-0")))
+    core.upsert_pod(pod_from_json(by_claim(pod("m-0").gang("m", min_member=1).build(), "mine")))
+    plan = plan_gang([Member(core.pods[pod_key("default", "m-0")])], core.state.capacity,
+                     core.state.settings.levels)
+    assert isinstance(plan, Plan) and plan.assignments == {pod_key("default", "m-0"): "n1"}
+
+
+def test_network_attached_devices_reach_the_nodes_their_slice_selects() -> None:
+    """A pool of two devices reachable from nodes labelled fabric=a (nodeSelector), and one
+    reachable from every node (allNodes); the nodes have no devices of their own."""
+    core = Coscheduler(Settings(backoff_seconds=10))
+    for name, fabric in (("n0", "a"), ("n1", "a"), ("n2", "b")):
+        core.upsert(ingest.NODES, node_from_json(node(name).label("fabric", fabric).build()))
+    selected = gpu_slice("fabric-a", ["H100", "H100"])
+    del selected["spec"]["nodeName"]
+    selected["spec"]["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "fabric", "operator": "In", "values": ["a"]}]}]}
+    everywhere = gpu_slice("shared-pool", ["A100"])
+    del everywhere["spec"]["nodeName"]
+    everywhere["spec"]["allNodes"] = True
+    core.upsert(dra.SLICES, slice_from_json(selected))
+    core.upsert(dra.SLICES, slice_from_json(everywhere))
+    core.upsert(dra.CLASSES, class_from_json(device_class()))
+    core.upsert(dra.TEMPLATES, template_from_json(template(
+        "h100", selector=f'device.attributes["{DRIVER}"].productName == "H100"')))
+    members = []
+    for i in range(2):
+        core.upsert_pod(pod_from_json(gang_pod(f"f-{i}", "f", 2, "h100")))
+        members.append(Member(core.pods[pod_key("default", f"f-{i}")]))
+    plan = plan_gang(members, core.state.capacity, core.state.settings.levels)
+    assert isinstance(plan, Plan)
+    assert set(plan.assignments.values()) <= {"n0", "n1"}  # never n2 (fabric b)
+    assert {d[1] for pd in plan.devices.values() for _, d in pd.devices} == {"fabric-a"}
+    core.upsert_pod(pod_from_json(gang_pod("f-2", "f3", 1, "any")))
+    core.upsert(dra.TEMPLATES, template_from_json(template("any")))
+    third = Member(core.pods[pod_key("default", "f-2")], frozenset({NodeName("n2")}))
+    plan = plan_gang([third], core.state.capacity, core.state.settings.levels)
+    assert isinstance(plan, Plan)  # n2 reaches the allNodes pool
+    assert [d[1] for pd in plan.devices.values() for _, d in pd.devices] == ["shared-pool"]
+
+
+def test_a_shared_claims_device_held_by_both_its_members_keeps_the_invariants() -> None:
+    core = cluster(2, [["H100"], ["H100"]])
+    core.upsert(dra.CLAIMS, claim_from_json(shared_claim("shared")))
+    for i in range(2):
+        core.upsert_pod(pod_from_json(by_claim(pod(f"s-{i}").gang("s", min_member=2).build(),
+                                               "shared")))
+    """(Before: s-0 waited for ever, its first fit "taking" the device s-1's plan named, which
+    is the same claim's.)"""
+    node_s0 = core.filter(core.pods[pod_key("default", "s-0")], ["n0", "n1"], 0.0).passed
+    check_invariants(core)
+    assert core.filter(core.pods[pod_key("default", "s-1")], ["n0", "n1"], 0.0).passed \
+        == node_s0
+    check_invariants(core)
+    dev = core.state.devices.planned[pod_key("default", "s-0")].devices[0][1][2]
+    alloc = shared_claim("shared")
+    alloc["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": node_s0[0], "device": dev}]}},
+        "reservedFor": [{"resource": "pods", "name": "s-0", "uid": "x"}]}
+    core.upsert(dra.CLAIMS, claim_from_json(alloc))
+    assert isinstance(core.bind(pod_key("default", "s-0"), NodeName(node_s0[0]), 1.0), Park)
+    assert isinstance(core.bind(pod_key("default", "s-1"), NodeName(node_s0[0]), 1.0),
+                      BindGroup)
+    check_invariants(core)
