@@ -196,3 +196,30 @@ def test_the_partitionable_gpu_of_138765_is_whole_or_two_halves() -> None:
     assert s["metadata"]["ownerReferences"][0]["uid"] == "u"
     mig = dra.device_class("mig.nvidia.com", device_type="mig")
     assert mig["spec"]["selectors"][0]["cel"]["expression"].endswith(".type == 'mig'")
+
+
+REPO = Path(__file__).resolve().parents[2]
+DRA_POINTS = {"multiPoint", "preEnqueue", "preFilter", "filter", "postFilter", "reserve",
+              "preBind"}
+"""Where v1.34's DynamicResources plugin runs (its PreEnqueue, PreFilter, Filter, PostFilter,
+Reserve and PreBind in pkg/scheduler/framework/plugins/dynamicresources), and multiPoint,
+which enables it at all of them."""
+
+
+@pytest.mark.parametrize("path", [
+    "scheduler-config/lockstep.yaml", "scheduler-config/lockstep-https.yaml",
+    "scheduler-config/scheduler-plugins-coscheduling.yaml", "deploy/scheduler-config.yaml",
+])
+def test_no_scheduler_config_turns_dynamic_resources_off(path: str) -> None:
+    """kube-scheduler v1.34 runs DynamicResources by default (DynamicResourceAllocation is GA
+    and on; applyDynamicResources adds it to the default plugins): a config that disabled it,
+    at any extension point or with "*", would leave every claim unallocated."""
+    import yaml
+    doc = yaml.safe_load((REPO / path).read_text())
+    for profile in doc["profiles"]:
+        for name, point in (profile.get("plugins") or {}).items():
+            disabled = {p["name"] for p in (point or {}).get("disabled") or ()}
+            if name in DRA_POINTS:  # its extension points (queueSort is not one)
+                disabled &= {"DynamicResources", "*"}
+            assert "DynamicResources" not in disabled, (path, profile["schedulerName"], name)
+            assert name not in DRA_POINTS or not disabled, (path, profile["schedulerName"], name)
