@@ -252,11 +252,7 @@ class DeviceModel(RuleBasedStateMachine):
             claim = self._claim_of(key)
             if obj["spec"].get("nodeName") or key in self.parked or claim is None:
                 continue  # no claim yet: the plugin's PreFilter waits for it
-            mine = ((claim.get("status") or {}).get("allocation") or {}).get(
-                "devices", {}).get("results")
-            cand = ([NodeName(mine[0]["pool"])] if mine else
-                    [NodeName(n) for n in sorted(NODES) if self._first_fit(key, n)])
-            d = self.core.filter(pod_from_json(obj), cand, self.now)
+            d = self.core.filter(pod_from_json(obj), self._candidates(key), self.now)
             saw(f"filter:{type(d.unresolvable).__name__}" if d.unresolvable else "filter:ok")
             self._answered()
             if d.passed:
@@ -340,6 +336,45 @@ class DeviceModel(RuleBasedStateMachine):
                 self._deliver(ckey)
         self._answered()
 
+    @rule(data=st.data())
+    def cluster_settles(self, data: st.DataObject) -> None:
+        """Liveness: with every claim made and the watch caught up, a few rounds of
+        kube-scheduler's cycles leave no member of an admitted gang waiting for devices
+        (``DevicesNotReady``): members are ordered through the filter, never deadlocked."""
+        if data.draw(st.integers(0, 3)):
+            return  # rarer than the other rules: it settles everything it touches
+        self.settle()
+
+    def settle(self) -> None:
+        self.controller_makes_claims()
+        self.watch_catches_up()
+        waiting: set[PodKey] = set()
+        for _ in range(4):
+            waiting = set()
+            for gang in sorted(GANGS):
+                for key in sorted(k for k in self.pods if k.startswith(f"default/{gang}-")):
+                    obj = self.pods[key]
+                    if obj["spec"].get("nodeName") or key in self.parked:
+                        continue
+                    d = self.core.filter(pod_from_json(obj), self._candidates(key), self.now)
+                    self._answered()
+                    if d.passed:
+                        self._prebind_and_bind(key, d.passed[0], lag=False)
+                    elif type(d.unresolvable).__name__ == "DevicesNotReady":
+                        waiting.add(key)
+        if waiting:
+            raise InvariantBroken(f"members waiting for devices after the cluster settled: "
+                                  f"{sorted(waiting)}")
+        saw("settled")
+
+    def _candidates(self, key: PodKey) -> list[NodeName]:
+        claim = self._claim_of(key)
+        mine = ((claim or {}).get("status") or {}).get("allocation") or {}
+        results = mine.get("devices", {}).get("results")
+        if results:
+            return [NodeName(results[0]["pool"])]
+        return [NodeName(n) for n in sorted(NODES) if self._first_fit(key, n)]
+
     @rule(dt=st.sampled_from([5.0, 30.0]))
     def advance_time(self, dt: float) -> None:
         self.now += dt
@@ -376,5 +411,18 @@ def test_the_device_model_keeps_its_promises() -> None:
             providers.CONSTANTS_CACHE.cache.clear()
     got = {k: v - before.get(k, 0) for k, v in seen.items() if v > before.get(k, 0)}
     for transition in ("bound", "Park", "filter:DevicesNotReady", "unreserve", "expired",
-                       "dealloc:cleared", "foreign"):
+                       "dealloc:cleared", "foreign", "settled"):
         assert got.get(transition), f"the device model never reached {transition}: {got}"
+
+
+def test_replay_members_sharing_a_claim_are_not_deadlocked() -> None:
+    """The sequence the model found (rule cluster_settles, before the shared-claim fix):
+    gang s's two members share one claim; each one's predicted first fit "took" the device
+    the other's plan named for that same claim, so both waited for devices for ever."""
+    m = DeviceModel()
+    m.start()
+    m.create_gang("s", False)
+    m.promises_hold()
+    m.settle()
+    m.promises_hold()
+    assert all(m.pods[pod_key("default", f"s-{i}")]["spec"].get("nodeName") for i in (0, 1))
