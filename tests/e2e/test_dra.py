@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.dra import API, claim_template, device_class, partitionable_slice
+from testbed.dra import API, claim, claim_template, device_class, partitionable_slice
 from testbed.workloads import gang, pod
 
 from .conftest import Cluster, ClusterFactory, settle
@@ -185,4 +185,26 @@ def test_a_gang_of_whole_nodes_stays_within_one_nvlink_clique(cluster: ClusterFa
     cliques = {n["metadata"]["name"]: n["metadata"]["labels"]["nvidia.com/gpu.clique"]
                for n in c.kube.nodes()}
     assert len({cliques[bound[n]] for n in c.names("g", 3)}) == 1, bound
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_gang_members_sharing_one_claim_run_together_on_its_device(
+        cluster: ClusterFactory) -> None:
+    """One ResourceClaim (1 GPU) named by both members of a gang: both run on the node of its
+    device, the claim reserved for both. (Upstream's own gang path loops forever here,
+    kubernetes/kubernetes#137617: the first member waits in Permit with the claim in flight,
+    so the second is told the claim "is in the process of being allocated". Parked at
+    Lockstep's bind, the first member's claim is already written.)"""
+    c = cluster("dra-tiny-3x2")
+    c.kube.create(f"{API}/namespaces/{c.ns}/resourceclaims",
+                  {**claim("shared-gpu"), "metadata": {"name": "shared-gpu",
+                                                       "namespace": c.ns}})
+    for i in range(2):
+        c.create(pod(f"s-{i}").gang("s", 2).claim(claim="shared-gpu").build())
+    bound = c.wait_bound(["s-0", "s-1"], timeout=45)
+    assert bound["s-0"] == bound["s-1"], bound
+    status = c.kube.get(f"{API}/namespaces/{c.ns}/resourceclaims/shared-gpu")["status"]
+    assert sorted(r["name"] for r in status["reservedFor"]) == ["s-0", "s-1"]
+    (result,) = status["allocation"]["devices"]["results"]
+    assert result["pool"] == bound["s-0"]
     c.recorder.assert_gang_invariants(c.ns)
