@@ -191,10 +191,10 @@ def test_a_gang_of_whole_nodes_stays_within_one_nvlink_clique(cluster: ClusterFa
 def test_gang_members_sharing_one_claim_run_together_on_its_device(
         cluster: ClusterFactory) -> None:
     """One ResourceClaim (1 GPU) named by both members of a gang: both run on the node of its
-    device, the claim reserved for both. (Upstream's own gang path loops forever here,
-    kubernetes/kubernetes#137617: the first member waits in Permit with the claim in flight,
-    so the second is told the claim "is in the process of being allocated". Parked at
-    Lockstep's bind, the first member's claim is already written.)"""
+    device, the claim reserved for both. (Upstream's own gang path looped here,
+    kubernetes/kubernetes#137617, since closed: the first member waited in Permit with the
+    claim in flight, so the second was told the claim "is in the process of being
+    allocated". Parked at Lockstep's bind, the first member's claim is already written.)"""
     c = cluster("dra-tiny-3x2")
     c.kube.create(f"{API}/namespaces/{c.ns}/resourceclaims",
                   {**claim("shared-gpu"), "metadata": {"name": "shared-gpu",
