@@ -98,12 +98,12 @@ class _Capacity(_Wire):
 
 class _Consumption(_Wire):
     counterSet: str = ""
-    counters: dict[str, _Capacity] = Field(default_factory=dict)
+    counters: dict[str, _Capacity] = Field(default_factory=dict, max_length=MAX_ATTRIBUTES)
 
 
 class _CounterSet(_Wire):
     name: str = ""
-    counters: dict[str, _Capacity] = Field(default_factory=dict)
+    counters: dict[str, _Capacity] = Field(default_factory=dict, max_length=MAX_ATTRIBUTES)
 
 
 class _Device(_Wire):
@@ -152,6 +152,7 @@ class _Request(_Wire):
 
 class _Devices(_Wire):
     requests: list[_Request] = Field(default_factory=list)
+    """Over :data:`MAX_REQUESTS` is kept as the claim's problem, not refused here."""
 
 
 class _ClaimSpec(_Wire):
@@ -165,7 +166,7 @@ class _Result(_Wire):
 
 
 class _AllocDevices(_Wire):
-    results: list[_Result] = Field(default_factory=list)
+    results: list[_Result] = Field(default_factory=list, max_length=MAX_COUNT * MAX_REQUESTS)
 
 
 class _Allocation(_Wire):
@@ -179,7 +180,8 @@ class _Consumer(_Wire):
 
 class _ClaimStatus(_Wire):
     allocation: _Allocation | None = None
-    reservedFor: list[_Consumer] = Field(default_factory=list)
+    reservedFor: list[_Consumer] = Field(default_factory=list, max_length=256)
+    """At most 256 consumers (the API's ``ResourceClaimReservedForMaxSize``)."""
 
 
 class _Claim(_Wire):

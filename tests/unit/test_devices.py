@@ -682,3 +682,14 @@ def test_a_shared_claims_device_held_by_both_its_members_keeps_the_invariants() 
     assert isinstance(core.bind(pod_key("default", "s-1"), NodeName(node_s0[0]), 1.0),
                       BindGroup)
     check_invariants(core)
+
+
+def test_counters_and_consumers_over_the_apis_limits_are_refused_at_the_wire() -> None:
+    s = partitionable()
+    s["spec"]["sharedCounters"][0]["counters"] = {f"c{i}": {"value": "1"} for i in range(33)}
+    with pytest.raises(RecordError, match=r"sharedCounters"):
+        slice_from_json(s)
+    c = shared_claim("x", device="gpu-0")
+    c["status"]["reservedFor"] = [{"resource": "pods", "name": f"p{i}"} for i in range(257)]
+    with pytest.raises(RecordError, match=r"reservedFor"):
+        claim_from_json(c)
