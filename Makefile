@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Builds kube-apiserver, kube-scheduler, kubectl, scheduler-plugins, etcd and kwok into
+# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, scheduler-plugins,
+# etcd, kwok and the other pinned tools into
 # $(LOCKSTEP_CACHE)/bin/<name>-<version>/ when missing; does nothing when all are present.
 bins:
 	bash hack/build-bins.sh

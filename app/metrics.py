@@ -129,6 +129,12 @@ class Metrics:
             "already; failed: the API refused).",
             ["outcome"], registry=self.registry,
         )
+        self.claims_deallocated = Counter(
+            "lockstep_claims_deallocated_total",
+            "DRA claims whose unused allocation Lockstep cleared, by outcome (cleared; left: "
+            "changed meanwhile, or the API refused).",
+            ["outcome"], registry=self.registry,
+        )
         self.bind_errors = Counter(
             "lockstep_bind_errors_total", "Bind calls answered with an error, by cause.",
             ["cause"], registry=self.registry,

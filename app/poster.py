@@ -58,6 +58,8 @@ class Poster:
         self.requeue: asyncio.Queue[PodKey] = asyncio.Queue(QUEUE_SIZE)
         self.lifts: asyncio.Queue[tuple[PodKey, int]] = asyncio.Queue(QUEUE_SIZE)
         self.evictions: asyncio.Queue[Eviction] = asyncio.Queue(QUEUE_SIZE)
+        self.deallocations: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue(QUEUE_SIZE)
+        """DRA claims whose allocation to clear: (namespace/name, uid, resourceVersion)."""
         """Held pods to take Lockstep's gate off, with the attempt number."""
         self.dropped = 0
         self._posted: dict[tuple[PodKey, str, str], float] = {}
@@ -152,6 +154,26 @@ class Poster:
                 await self.kube.merge_patch(path, patch)
             except (APIError, APIUnreachable) as e:
                 log.info("requeue of %s failed: %s", key, e)
+
+    async def deallocate(self) -> None:
+        """Clear the allocation of a DRA claim nobody will use (``coscheduling.devices.stale``:
+        kube-scheduler unreserved it and keeps the allocation), as its DynamicResources
+        PostFilter does. The uid and resourceVersion are preconditions: a claim reserved or
+        changed meanwhile is left alone (the next change is looked at again)."""
+        while True:
+            key, uid, rv = await self.deallocations.get()
+            namespace, name = key.split("/", 1)
+            path = (f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/"
+                    f"{name}/status")
+            outcome = "cleared"
+            try:
+                await self.kube.merge_patch(path, {
+                    "metadata": {"uid": uid, "resourceVersion": rv},
+                    "status": {"allocation": None}})
+            except (APIError, APIUnreachable) as e:
+                outcome = "left"
+                log.info("clearing the allocation of claim %s failed: %s", key, e)
+            self.metrics.claims_deallocated.labels(outcome).inc()
 
     def offer_evictions(self, evictions: list[Eviction]) -> None:
         """Queue victims to evict, counting each preemption and its victim units once."""

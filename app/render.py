@@ -11,6 +11,7 @@ from coscheduling.reasons import (
     BackingOff,
     BeingPreempted,
     BindTargetGone,
+    DevicesNotReady,
     DoesNotFit,
     ExtraMemberWaits,
     HigherPriorityPodsWaiting,
@@ -122,6 +123,8 @@ def _render_binding(reason: Reason) -> str | None:
                     "it was deleted or recreated")
         case BindTargetGone(gang, pod, what):
             return f"gang {gang}: not binding {pod}: {what}"
+        case DevicesNotReady(gang, pod, why):
+            return f"gang {gang}: {pod}'s DRA devices: {why}"
         case PartiallyBound(gang, bound, need, failures):
             why = "; ".join(failures)
             return (f"gang {gang} is partially bound ({bound}/{need}): a member's binding "

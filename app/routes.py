@@ -54,7 +54,8 @@ def create_rest_app(
     # The admission webhook (app/webhook.py) also answers here, for clients that reach
     # the extender's port; the API server calls it on --webhook-port, over TLS.
     app.include_router(admission_router(service.core.settings.scheduler_names, m.webhook,
-                                        CreationPlacer(service), service.acting_now))
+                                        CreationPlacer(service), service.acting_now,
+                                        service.core.narrow_claim))
 
     add_error_handlers(app)
 

@@ -38,6 +38,7 @@ from coscheduling import (
     RecordError,
     pod_from_json,
     pod_key,
+    warm_selectors,
 )
 
 from . import STARTED
@@ -174,6 +175,7 @@ class Lockstep:
         self.status = StatusWriter(core, kube)
         self.lag = LoopLag()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cel_warm: asyncio.Future[None] | None = None
         self.failed: BaseException | None = None
         self.verbs_served = not verbs_later
         """The extender verbs answer: until then held gangs are not admitted (the process
@@ -202,6 +204,7 @@ class Lockstep:
             "deadline-timer": self.binder.expire_loop(),
             "event-poster": self.poster.post_events(),
             "requeue-nudger": self.poster.nudge(),
+            "claim-deallocator": self.poster.deallocate(),
             "evictor": self.poster.evict(),
             **{f"gate-lifter-{i}": self.poster.lift() for i in range(LIFTERS)},
             "podgroup-status": self.status.run(),
@@ -211,6 +214,9 @@ class Lockstep:
         if self.leader is not None:
             runners["lease"] = self.leader.run()
             runners["leadership"] = self._follow_lead()
+        # DRA's CEL parser, built once in a thread (half a second), not on the loop by the
+        # first plan of a gang with claims.
+        self._cel_warm = asyncio.get_running_loop().run_in_executor(None, warm_selectors)
         for name, coro in runners.items():
             task = asyncio.create_task(coro, name=name)
             task.add_done_callback(self._on_task_done)
@@ -229,6 +235,8 @@ class Lockstep:
         if self._stopping:
             return
         self._stopping = True
+        if self._cel_warm is not None:
+            self._cel_warm.cancel()  # a no-op once built; a thread is never interrupted
         for t in self._tasks.values():
             t.cancel()
         for t in self._tasks.values():
@@ -432,6 +440,8 @@ class Lockstep:
         for lift in self.core.drain_lift():
             self.poster.offer_lift(lift.pod, lift.uid, lift.node)
         self.poster.offer_evictions(self.core.drain_evictions())
+        for claim in self.core.drain_deallocate():
+            self.poster.offer(self.poster.deallocations, claim)
         self.kick.set()
 
     def _drop_queued(self) -> None:
@@ -441,3 +451,4 @@ class Lockstep:
         self.core.drain_requeue()
         self.core.drain_lift()
         self.core.drain_evictions()
+        self.core.drain_deallocate()

@@ -57,6 +57,7 @@ from .service import Lockstep
 
 __all__ = [
     "API_VERSION",
+    "CLAIMS_PATH",
     "MAX_BODY",
     "WEBHOOK_PATH",
     "AdmissionReview",
@@ -73,6 +74,10 @@ __all__ = [
 
 API_VERSION = "admission.k8s.io/v1"
 WEBHOOK_PATH = "/mutate/pods"
+CLAIMS_PATH = "/mutate/resourceclaims"
+"""ResourceClaims being created: a claim made for a gang member from a template is narrowed
+to the ``firstAvailable`` subrequests its gang's plan chose (``coscheduling.devices.narrow``,
+docs/dra.md)."""
 """Where the API server sends pod reviews (``clientConfig`` in ``deploy/webhook/``)."""
 MAX_BODY = 8 * 1024 * 1024
 """The API server sends at most its own 3 MiB request limit plus the review's envelope."""
@@ -334,13 +339,29 @@ async def _body(request: Request) -> bytes:
 
 def admission_router(scheduler_names: frozenset[str], decisions: Counter,
                      placer: Placer | None = None,
-                     acting: Callable[[], bool] = lambda: True) -> APIRouter:
-    """``POST /mutate/pods``; ``decisions`` counts answers by :class:`Decision`.
+                     acting: Callable[[], bool] = lambda: True,
+                     narrow: Callable[[str, dict[str, Any]], list[dict[str, Any]]] | None = None
+                     ) -> APIRouter:
+    """``POST /mutate/pods`` and ``POST /mutate/resourceclaims``; ``decisions`` counts pod
+    answers by :class:`Decision`.
 
     ``acting`` false (a standby, or a leader still rebuilding its view): every member is
     gated, never pinned, since a pin reserves from a ledger that may be stale; the leader
     admits and lifts it (``docs/failover.md``)."""
     router = APIRouter()
+
+    @router.post(CLAIMS_PATH)
+    async def mutate_claims(request: Request) -> Response:
+        try:
+            review = _validate(AdmissionReview, await _body(request))
+        except BadRequest as e:
+            return json_response({"error": e.message, "fields": e.fields}, e.status)
+        req = review.request
+        patch: list[dict[str, Any]] = []
+        if narrow is not None and req.operation == "CREATE" and not req.dry_run \
+                and req.kind.kind == "ResourceClaim" and req.obj is not None:
+            patch = narrow(req.namespace, req.obj)
+        return json_response(review_response(req.uid, patch))
 
     @router.post(WEBHOOK_PATH)
     async def mutate_pods(request: Request) -> Response:
@@ -364,7 +385,7 @@ def create_webhook_app(service: Lockstep) -> FastAPI:
                   openapi_url=None, docs_url=None, redoc_url=None)
     app.include_router(admission_router(service.core.settings.scheduler_names,
                                         service.metrics.webhook, CreationPlacer(service),
-                                        service.acting_now))
+                                        service.acting_now, service.core.narrow_claim))
 
     add_error_handlers(app)
 

@@ -41,6 +41,7 @@ from .actions import (
 from .conventions.scheduler_plugins import podgroup_from_json
 from .core import Coscheduler
 from .corestate import PlainVerdict, Settings
+from .devices.selectors import warm as warm_selectors
 from .eligibility import affinity_problem, eligible
 from .gang import GangPhase
 from .gating import (
@@ -139,5 +140,6 @@ __all__ = [
     "podgroup_from_json",
     "priority_class_from_json",
     "unpinned_terms",
+    "warm_selectors",
     "watched_table",
 ]

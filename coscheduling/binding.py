@@ -25,6 +25,7 @@ from .actions import (
     Unparked,
 )
 from .corestate import CoreState
+from .devices.align import outside
 from .filtering import filter_pod
 from .gang import Gang, GangPhase
 from .gang_admission import reconcile
@@ -34,6 +35,7 @@ from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, MissingPodGro
 from .reasons import (
     BeingPreempted,
     BindTargetGone,
+    DevicesNotReady,
     GangReason,
     InvalidDeclaration,
     PartiallyBound,
@@ -82,6 +84,12 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
     planned = g.plan.get(key)
     if planned is not None and planned != node:
         return Reject(WrongNode(g.key, planned, node))
+    if pod.claims and (taken := outside(st.devices, st.ledger.get, pod)):
+        # kube-scheduler wrote this allocation in PreBind, before this call: refusing it
+        # makes its Unreserve take the pod out of the claims' reservedFor (docs/dra.md).
+        return Reject(DevicesNotReady(g.key, key, "kube-scheduler allocated "
+                                      f"{', '.join('/'.join(d) for d in taken[:4])}, which "
+                                      "another gang's plan holds"))
     if planned is None and g.phase is not GangPhase.RELEASED:
         # No plan holds this pod (e.g. Lockstep restarted after filter): admit it now.
         decision = filter_pod(st, pod, [node], now)

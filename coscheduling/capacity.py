@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .cluster import ClusterStore
+from .devices.book import DeviceRoom
+from .devices.inventory import DeviceInventory
 from .ledger import Ledger
 from .preemption.nominations import Nominations
 from .records import NodeName, NodeRecord, PodKey
@@ -23,9 +25,11 @@ __all__ = ["Capacity"]
 
 class Capacity:
     def __init__(self, store: ClusterStore, ledger: Ledger,
-                 nominations: Nominations | None = None) -> None:
+                 nominations: Nominations | None = None,
+                 devices: DeviceInventory | None = None) -> None:
         self._store = store
         self._ledger = ledger
+        self.devices = devices if devices is not None else DeviceInventory()
         self._nominations = nominations if nominations is not None else Nominations()
 
     @property
@@ -48,6 +52,10 @@ class Capacity:
             if n.pod == pod or n.priority < priority:
                 free = add(free, n.requests)
         return free
+
+    def device_room(self) -> DeviceRoom:
+        """DRA devices outside every admitted gang's hold (``coscheduling.devices.book``)."""
+        return DeviceRoom(self.devices, self._store.nodes, self._ledger.get)
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
         return list(self._store.gpu_pods.get(node, {}).values())

@@ -46,6 +46,7 @@ from .conventions.upstream import UpstreamPodGroup
 from .conventions.volcano import VolcanoStatus
 from .corestate import CoreState, PlainVerdict, Settings
 from .creation import held, placer
+from .devices.narrow import narrow
 from .gang import Gang
 from .ingest import Kind
 from .membership import meets_quorum
@@ -288,6 +289,16 @@ class Coscheduler:
     def drain_unparked(self) -> list[Unparked]:
         """Parked calls let go of by cluster events; the app answers each with its reason."""
         return self._outbox.drain_unparked()
+
+    def narrow_claim(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The webhook's patch for a ResourceClaim being created: each ``firstAvailable``
+        request narrowed to the subrequest its pod's plan chose (``devices.narrow``)."""
+        return narrow(self._state.devices, namespace, obj)
+
+    def drain_deallocate(self) -> list[tuple[str, str, str]]:
+        """DRA claims whose allocation nobody will use (``devices.stale``): ``(namespace/name,
+        uid, resourceVersion)``; the app clears each allocation under those preconditions."""
+        return self._state.outbox.drain_deallocate()
 
     def drain_evictions(self) -> list[Eviction]:
         """Victims of preemptions decided since the last drain: the app evicts them."""

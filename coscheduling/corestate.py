@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from .actions import Answer, NoticeKind, Unparked
 from .capacity import Capacity
 from .cluster import ClusterStore
+from .devices.inventory import DeviceInventory
 from .gang import Gang
 from .ledger import Ledger
 from .outbox import Outbox
@@ -88,7 +89,9 @@ class CoreState:
         self.ledger = Ledger(on_change=self.store.touch)
         self.nominations = Nominations(on_change=self.store.touch)
         """Room held for plain pods that preempted (a gang's is in the ledger)."""
-        self.capacity = Capacity(self.store, self.ledger, self.nominations)
+        self.devices = DeviceInventory()
+        """DRA devices, claims and the devices admitted gangs hold (``coscheduling.devices``)."""
+        self.capacity = Capacity(self.store, self.ledger, self.nominations, self.devices)
         self.waiting = WaitingMap()
         self.gangs: dict[GangKey, Gang] = {}
         self.membership: dict[PodKey, Membership] = {}

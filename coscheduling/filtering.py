@@ -8,14 +8,16 @@ capacity outside other gangs' reservations fits it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import filterfalse
 
 from .actions import FilterDecision
 from .corestate import CoreState
+from .devices.align import spared
 from .enqueue import queue_gate
 from .expected import adopt
 from .gang import Gang, GangPhase
-from .gang_admission import admit, extend, replan, turn_away
+from .gang_admission import admit, devices_ready, extend, replan, turn_away
 from .ingest import learn_newer, upsert_pod
 from .membership import countable, meets_quorum, resolve_pod
 from .podgroup import GangSpec, InvalidGang, MissingPodGroup
@@ -90,6 +92,8 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
     if planned is not None:
         # The plan holds this pod's slot: hand out exactly that node (idempotent).
         if planned in candidates and victims_hold(st, g, planned) is None:
+            if (waits := devices_ready(st, g, pod, planned)) is not None:
+                return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
             return FilterDecision([planned])
         if (preempting := preempting_reason(st, g)) is not None:
             # Its victims still hold the planned node (kube-scheduler's own filters said
@@ -134,6 +138,22 @@ def _filter_plain_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeNa
     return decision
 
 
+def _devices_spared(st: CoreState, pod: PodRecord, candidates: list[NodeName]
+                    ) -> tuple[list[NodeName], dict[NodeName, NodeReason]]:
+    """Candidates where kube-scheduler's first fit for ``pod``'s claims would take devices
+    an admitted gang's plan cannot spare are turned away (``devices.align.spared``)."""
+    ok: list[NodeName] = []
+    failed: dict[NodeName, NodeReason] = {}
+    for n in candidates:
+        holder = spared(st.devices, st.store.nodes, st.store.pods, st.ledger.get, pod, n)
+        if holder is None:
+            ok.append(n)
+            continue
+        r = st.ledger.get(holder)
+        failed[n] = ReservedForGangs(n, (r.gang,) if r is not None else (), {"devices": 1})
+    return ok, failed
+
+
 def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
                  ) -> FilterDecision:
     """A pod no plan holds: every candidate whose capacity outside reservations fits it."""
@@ -141,6 +161,11 @@ def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
     # not seen yet included), so only nodes holding reservations can turn this pod away:
     # the work is O(reserved nodes), plus one C-speed pass when some node fails.
     everything = candidates if isinstance(candidates, list) else list(candidates)
+    if pod.claims and st.devices.planned:
+        everything, taken = _devices_spared(st, pod, everything)
+        if taken:
+            rest = filter_plain(st, replace(pod, claims=()), everything)
+            return FilterDecision(rest.passed, {**taken, **rest.failed}, rest.unresolvable)
     totals = st.ledger.total
     if st.nominations.total:  # room held for plain pods that preempted counts too
         totals = {**st.nominations.total, **totals}

@@ -18,6 +18,9 @@ from collections.abc import Mapping, Sequence
 from . import expected
 from .actions import FilterDecision, NoticeKind, Unparked
 from .corestate import CoreState
+from .devices.align import align
+from .devices.book import record
+from .devices.demand import CLAIMS_FIELD, pod_demand
 from .eligibility import eligible
 from .enqueue import queue_gate
 from .gang import Gang, GangPhase
@@ -29,6 +32,7 @@ from .preemption.book import PreemptorId
 from .preemption.carry import blocked, preempting_reason, try_preempt, victims_hold
 from .reasons import (
     BackingOff,
+    DevicesNotReady,
     DoesNotFit,
     ExtraMemberWaits,
     GangReason,
@@ -48,6 +52,7 @@ __all__ = [
     "TOPOLOGY_REQUIRED",
     "admit",
     "admit_by_preemption",
+    "devices_ready",
     "extend",
     "fall_back",
     "free_outside_reservations",
@@ -205,7 +210,32 @@ def admit(st: CoreState, g: Gang, spec: GangSpec, pod: PodRecord,
     if (waits := victims_hold(st, g, node)) is not None:
         # kube-scheduler found room there, but not counting all its holders.
         return FilterDecision([], unresolvable=turn_away(st, pod.key, g, waits))
+    if (short := devices_ready(st, g, pod, node)) is not None:
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, short))
     return FilterDecision([node])
+
+
+
+def claims_problem(st: CoreState, g: Gang, live: Sequence[PodRecord]
+                   ) -> InvalidDeclaration | None:
+    """A member whose DRA claims cannot be planned (an unknown class or template, a
+    selector that does not compile, a number over its limit): the gang is invalid until it
+    is fixed, with the reason naming the field. Looked at again when devices change."""
+    for p in live:
+        if p.claims and isinstance(why := pod_demand(st.devices, p), str):
+            return InvalidDeclaration(InvalidGang(g.key, f"{p.key} {CLAIMS_FIELD}", "", why))
+    return None
+
+
+def devices_ready(st: CoreState, g: Gang, pod: PodRecord, node: NodeName
+                  ) -> DevicesNotReady | None:
+    """None when kube-scheduler's first fit on ``node`` gives ``pod`` devices its plan can
+    take (``coscheduling.devices.align``); else why the member waits."""
+    if not pod.claims:
+        return None
+    why = align(st.devices, st.store.nodes, st.store.pods, st.ledger.get,
+                lambda p: r.gang if (r := st.ledger.get(p)) is not None else "?", pod, node)
+    return DevicesNotReady(g.key, pod.key, why) if why is not None else None
 
 
 def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now: float,
@@ -224,6 +254,8 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         return waits_for
     if (queue_says := queue_gate(st, g, spec, live)) is not None:
         return queue_says  # a Volcano gang whose queue is closed, missing or full
+    if (bad_claims := claims_problem(st, g, live)) is not None:
+        return bad_claims
     short: NotEnoughMinResources | None = None
     if spec.min_resources:
         total = free_outside_reservations(st)
@@ -275,6 +307,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
             and (waits := outranked(st, g, result.assignments, requests)) is not None):
         return waits
     g.admit(result.assignments, requests, result.level, now, timeout)
+    record(st.devices, result.devices)
     first = pod.key if pod is not None else (members[0].key if members else live[0].key)
     # One Event per admission, on the member whose filter call admitted the gang.
     st.notice(NoticeKind.ADMITTED, g.key, (first,), detail=_plan_text(result))
@@ -320,6 +353,7 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
     timeout = spec.timeout_seconds + (max(0.0, rec.deadline - now) if rec is not None else 0.0)
     requests = {k: st.store.pods[k].requests for k in found.assignments}
     g.admit(found.assignments, requests, found.level, now, timeout)
+    record(st.devices, found.devices)
     st.notice(NoticeKind.ADMITTED, g.key, (members[0].key,), detail=_plan_text(found))
     return True
 
@@ -486,6 +520,7 @@ def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName
         return FilterDecision([], unresolvable=ExtraMemberWaits(g.key, len(g.plan)))
     node = result.assignments[pod.key]
     g.add_slot(pod.key, node, pod.requests)
+    record(st.devices, result.devices)
     return FilterDecision([node])
 
 
@@ -506,6 +541,7 @@ def replan(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName
         return FilterDecision([], unresolvable=turn_away(st, pod.key, g, reason))
     node = result.assignments[pod.key]
     g.add_slot(pod.key, node, pod.requests)
+    record(st.devices, result.devices)
     return FilterDecision([node])
 
 

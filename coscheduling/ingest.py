@@ -25,6 +25,7 @@ from .conventions.base import MAX_GANG_SIZE_FLAG, Convention, PodGroupRecord, Wa
 from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
 from .conventions.volcano_queues import QueueRecord
 from .corestate import CoreState
+from .devices import events as device_events
 from .enqueue import queue_freed, wake_queued
 from .gang import Gang
 from .gang_admission import reconcile
@@ -39,12 +40,17 @@ from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from .topology import NumaZones
 
 __all__ = [
+    "DEVICE_CLASSES",
+    "DEVICE_KINDS",
     "NODES",
     "NUMA",
     "PDBS",
     "PODS",
     "PRIORITY_CLASSES",
     "QUEUES",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
     "SP_PODGROUPS",
     "UPSTREAM_PODGROUPS",
     "VOLCANO_PODGROUPS",
@@ -544,6 +550,23 @@ QUEUES: Kind[str, QueueRecord] = Kind(
 PODS: Kind[PodKey, PodRecord] = Kind(
     "pods", lambda st: st.store.pods, lambda p: p.key, watched_pod,
     delete_pod, _replace_pods)
+
+
+
+def _fed(feed: device_events.Feed[R]) -> Kind[str, R]:
+    """A device kind's entry: the devices wing declares its events over the state it is
+    handed (``devices.events``), which the core's state is."""
+    return Kind(feed.name, feed.current, feed.key, feed.upsert, feed.delete)
+
+
+DEVICE_CLASSES = _fed(device_events.CLASSES)
+RESOURCE_SLICES = _fed(device_events.SLICES)
+RESOURCE_CLAIMS = _fed(device_events.CLAIMS)
+RESOURCE_CLAIM_TEMPLATES = _fed(device_events.TEMPLATES)
+DEVICE_KINDS: dict[str, Kind[str, Any]] = {
+    k.name: k for k in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS,
+                        RESOURCE_CLAIM_TEMPLATES)}
+"""DRA's four kinds by resource name (``coscheduling.watched`` pairs each with its watch)."""
 
 _OWN_RULES: dict[str, Kind[Any, Any]] = {
     "upstream-podgroups": UPSTREAM_PODGROUPS,

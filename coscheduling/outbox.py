@@ -29,6 +29,9 @@ class Outbox:
     """Gang pods a verb asked about before the watch delivered them: nudged on arrival."""
     evictions: list[Eviction] = field(default_factory=list)
     """Victims of preemptions decided since the last drain."""
+    deallocate: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """DRA claims (``namespace/name``) whose allocation the app clears, with the uid and
+    resourceVersion it must still have (``coscheduling.devices.stale``)."""
 
     def notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
                reason: GangReason | None = None, detail: str = "") -> None:
@@ -51,6 +54,11 @@ class Outbox:
 
     def drain_evictions(self) -> list[Eviction]:
         out, self.evictions = self.evictions, []
+        return out
+
+    def drain_deallocate(self) -> list[tuple[str, str, str]]:
+        out = sorted((k, uid, rv) for k, (uid, rv) in self.deallocate.items())
+        self.deallocate.clear()
         return out
 
     def drain_unparked(self) -> list[Unparked]:

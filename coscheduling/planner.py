@@ -13,9 +13,12 @@ from __future__ import annotations
 import functools
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from .devices.book import DeviceRoom
+from .devices.demand import ClaimNeed
+from .devices.inventory import PlannedDevices
 from .eligibility import affinity_problem, eligible
 from .reasons import NoFit
 from .records import NodeName, NodeRecord, PodKey, PodRecord
@@ -64,6 +67,10 @@ class CapacityView(Protocol):
         domain's free GPUs are ``free_gpus`` summed over its nodes."""
         ...
 
+    def device_room(self) -> DeviceRoom | None:
+        """The DRA devices a plan may give (``coscheduling.devices``); None: none known."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -71,6 +78,24 @@ class Plan:
     level: str | None
     """The topology level whose single domain holds the gang; None when spread."""
     domain: tuple[str, ...] | None = None
+    devices: dict[PodKey, PlannedDevices] = field(default_factory=dict)
+    """Each member's DRA devices, chosen for the whole gang at once (``devices.matching``)."""
+
+
+def _devices_needed(needs: Sequence[tuple[ClaimNeed, ...] | None]) -> int:
+    """The fewest devices the members' claims can be given: each claim once (shared ones
+    too), none for an allocated one, a ``firstAvailable`` request its smallest subrequest."""
+    seen: set[str] = set()
+    total = 0
+    for claims in needs:
+        for c in claims or ():
+            if c.key in seen or c.allocated is not None:
+                continue
+            seen.add(c.key)
+            for n in c.needs:
+                options = [o.request for o in n.alternatives] or [n.request]
+                total += min(o.count if o.mode == "ExactCount" else 1 for o in options)
+    return total
 
 
 def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
@@ -114,11 +139,60 @@ class _Context:
         # Affinity limits are checked once per member, never per node (eligibility.py).
         self.problems: list[str | None] = [affinity_problem(m.pod.required_affinity)
                                            for m in todo]
+        # DRA claims: resolved once per member; one that cannot be planned is eligible
+        # nowhere, with the reason (a missing class, a selector that does not compile).
+        self.room = view.device_room() if any(m.pod.claims for m in todo) else None
+        self.needs: list[tuple[ClaimNeed, ...] | None] = []
+        for i, m in enumerate(todo):
+            got = self.room.demand(m.pod) if self.room is not None else None
+            if isinstance(got, str):
+                self.problems[i] = self.problems[i] or got
+                got = None
+            self.needs.append(got or None)
+        self.devices_needed = _devices_needed(self.needs)
+        self._free_devices: dict[NodeName, int | None] = {}
+
         # Eligibility is the same for members with the same spec: one memo per spec.
         memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
         self._elig: list[dict[NodeName, bool]] = [
             memo.setdefault(_signature(m.pod, p), {})
             for m, p in zip(todo, self.problems, strict=True)]
+
+    def devices_could(self, nodes: Sequence[NodeName]) -> bool:
+        """``nodes`` have as many free DRA devices as the gang asks for (a necessary
+        condition, counted without selectors: no CEL is evaluated for a domain that cannot
+        hold the gang, as a 64-GPU gang cannot one 8-GPU node)."""
+        if not self.devices_needed or self.room is None:
+            return True
+        have = 0
+        for n in nodes:
+            got = self._free_devices.get(n, -1)
+            if got == -1:
+                got = self._free_devices[n] = self.room.free_devices(n)
+            if got is None:
+                return True
+            have += got
+            if have >= self.devices_needed:
+                return True
+        return False
+
+    def ranked_by_devices(self, domains: Mapping[tuple[str, ...], Sequence[NodeName]]
+                          ) -> list[tuple[int, tuple[str, ...]]] | None:
+        """``(free DRA devices, domain)`` ascending, for a gang whose claims ask for
+        devices; None when there is no such count (no claims, network-attached devices)."""
+        if not self.devices_needed or self.room is None or self.room.inv.has_network():
+            return None
+        out = []
+        for d, ns in domains.items():
+            total = 0
+            for n in ns:
+                got = self._free_devices.get(n, -1)
+                if got == -1:
+                    got = self._free_devices[n] = self.room.free_devices(n)
+                total += got or 0
+            out.append((total, d))
+        out.sort()
+        return out
 
     def ok(self, i: int, n: NodeName) -> bool:
         """Member ``i`` may use node ``n`` (kube-scheduler's candidates, then predicates)."""
@@ -196,41 +270,78 @@ class _Context:
         return domain_of(self.levels, index, self.view.nodes[n])
 
 
-def _place(ctx: _Context, nodes: Sequence[NodeName]) -> dict[PodKey, NodeName] | None:
+_Placed = tuple[dict[PodKey, NodeName], dict[PodKey, PlannedDevices]]
+
+
+def _place_any(ctx: _Context, nodes: Sequence[NodeName]) -> _Placed | None:
+    """:func:`_place`, then, for a gang with ``firstAvailable`` requests whose preferred
+    subrequests leave later members nothing, again from each less preferred one (at most
+    ``MAX_ALTERNATIVES`` tries: #138765's gang fits as two halves, not one whole GPU)."""
+    widest = max((len(n.alternatives) for needs in ctx.needs if needs
+                  for c in needs for n in c.needs), default=0)
+    for floor in range(max(widest, 1)):
+        got = _place(ctx, nodes, floor)
+        if got is not None:
+            return got
+    return None
+
+
+def _place(ctx: _Context, nodes: Sequence[NodeName], floor: int = 0) -> _Placed | None:
     free: dict[NodeName, Resources] = {}
     extra_gpu: dict[NodeName, list[int]] = {}
     out: dict[PodKey, NodeName] = {}
-    view = ctx.view
+    trial = ctx.room.trial() if ctx.room is not None else None
     for i, m in enumerate(ctx.todo):
         req = m.pod.requests
-        gpus = req.get(GPU, 0)
-        best: tuple[tuple[float, ...], NodeName] | None = None
-        for n in nodes:
-            if not ctx.ok(i, n):
-                continue
-            f = free.get(n)
-            if f is None:
-                f = free[n] = ctx.free(n)
-            if not fits(req, f):
-                continue
-            if gpus:
-                used = [*view.gpu_pods_on(n), *extra_gpu.get(n, ())]
-                score = explain_score(view.nodes[n], gpus, f.get(GPU, 0), used,
-                                      ctx.layout(n)).total
-                rank: tuple[float, ...] = (f.get(GPU, 0) - gpus, -score)
-            else:
-                # CPU-only members (launchers) prefer nodes without GPUs, then the tightest.
-                rank = (view.nodes[n].allocatable.get(GPU, 0), f.get("cpu", 0) - req.get("cpu", 0))
-            if best is None or (rank, n) < (best[0], best[1]):
-                best = (rank, n)
-        if best is None:
+        needs = ctx.needs[i]
+        ranked = _ranked(ctx, i, nodes, free, extra_gpu, every=needs is not None)
+        n = None
+        if needs is None:
+            n = ranked[0][1] if ranked else None
+        elif trial is not None:
+            # The best node whose devices, with every earlier member's, can still be
+            # matched (earlier members may move to other devices: matching.py).
+            n = next((c for _, c in ranked if trial.add(m.key, needs, c, floor)), None)
+        if n is None:
             return None
-        n = best[1]
         free[n] = sub(free[n], req)
-        if gpus:
+        if gpus := req.get(GPU, 0):
             extra_gpu.setdefault(n, []).append(gpus)
         out[ctx.keys[i]] = n
-    return out
+    return out, (trial.planned() if trial is not None else {})
+
+
+def _ranked(ctx: _Context, i: int, nodes: Sequence[NodeName], free: dict[NodeName, Resources],
+            extra_gpu: dict[NodeName, list[int]], every: bool
+            ) -> list[tuple[tuple[float, ...], NodeName]]:
+    """The nodes member ``i`` fits, best first (only the best unless ``every``)."""
+    m = ctx.todo[i]
+    view = ctx.view
+    req = m.pod.requests
+    gpus = req.get(GPU, 0)
+    best: list[tuple[tuple[float, ...], NodeName]] = []
+    for n in nodes:
+        if not ctx.ok(i, n):
+            continue
+        f = free.get(n)
+        if f is None:
+            f = free[n] = ctx.free(n)
+        if not fits(req, f):
+            continue
+        if gpus:
+            used = [*view.gpu_pods_on(n), *extra_gpu.get(n, ())]
+            score = explain_score(view.nodes[n], gpus, f.get(GPU, 0), used,
+                                  ctx.layout(n)).total
+            rank: tuple[float, ...] = (f.get(GPU, 0) - gpus, -score)
+        else:
+            # CPU-only members (launchers) prefer nodes without GPUs, then the tightest.
+            rank = (view.nodes[n].allocatable.get(GPU, 0), f.get("cpu", 0) - req.get("cpu", 0))
+        if every:
+            best.append((rank, n))
+        elif not best or (rank, n) < best[0]:
+            best = [(rank, n)]
+    best.sort()
+    return best
 
 
 def plan_gang(
@@ -269,38 +380,42 @@ def plan_gang(
         # Tightest domains first: once one fits, only domains as tight can still beat it.
         # The store keeps the domains ranked by free GPUs; the other resources are summed
         # only for the domains tried.
-        ranked = view.domains_by_free_gpus(index)
-        best: tuple[tuple[int, int, tuple[str, ...]], dict[PodKey, NodeName]] | None = None
+        ranked, need = view.domains_by_free_gpus(index), total_gpu
+        if not total_gpu and (by_devices := ctx.ranked_by_devices(domains)) is not None:
+            # DRA GPUs are devices, not nvidia.com/gpu: the same tightness, counted in them.
+            ranked, need = by_devices, ctx.devices_needed
+        best: tuple[tuple[int, int, tuple[str, ...]], _Placed] | None = None
         ties = 0
-        for at in range(bisect_left(ranked, (total_gpu,)), len(ranked)):
+        for at in range(bisect_left(ranked, (need,)), len(ranked)):
             free_gpu, d = ranked[at]
             ns = domains.get(d)
             if ns is None:  # not the parked members' domain
                 continue
             if best is not None:
                 # A tie can only win on fewer nodes, and none uses fewer than one.
-                if free_gpu - total_gpu > best[0][0] or best[0][1] == 1:
+                if free_gpu - need > best[0][0] or best[0][1] == 1:
                     break
                 ties += 1
                 if ties > TIES_TRIED:
                     break
-            if not ctx.holds(ns, others):
+            if not ctx.holds(ns, others) or not ctx.devices_could(ns):
                 continue
-            placed = _place(ctx, ns)
+            placed = _place_any(ctx, ns)
             if placed is None:
                 continue
-            rank = (free_gpu - total_gpu, len(set(placed.values())), d)
+            rank = (free_gpu - need, len(set(placed[0].values())), d)
             if best is None or rank < best[0]:
                 best = (rank, placed)
         if best is not None:
-            return Plan({**fixed, **best[1]}, levels[index].name, best[0][2])
+            return Plan({**fixed, **best[1][0]}, levels[index].name, best[0][2], best[1][1])
 
-    if required is None and ctx.could_hold(ctx.names, total_gpu, others):
+    if required is None and ctx.could_hold(ctx.names, total_gpu, others) \
+            and ctx.devices_could(ctx.names):
         # Spread over the whole cluster: tried only when its free capacity adds up (without
         # the check, a 64-member gang that did not fit cost 64 x every node, ~1 s at 5,000).
-        placed = _place(ctx, ctx.names)
+        placed = _place_any(ctx, ctx.names)
         if placed is not None:
-            return Plan({**fixed, **placed}, None)
+            return Plan({**fixed, **placed[0]}, None, None, placed[1])
     return _explain(ctx, required)
 
 
@@ -330,6 +445,10 @@ def _explain(ctx: _Context, required: Level | None) -> NoFit:
     notes = [f"{m.key}: {problem}" if problem is not None else
              f"{m.key} matches no node (selector, affinity or taints)"
              for m, ok, problem in zip(todo, sets, ctx.problems, strict=True) if not ok]
+    if ctx.devices_needed and ctx.room is not None and not ctx.room.inv.has_network():
+        free = sum(ctx.room.free_devices(n) or 0 for n in eligible_nodes)
+        notes.insert(0, f"DRA claims ask for {ctx.devices_needed} devices; {free} free on the "
+                     f"eligible nodes (any class), fewer matching the selectors")
     widest = 0
     if required is not None:
         for ns in ctx.view.domains(ctx.levels.index(required)).values():

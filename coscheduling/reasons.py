@@ -17,6 +17,7 @@ __all__ = [
     "BackingOff",
     "BeingPreempted",
     "BindTargetGone",
+    "DevicesNotReady",
     "DoesNotFit",
     "ExtraMemberWaits",
     "GangReason",
@@ -259,6 +260,16 @@ class QueueFull:
 
 
 @dataclass(frozen=True, slots=True)
+class DevicesNotReady:
+    """A member's DRA devices: kube-scheduler's first fit on its planned node would take
+    devices another plan cannot spare (filter), or it allocated such devices (bind)."""
+
+    gang: GangKey
+    pod: PodKey
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownNode:
     node: NodeName
 
@@ -285,6 +296,7 @@ GangReason = (
     | QueueNotFound
     | QueueNotOpen
     | QueueFull
+    | DevicesNotReady
 )
 NodeReason = ReservedForGangs | UnknownNode
 Reason = GangReason | NodeReason

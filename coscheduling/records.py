@@ -2,7 +2,9 @@
 
 The names (a gang's and a pod's ``namespace/name`` key, a node's name, Lockstep's scheduling
 gate) sit here, in this leaf module, so the pod record, the webhook's decision, the lift and
-the gang declaration can all use them without importing behaviour.
+the gang declaration can all use them without importing behaviour. A pod's DRA claims
+(``PodClaim``, ``spec.resourceClaims``) are parsed here with the pod, so the devices wing
+(``coscheduling.devices``), which reads pod records, is imported by nothing it imports.
 
 The cache and the planner work on these, never on the full objects: a 15,000-node cluster
 then costs a few dicts per node, and nothing on the hot path walks nested JSON again.
@@ -21,9 +23,11 @@ from .resources import Resources, pod_requests, resource_list
 
 __all__ = [
     "GANG_GATE",
+    "MAX_POD_CLAIMS",
     "GangKey",
     "NodeName",
     "NodeRecord",
+    "PodClaim",
     "PodKey",
     "PodRecord",
     "PriorityClass",
@@ -31,6 +35,7 @@ __all__ = [
     "Toleration",
     "gang_key",
     "node_from_json",
+    "pod_claims",
     "pod_from_json",
     "pod_key",
     "priority_class_from_json",
@@ -63,6 +68,49 @@ class RecordError(ValueError):
         super().__init__(f"{field_path}: {reason}")
         self.field_path = field_path
         self.reason = reason
+
+
+MAX_POD_CLAIMS = 128
+"""``spec.resourceClaims`` per pod (the API server's limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One ``spec.resourceClaims[]`` entry of a pod, with the claim the resourceclaim
+    controller made for it from a template (``status.resourceClaimStatuses``), if any."""
+
+    name: str
+    claim: str | None = None
+    """``resourceClaimName``: a claim that exists on its own (possibly shared)."""
+    template: str | None = None
+    """``resourceClaimTemplateName``: a claim made for this pod alone."""
+    generated: str | None = None
+    """The name of the claim generated from ``template``, once the controller made it."""
+
+
+def pod_claims(spec: Mapping[str, Any], status: Any) -> tuple[PodClaim, ...]:
+    """A pod's claims; malformed entries are left out. More than :data:`MAX_POD_CLAIMS`
+    (which the API server never serves) raise ``ValueError``."""
+    raw = spec.get("resourceClaims")
+    if not isinstance(raw, list) or not raw:
+        return ()
+    if len(raw) > MAX_POD_CLAIMS:
+        raise ValueError(f"{len(raw)} resourceClaims, at most {MAX_POD_CLAIMS}")
+    made: dict[str, str] = {}
+    statuses = status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None
+    for s in statuses if isinstance(statuses, list) else ():
+        if isinstance(s, Mapping) and isinstance(s.get("name"), str) \
+                and isinstance(s.get("resourceClaimName"), str):
+            made[s["name"]] = s["resourceClaimName"]
+    out = []
+    for c in raw:
+        if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+            continue
+        claim, template = c.get("resourceClaimName"), c.get("resourceClaimTemplateName")
+        out.append(PodClaim(c["name"], claim if isinstance(claim, str) else None,
+                            template if isinstance(template, str) else None,
+                            made.get(c["name"])))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +184,8 @@ class PodRecord:
     recently started victims lose the least work."""
     grace_seconds: float = 30.0
     """``spec.terminationGracePeriodSeconds``: how long an evicted pod may take to go."""
+    claims: tuple[PodClaim, ...] = ()
+    """``spec.resourceClaims``: devices it asks for through DRA (``coscheduling.devices``)."""
     resource_version: int = field(default=0, compare=False)
     """``metadata.resourceVersion`` when it is a number (the API server's etcd revision), else
     0: tells a pod the watch has not reached yet from one it has already seen go. Not part of
@@ -356,7 +406,15 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         preempt_never=spec.get("preemptionPolicy") == "Never",
         started=_timestamp(status.get("startTime")),
         grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
+        claims=_claims(spec, status),
     )
+
+
+def _claims(spec: Mapping[str, Any], status: object) -> tuple[PodClaim, ...]:
+    try:
+        return pod_claims(spec, status)
+    except ValueError as e:
+        raise RecordError("Pod.spec.resourceClaims", str(e)) from None
 
 
 def _timestamp(raw: object) -> float:

@@ -30,6 +30,8 @@ targets=(
   "etcd $ETCD_VERSION etcd go.etcd.io/etcd/server/v3"
   "kube-apiserver $K8S_VERSION k8s k8s.io/kubernetes/cmd/kube-apiserver"
   "kube-scheduler $K8S_VERSION k8s k8s.io/kubernetes/cmd/kube-scheduler"
+  # The resourceclaim controller (DRA's ResourceClaimTemplates -> per-pod claims) lives here.
+  "kube-controller-manager $K8S_VERSION k8s k8s.io/kubernetes/cmd/kube-controller-manager"
   "kubectl $K8S_VERSION k8s k8s.io/kubernetes/cmd/kubectl"
   "kwok $KWOK_VERSION kwok sigs.k8s.io/kwok/cmd/kwok"
   "scheduler-plugins $SCHEDULER_PLUGINS_VERSION k8s sigs.k8s.io/scheduler-plugins/cmd/scheduler"
@@ -44,6 +46,12 @@ for v in ${K8S_EXTRA_VERSIONS:-}; do
   for n in kube-apiserver kube-scheduler kubectl; do
     targets+=("$n $v k8s-$(echo "$v" | sed -E 's/^v([0-9]+[.][0-9]+)[.].*/\1/') k8s.io/kubernetes/cmd/$n")
   done
+done
+
+# Other training-operator versions (TRAINING_OPERATOR_EXTRA_VERSIONS), each from
+# hack/gomod/kubeflow-<major.minor>: v1.9.3 for PyTorchJobs whose pods use DRA claims.
+for v in ${TRAINING_OPERATOR_EXTRA_VERSIONS:-}; do
+  targets+=("training-operator $v kubeflow-$(echo "$v" | sed -E 's/^v([0-9]+[.][0-9]+)[.].*/\1/') github.com/kubeflow/training-operator/cmd/training-operator.v1")
 done
 
 missing=0

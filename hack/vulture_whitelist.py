@@ -8,6 +8,7 @@ _: object
 model_config  # unused variable (app/webhook.py:83)
 api_version  # unused variable (app/webhook.py:103)
 mutate_pods  # unused function (app/webhook.py:218)
+mutate_claims  # a FastAPI route (app/webhook.py)
 http_error  # unused function (app/webhook.py:240)
 healthz  # unused function (app/webhook.py:245)
 _.capture_signals  # unused method (app/cli.py:374)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .bins import REPO, bin_path, ensure_bins
 from .cluster import create_nodes, load_topology, nodes_from_topology
+from .dra import is_dra_node
 from .kube import Kube
 from .runner import StartupError, TestBed, free_port
 
@@ -68,8 +69,10 @@ def up(args: argparse.Namespace) -> int:
         kube = Kube(bed.api_url, bed.token)
         nodes = nodes_from_topology(load_topology(args.topology), nodes=args.nodes)
         t0 = time.monotonic()
-        create_nodes(kube, nodes)
+        create_nodes(kube, nodes)  # and a DRA node's ResourceSlice
         nodes_seconds = time.monotonic() - t0
+        if any(map(is_dra_node, nodes)):  # claims from ResourceClaimTemplates
+            bed.start_controller_manager()
         bed.start_scheduler(None, name="kube-scheduler")
         url = None
         port_note = ""

@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["K8S_NAMES", "K8S_VERSIONS", "NAMES", "REPO", "VERSIONS", "BinaryMissing",
-           "bin_path", "ensure_bins", "go_module_dir", "version_of"]
+__all__ = ["EXTRA_VERSIONS", "K8S_NAMES", "K8S_VERSIONS", "NAMES", "REPO", "VERSIONS",
+           "BinaryMissing", "bin_path", "ensure_bins", "go_module_dir", "version_of"]
 
 REPO = Path(__file__).resolve().parent.parent
 _ENV = Path(__file__).with_name("versions.env")
@@ -35,6 +35,7 @@ _VERSION_OF = {
     "etcd": VERSIONS["ETCD_VERSION"],
     "kube-apiserver": VERSIONS["K8S_VERSION"],
     "kube-scheduler": VERSIONS["K8S_VERSION"],
+    "kube-controller-manager": VERSIONS["K8S_VERSION"],
     "kubectl": VERSIONS["K8S_VERSION"],
     "kwok": VERSIONS["KWOK_VERSION"],
     "scheduler-plugins": VERSIONS["SCHEDULER_PLUGINS_VERSION"],
@@ -48,6 +49,9 @@ K8S_NAMES = ("kube-apiserver", "kube-scheduler", "kubectl")
 """Built at every Kubernetes version in ``K8S_VERSIONS``."""
 K8S_VERSIONS = (VERSIONS["K8S_VERSION"], *VERSIONS.get("K8S_EXTRA_VERSIONS", "").split())
 """The default Kubernetes version first, then the others the test bed can run."""
+EXTRA_VERSIONS = {
+    "training-operator": tuple(VERSIONS.get("TRAINING_OPERATOR_EXTRA_VERSIONS", "").split())}
+"""Other binaries built at more than their pinned version: name -> the other versions."""
 
 
 class BinaryMissing(FileNotFoundError):
@@ -70,9 +74,11 @@ def bin_path(name: str, version: str | None = None) -> Path:
     ``K8S_VERSIONS``)."""
     if version is None or version == version_of(name):
         version = version_of(name)
-    elif name not in K8S_NAMES or version not in K8S_VERSIONS:
+    elif (name not in K8S_NAMES or version not in K8S_VERSIONS) \
+            and version not in EXTRA_VERSIONS.get(name, ()):
         raise ValueError(f"{name} {version} is not built by the test bed (Kubernetes binaries "
-                         f"{K8S_NAMES} at {K8S_VERSIONS}; see testbed/versions.env)")
+                         f"{K8S_NAMES} at {K8S_VERSIONS}, {EXTRA_VERSIONS}; see "
+                         "testbed/versions.env)")
     p = cache_dir() / "bin" / f"{name}-{version}" / name
     if not p.exists():
         raise BinaryMissing(f"{p} is missing: run `make bins` (builds it from the Go module proxy)")
@@ -97,12 +103,12 @@ def _go() -> str:
 
 
 @functools.cache
-def go_module_dir(gomod: str, module: str, name: str) -> Path:
+def go_module_dir(gomod: str, module: str, name: str, version: str | None = None) -> Path:
     """The source of ``module`` in the Go module cache, at the version ``hack/gomod/<gomod>``
     pins (downloaded and checked against its go.sum if absent), for the manifests the binary
     ``name`` was built with (CRDs, webhook configurations): taken from the module itself,
     never copied by hand. BinaryMissing when the pinned version is not ``name``'s in
-    ``testbed/versions.env``."""
+    ``testbed/versions.env`` (``version``: that one of its versions)."""
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
     out = subprocess.run([_go(), "mod", "download", "-json", module],
                          cwd=REPO / "hack" / "gomod" / gomod, env=env,
@@ -110,7 +116,7 @@ def go_module_dir(gomod: str, module: str, name: str) -> Path:
     info = json.loads(out.stdout or "{}")
     if out.returncode != 0 or info.get("Error") or not info.get("Dir"):
         raise BinaryMissing(f"go mod download {module} failed: {info.get('Error') or out.stderr}")
-    want = version_of(name)
+    want = version or version_of(name)
     if info.get("Version") != want:
         raise BinaryMissing(f"hack/gomod/{gomod} pins {module} {info.get('Version')}, "
                             f"testbed/versions.env says {want}")

@@ -21,6 +21,8 @@ GPUs they carry and how those GPUs are wired::
         # island_size: 4           # nvlink-islands only
         # zone: zone-a
         # labels: {extra: label}
+        # dra: true                # GPUs as ResourceSlices of the fake DRA driver (below)
+        # pcie_roots: 2            # dra only: PCIe root complexes per node (default numa_nodes)
     # nodes: 1000                  # optional: scale the file to this many nodes (see below)
 
 A top-level ``nodes: N`` (or ``nodes_from_topology(doc, nodes=N)``) scales a file for load
@@ -29,7 +31,9 @@ then the list is cut at N (``bench-64x8`` with ``nodes: 1000`` is 125 racks of 8
 
 Nodes carry what real nodes carry: ``nvidia.com/gpu`` allocatable, GPU Feature Discovery
 labels, rack/block/zone and clique labels, and the ``lockstep.dev/`` interconnect labels the
-node labeller would write.
+node labeller would write. A group with ``dra: true`` is a DRA-only node: no ``nvidia.com/gpu``
+capacity; ``create_nodes`` publishes its GPUs as a ResourceSlice of the fake NVIDIA driver
+(``testbed.dra``), with the same labels.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from . import dra
 from .kube import Kube
 
 __all__ = [
@@ -121,6 +126,9 @@ def nodes_from_topology(doc: Mapping[str, Any], nodes: int | None = None
         product = str(g.get("product", "NVIDIA-H100-80GB-HBM3"))
         family = next((f for k, f in _FAMILY.items() if k in product), "unknown")
         racks_per_block = _int(g, "racks_per_block", max(racks, 1)) or 1
+        use_dra = g.get("dra", False)
+        if not isinstance(use_dra, bool):
+            raise TopologyError(f"group {name!r}: dra must be true or false, not {use_dra!r}")
         for r in range(racks):
             for i in range(per_rack):
                 if cap is not None and made >= cap:
@@ -159,13 +167,16 @@ def nodes_from_topology(doc: Mapping[str, Any], nodes: int | None = None
                     "pods": str(g.get("pods", "110")),
                     "ephemeral-storage": "1Ti",
                 }
-                if gpus:
+                annotations = {"kwok.x-k8s.io/node": "fake"}
+                if gpus and use_dra:
+                    annotations[dra.DRA_GPUS] = str(gpus)
+                    annotations[dra.PCIE_ROOTS] = str(_int(g, "pcie_roots", numa) or 1)
+                elif gpus:
                     resources["nvidia.com/gpu"] = str(gpus)
                 out.append({
                     "apiVersion": "v1",
                     "kind": "Node",
-                    "metadata": {"name": node, "labels": labels,
-                                 "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                    "metadata": {"name": node, "labels": labels, "annotations": annotations},
                     "spec": {},
                     "status": {"allocatable": resources, "capacity": resources},
                 })
@@ -181,7 +192,7 @@ def nrt_from_node(node: Mapping[str, Any]) -> dict[str, Any] | None:
     labels = node["metadata"].get("labels") or {}
     gpus = int(labels.get("nvidia.com/gpu.count", "0"))
     numa = int(labels.get("lockstep.dev/numa-nodes", "1")) or 1
-    if not gpus:
+    if not gpus or dra.is_dra_node(node):  # a DRA node's GPUs are no nvidia.com/gpu
         return None
     per = str(gpus // numa)
     return {
@@ -202,10 +213,13 @@ def create_nodes(kube: Kube, nodes: Iterable[dict[str, Any]], workers: int = 32,
                  *, nrt: bool = False) -> int:
     """Create nodes concurrently (1,000 in about 2 s); returns how many were created.
 
-    ``nrt`` also creates each GPU node's NodeResourceTopology (needs the NRT CRD)."""
+    ``nrt`` also creates each GPU node's NodeResourceTopology (needs the NRT CRD). DRA nodes
+    (``dra: true``) get their ResourceSlice, owned by the node, and the DeviceClass."""
     items = list(nodes)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda n: kube.create("/api/v1/nodes", n), items))
+        made = list(pool.map(lambda n: kube.create("/api/v1/nodes", n), items))
+        if any(map(dra.is_dra_node, made)):
+            dra.publish(kube, made)
         if nrt:
             objs = [o for o in map(nrt_from_node, items) if o is not None]
             list(pool.map(lambda o: kube.create(_NRTS, o), objs))

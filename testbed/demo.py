@@ -5,8 +5,10 @@ workers are submitted with their pods interleaved, first to the stock kube-sched
 then to the stock kube-scheduler calling Lockstep, installed as deployed: its admission webhook
 on, with the certificate it issues itself. The webhook holds a job's members behind its
 scheduling gate until the job's quorum exists, pins the job that fits to its planned nodes
-and keeps the other behind the gate, so its pods never take a GPU. A live timeline shows
-every binding.
+and keeps the other behind the gate, so its pods never take a GPU. Then the same jobs with
+their GPUs as DRA ResourceClaims, on 3 more nodes whose 2 GPUs each are ResourceSlices of
+NVIDIA's DRA driver (``testbed.dra``): one job runs holding its 4 devices, the other holds
+none. A live timeline shows every binding.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from coscheduling.gating import GANG_GATE
 
 from .bins import REPO, ensure_bins
 from .cluster import create_nodes, load_topology, nodes_from_topology
+from .dra import API, claim_template
 from .kube import Kube
 from .runner import TestBed
 from .workloads import gang
@@ -65,9 +68,9 @@ class Timeline:
         return jobs
 
 
-def submit(kube: Kube, ns: str, scheduler: str) -> None:
-    a = gang("job-a", 4, namespace=ns, scheduler=scheduler)
-    b = gang("job-b", 4, namespace=ns, scheduler=scheduler)
+def submit(kube: Kube, ns: str, scheduler: str, claim_template: str | None = None) -> None:
+    a = gang("job-a", 4, namespace=ns, scheduler=scheduler, claim_template=claim_template)
+    b = gang("job-b", 4, namespace=ns, scheduler=scheduler, claim_template=claim_template)
     for x, y in zip(a, b, strict=True):  # interleaved, as two controllers would create them
         kube.create_pod(x)
         kube.create_pod(y)
@@ -149,13 +152,61 @@ def act_two(kube: Kube, lockstep: str) -> None:
         raise SystemExit(1)
 
 
+def devices(kube: Kube, ns: str) -> dict[str, list[str]]:
+    """Pod -> the devices its allocated ResourceClaims hold (``node/device``)."""
+    out: dict[str, list[str]] = {}
+    for claim in kube.list(f"{API}/namespaces/{ns}/resourceclaims"):
+        alloc = (claim.get("status") or {}).get("allocation") or {}
+        owners = [o["name"] for o in claim["metadata"].get("ownerReferences") or ()
+                  if o.get("kind") == "Pod"]
+        for r in (alloc.get("devices") or {}).get("results") or ():
+            for pod in owners:
+                out.setdefault(pod, []).append(f"{r['pool']}/{r['device']}")
+    return out
+
+
+def act_three(kube: Kube) -> None:
+    ns = "with-dra"
+    kube.ensure_namespace(ns)
+    print(f"\n{BOLD}Act 3: the same jobs, GPUs as DRA ResourceClaims{RESET}")
+    print("3 more nodes x 2 GPUs, published as ResourceSlices of NVIDIA's DRA driver "
+          "(gpu.nvidia.com), no nvidia.com/gpu capacity.\nEach worker gets a claim of its own "
+          "for 1 GPU from a ResourceClaimTemplate; kube-scheduler allocates the devices.")
+    kube.create(f"{API}/namespaces/{ns}/resourceclaimtemplates",
+                claim_template("one-gpu", namespace=ns))
+    tl = Timeline(kube, ns)
+    submit(kube, ns, "lockstep", claim_template="one-gpu")
+    tl.poll(8)
+    jobs, held = tl.summary(), devices(kube, ns)
+    running = "job-a" if jobs["job-a"] == 4 else "job-b"
+    waiting = "job-b" if running == "job-a" else "job-a"
+    print(f"\n  {running}: {GREEN}{jobs[running]}/4 placed{RESET}, holding "
+          + ", ".join(sorted(d for p, ds in held.items() if p.startswith(running) for d in ds)))
+    print(f"  {waiting}: {jobs[waiting]}/4 placed, devices held: "
+          f"{sum(len(ds) for p, ds in held.items() if p.startswith(waiting))} "
+          "(without Lockstep's device plan both jobs parked members on devices and timed out)")
+    tl.say(f"deleting {running}")
+    for i in range(4):
+        kube.delete_pod(ns, f"{running}-{i}")
+    tl.poll(8)
+    jobs, held = tl.summary(), devices(kube, ns)
+    ok = jobs[waiting] == 4
+    verdict = f"{GREEN}all 4 placed together{RESET}" if ok else f"{RED}{jobs[waiting]}/4{RESET}"
+    print(f"\n  {waiting}: {verdict}, holding "
+          + ", ".join(sorted(d for p, ds in held.items() if p.startswith(waiting) for d in ds)))
+    if not ok:
+        raise SystemExit(1)
+
+
 def main() -> int:
     ensure_bins()
     print(f"{BOLD}Lockstep demo{RESET}: starting a real control plane (etcd, kube-apiserver, "
-          "kube-scheduler, KWOK) with 3 nodes x 2 GPUs ...")
+          "kube-scheduler, KWOK) with 3 nodes x 2 GPUs (device plugin) and 3 x 2 DRA GPUs ...")
     with TestBed() as bed:
         kube = Kube(bed.api_url, bed.token)
         create_nodes(kube, nodes_from_topology(load_topology("tiny-3x2")))
+        create_nodes(kube, nodes_from_topology(load_topology("dra-tiny-3x2")))  # + slices
+        bed.start_controller_manager()  # each pod's claim from its ResourceClaimTemplate
         bed.start_scheduler(None, name="kube-scheduler")
         url = bed.start_lockstep()  # the default install: webhook on, its own certificate
         bed.start_scheduler(REPO / "scheduler-config" / "lockstep.yaml",
@@ -163,6 +214,7 @@ def main() -> int:
         print(f"ready in {bed.startup_seconds['control-plane']:.1f}s (logs: {bed.dir})")
         act_one(kube)
         act_two(kube, url)
+        act_three(kube)
         print(f"\n{BOLD}Done.{RESET} Everything stopped and cleaned up.")
     return 0
 

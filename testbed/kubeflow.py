@@ -39,7 +39,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .bins import bin_path, go_module_dir
+from .bins import bin_path, go_module_dir, version_of
 from .certs import make_certs
 from .kube import Conflict, Kube, NotFound
 from .runner import Proc, TestBed, free_port
@@ -62,19 +62,22 @@ DEPENDENTS = ("/api/v1/namespaces/{ns}/pods", "/api/v1/namespaces/{ns}/services"
 """What the operator creates with the job as controller owner."""
 
 
-def module_dir() -> Path:
-    """The training-operator module in the Go module cache, at the pinned version (downloaded
-    and checked against hack/gomod/kubeflow/go.sum if absent)."""
-    return go_module_dir("kubeflow", MODULE, "training-operator")
+def module_dir(version: str | None = None) -> Path:
+    """The training-operator module in the Go module cache, at the pinned version or
+    ``version`` (one of ``EXTRA_VERSIONS``), downloaded and checked against
+    hack/gomod/kubeflow[-<major.minor>]/go.sum if absent."""
+    gomod = "kubeflow" if version in (None, version_of("training-operator")) else \
+        "kubeflow-" + ".".join(str(version).lstrip("v").split(".")[:2])
+    return go_module_dir(gomod, MODULE, "training-operator", version)
 
 
-def crd_path(plural: str = "pytorchjobs") -> Path:
-    return module_dir() / "manifests" / "base" / "crds" / f"kubeflow.org_{plural}.yaml"
+def crd_path(plural: str = "pytorchjobs", version: str | None = None) -> Path:
+    return module_dir(version) / "manifests" / "base" / "crds" / f"kubeflow.org_{plural}.yaml"
 
 
-def _prerequisites(bed: TestBed) -> None:
+def _prerequisites(bed: TestBed, version: str | None) -> None:
     """CRD, namespace, webhook Secret and an empty ValidatingWebhookConfiguration."""
-    bed.kubectl("apply", "--server-side", "-f", str(crd_path()))
+    bed.kubectl("apply", "--server-side", "-f", str(crd_path(version=version)))
     with Kube(bed.api_url, bed.token) as kube:
         for path, obj in (
             ("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}),
@@ -106,17 +109,20 @@ def _serving_certs(tmpdir: Path) -> None:
 
 def start_training_operator(bed: TestBed, gang_scheduler_name: str | None, *,
                             name: str = "training-operator",
-                            extra_args: tuple[str, ...] = ()) -> Proc:
+                            extra_args: tuple[str, ...] = (),
+                            version: str | None = None) -> Proc:
     """Run the operator (PyTorchJob only) against ``bed`` and wait for its /readyz (certs
     ready, webhook server listening); ``bed.stop()`` stops it with the rest. Its log is
-    ``<bed dir>/<name>.log``."""
-    _prerequisites(bed)
+    ``<bed dir>/<name>.log``. ``version``: another built version than the pinned one
+    (``EXTRA_VERSIONS``; v1.9.3 reads the same Secret, configuration and certificate paths,
+    and its CRD is applied instead)."""
+    _prerequisites(bed, version)
     tmpdir = bed.dir / f"{name}-tmp"
     _serving_certs(tmpdir)
     probe, metrics, webhook = free_port(), free_port(), free_port()
     gang = (f"--gang-scheduler-name={gang_scheduler_name}",) if gang_scheduler_name else ()
     return bed._spawn(name, [
-        str(bin_path("training-operator")), f"--kubeconfig={bed.kubeconfig}",
+        str(bin_path("training-operator", version)), f"--kubeconfig={bed.kubeconfig}",
         "--enable-scheme=pytorchjob", *gang,
         f"--metrics-bind-address=127.0.0.1:{metrics}",
         f"--health-probe-bind-address=127.0.0.1:{probe}",
@@ -127,7 +133,8 @@ def start_training_operator(bed: TestBed, gang_scheduler_name: str | None, *,
 
 def pytorchjob(name: str, *, workers: int, master: bool = False, gpus: int = 1,
                scheduler_name: str | None = "lockstep", limits_only: bool = True,
-               priority_class: str | None = None) -> dict[str, Any]:
+               priority_class: str | None = None, claim_template: str | None = None
+               ) -> dict[str, Any]:
     """A PyTorchJob as users write it: ``Master`` (one replica, when ``master``) and
     ``Worker`` replicas, each pod asking for ``gpus`` GPUs and 1 CPU, 1 Gi;
     ``schedulerName`` in every pod template unless ``scheduler_name`` is None.
@@ -137,17 +144,25 @@ def pytorchjob(name: str, *, workers: int, master: bool = False, gpus: int = 1,
     as ``limits``. v1.8.1 computes a PodGroup's ``minResources`` from requests alone when a
     container has any (``AddResourceList`` in pkg/controller.v1/common/util.go), so the
     second form gives PodGroups without GPUs in ``minResources``. ``priority_class``: the
-    pods' ``priorityClassName`` (admission resolves it to their priority)."""
+    pods' ``priorityClassName`` (admission resolves it to their priority).
+    ``claim_template``: GPUs as a DRA claim of each pod's own from that ResourceClaimTemplate
+    instead of ``nvidia.com/gpu`` (needs training-operator v1.9.3: see ``versions.env``)."""
+    gpu = {} if claim_template else {"nvidia.com/gpu": str(gpus)}
+
     def replicas(n: int) -> dict[str, Any]:
         spec: dict[str, Any] = {"containers": [{
             "name": "pytorch",  # the operator's default container name
             "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
             "command": ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"],
             "resources": (
-                {"limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}}
+                {"limits": {"cpu": "1", "memory": "1Gi", **gpu}}
                 if limits_only else {"requests": {"cpu": "1", "memory": "1Gi"},
-                                     "limits": {"nvidia.com/gpu": str(gpus)}}),
+                                     "limits": gpu}),
         }]}
+        if claim_template:
+            spec["resourceClaims"] = [{"name": "gpu",
+                                       "resourceClaimTemplateName": claim_template}]
+            spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
         if scheduler_name:
             spec["schedulerName"] = scheduler_name
         if priority_class:

@@ -9,6 +9,10 @@ that no gang rests partially bound.
 Times are local ``time.monotonic()`` readings taken when the watch delivered the event:
 ``metadata.creationTimestamp`` has 1 s resolution, too coarse to order a gang's members
 against its first binding (it is kept as ``created`` for reports only).
+
+It also watches every ResourceClaim (``testbed.claims``): a gang member parked at bind holds
+the devices kube-scheduler allocated it, so ``claim_problems`` checks those allocations
+against the pods (``assert_gang_invariants`` checks both).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .claims import ClaimLedger, PodView
 from .kube import Kube, KubeError
 
 __all__ = ["BindingRecorder", "PodRecord"]
@@ -33,6 +39,7 @@ SIZE_KEYS = ("lockstep.dev/min-member", "kueue.x-k8s.io/pod-group-total-count",
 UPSTREAM_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 """Kubernetes' own gang API: a pod's ``spec.schedulingGroup.podGroupName`` names a
 ``scheduling.k8s.io`` PodGroup whose ``spec.schedulingPolicy.gang.minCount`` is the size."""
+CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 GROUPS_KEY = "gang.scheduling.koordinator.sh/groups"
 """Koordinator's gang groups: every gang listed binds together or none does."""
 
@@ -62,12 +69,18 @@ class BindingRecorder:
     retired: list[PodRecord] = field(default_factory=list)
     """Earlier pods of a name that was reused (deleted and created again: a new UID)."""
     relists: int = 0
+    """Lists of pods or of ResourceClaims (the first of each included)."""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced = threading.Event()
+        self._claims_synced = threading.Event()
         self._thread = threading.Thread(target=self._run, name="binding-recorder", daemon=True)
+        self._claims_thread = threading.Thread(target=self._run_claims, name="claim-recorder",
+                                               daemon=True)
+        self.claims = ClaimLedger()
+        """Every ResourceClaim allocation seen (``testbed.claims``)."""
         # The watch gets a client of its own in start(), closed by stop(): an open watch would
         # hold up the API server's graceful shutdown (it waits for every connection to go idle).
         self._watch: Kube | None = None
@@ -77,7 +90,8 @@ class BindingRecorder:
     def start(self) -> BindingRecorder:
         self._watch = self.kube.clone()
         self._thread.start()
-        if not self._synced.wait(30):
+        self._claims_thread.start()
+        if not (self._synced.wait(30) and self._claims_synced.wait(30)):
             raise RuntimeError("binding recorder did not sync")
         return self
 
@@ -85,8 +99,9 @@ class BindingRecorder:
         self._stop.set()
         if self._watch is not None:
             self._watch.abort_watches()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        for thread in (self._thread, self._claims_thread):
+            if thread.is_alive():
+                thread.join(5)
         if self._watch is not None:
             self._watch.close()
 
@@ -118,26 +133,49 @@ class BindingRecorder:
                 rec.deleted_at = now
 
     def _run(self) -> None:
+        self._run_watch("/api/v1/pods", self._observe, self._pods_relisted, self._synced)
+
+    def _run_claims(self) -> None:
+        def observe(etype: str, obj: dict[str, Any], now: float) -> None:
+            with self._lock:
+                self.claims.observe(etype, obj, now)
+
+        def relisted(keys: set[tuple[str, str, str]], now: float) -> None:
+            with self._lock:
+                self.claims.relisted((uid for _, _, uid in keys), now)
+
+        self._run_watch(CLAIMS, observe, relisted, self._claims_synced)
+
+    def _pods_relisted(self, listed: set[tuple[str, str, str]], now: float) -> None:
+        names = {(ns, name) for ns, name, _ in listed}
+        with self._lock:  # deleted while the watch was down
+            for key, rec in self.pods.items():
+                if key not in names and rec.deleted_at is None:
+                    rec.deleted_at = now
+
+    def _run_watch(self, path: str, observe: Callable[[str, dict[str, Any], float], None],
+                   relisted: Callable[[set[tuple[str, str, str]], float], None],
+                   synced: threading.Event) -> None:
+        """List ``path``, then watch it from there; relist on 410 Gone or a broken watch.
+        ``relisted`` gets (namespace, name, uid) of every object listed."""
         rv = ""
         while not self._stop.is_set():
             try:
                 if not rv:
-                    data = self.kube.request("GET", "/api/v1/pods")
+                    data = self.kube.request("GET", path)
                     now = time.monotonic()
                     listed = set()
                     for obj in data.get("items") or ():
-                        self._observe("ADDED", obj, now)
+                        observe("ADDED", obj, now)
                         meta = obj.get("metadata") or {}
-                        listed.add((meta.get("namespace", ""), meta.get("name", "")))
-                    with self._lock:  # deleted while the watch was down
-                        for key, rec in self.pods.items():
-                            if key not in listed and rec.deleted_at is None:
-                                rec.deleted_at = now
+                        listed.add((meta.get("namespace", ""), meta.get("name", ""),
+                                    str(meta.get("uid"))))
+                    relisted(listed, now)
                     rv = data["metadata"]["resourceVersion"]
                     self.relists += 1
-                    self._synced.set()
+                    synced.set()
                 assert self._watch is not None
-                for ev in self._watch.watch("/api/v1/pods", rv, timeout=30):
+                for ev in self._watch.watch(path, rv, timeout=30):
                     if self._stop.is_set():
                         return
                     obj = ev.get("object") or {}
@@ -146,10 +184,13 @@ class BindingRecorder:
                         break
                     rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
                     if ev.get("type") != "BOOKMARK":
-                        self._observe(str(ev.get("type")), obj, time.monotonic())
+                        observe(str(ev.get("type")), obj, time.monotonic())
             except KubeError as e:
                 if e.status == 410:  # resourceVersion too old: relist
                     rv = ""
+                if e.status == 404 and not rv:  # not served (no resource.k8s.io/v1)
+                    synced.set()
+                    return
                 time.sleep(0.2)
             except Exception:  # connection refused (API server restarting), read timeout
                 if self._stop.is_set():
@@ -325,9 +366,28 @@ class BindingRecorder:
                                                f"not whole within {window}s: {sorted(late)}"))
         return problems
 
-    def assert_gang_invariants(self, ns: str | None = None, window: float = 1.0) -> None:
-        """``gang_problems``, raised as one AssertionError with a timeline."""
-        problems = self.gang_problems(ns, window)
+    def allocated(self, ns: str) -> dict[str, tuple[str, ...]]:
+        """Pod name -> the devices (``driver/pool/device``) its ResourceClaims hold now."""
+        with self._lock:
+            return self.claims.allocated(ns)
+
+    def claim_problems(self, ns: str | None = None, hold: float = 20.0,
+                       now: float | None = None) -> list[tuple[str, str, str]]:
+        """(namespace, claim, problem) for every DRA allocation that breaks a rule of
+        ``testbed.claims``: a claim held by an unbound gang member for longer than ``hold``
+        seconds, a device held by two claims at once, a claim on another node than its pod.
+        A hold still open counts until ``now`` (default: this moment)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            pods = {r.uid: PodView(r.name, r.gang, r.bound_at, r.node, r.deleted_at)
+                    for r in (*self.retired, *self.pods.values())}
+            return self.claims.problems(pods, now, ns, hold)
+
+    def assert_gang_invariants(self, ns: str | None = None, window: float = 1.0,
+                               hold: float = 20.0) -> None:
+        """``gang_problems`` and ``claim_problems``, raised as one AssertionError with a
+        timeline."""
+        problems = self.gang_problems(ns, window) + self.claim_problems(ns, hold)
         if problems:
             raise AssertionError("; ".join(p for _, _, p in problems) + "\n"
                                  + self.timeline(ns))

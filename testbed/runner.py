@@ -54,12 +54,21 @@ from .certs import make_certs
 from .http import get
 from .kube import Kube
 
-__all__ = ["ADMIN_TOKEN", "UPSTREAM_GANG_API", "WEBHOOK_CONFIG", "Proc", "StartupError",
-           "TestBed", "default_k8s", "free_port", "scheduler_config", "webhook_configuration"]
+__all__ = ["ADMIN_TOKEN", "KCM_CONTROLLERS", "KCM_TOKEN", "UPSTREAM_GANG_API", "WEBHOOK_CONFIG",
+           "Proc", "StartupError", "TestBed", "default_k8s", "free_port", "scheduler_config",
+           "webhook_configuration"]
 
 log = logging.getLogger("testbed")
 
 ADMIN_TOKEN = "lockstep-admin-token"
+KCM_TOKEN = "lockstep-kcm-token"
+"""kube-controller-manager's own identity (``system:kube-controller-manager``, in
+``system:masters``: its controllers run under it, no per-controller service accounts)."""
+KCM_CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller")
+"""The controllers the test bed runs: DRA's resourceclaim controller (a pod's claim from its
+ResourceClaimTemplate, ``status.resourceClaimStatuses``, releasing a claim whose pods are
+gone) and the garbage collector (deleting the claims a deleted pod owned, a deleted node's
+ResourceSlices)."""
 STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
 NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"
@@ -216,6 +225,9 @@ class TestBed:
     """Also install Volcano's PodGroup and Queue CRDs (scheduling.volcano.sh/v1beta1)."""
     k8s: str = field(default_factory=default_k8s)
     """Kubernetes version of kube-apiserver, kube-scheduler and kubectl (``K8S_VERSIONS``)."""
+    feature_gates: tuple[str, ...] = ()
+    """Extra Kubernetes feature gates (``"DRAPartitionableDevices=true"``) for kube-apiserver,
+    the stock kube-scheduler and kube-controller-manager alike."""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     webhooks: dict[str, str] = field(default_factory=dict)
@@ -373,7 +385,8 @@ class TestBed:
             subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True,
                            capture_output=True)
         tokens = self.dir / "tokens.csv"
-        lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"']
+        lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"',
+                 f'{KCM_TOKEN},system:kube-controller-manager,kcm,"system:masters"']
         for tok, (user, groups) in self.extra_tokens.items():
             lines.append(f'{tok},{user},{user},"{",".join(groups)}"')
         tokens.write_text("\n".join(lines) + "\n")
@@ -389,7 +402,7 @@ class TestBed:
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false", f"--profiling={str(self.profiling).lower()}",
-            "--event-ttl=1h", "--v=1", *self._upstream_gang_args(),
+            "--event-ttl=1h", "--v=1", *self._gate_args(),
         ], ready_url=f"{self.api_url}/readyz", token=ADMIN_TOKEN, timeout=90.0,
            # Graceful termination waits for every open watch to end (clients of a test bed
            # rarely hang up first); etcd holds the data, so 3 s then SIGKILL is safe.
@@ -399,11 +412,13 @@ class TestBed:
     def k8s_minor(self) -> int:
         return int(self.k8s.split(".")[1])
 
-    def _upstream_gang_args(self) -> list[str]:
+    def _gate_args(self) -> list[str]:
+        """The API server's ``--feature-gates`` (the upstream gang API's and
+        ``feature_gates``) and ``--runtime-config``."""
         gates, runtime = UPSTREAM_GANG_API.get(self.k8s_minor, ("", ""))
-        if not gates:
-            return []
-        return [f"--feature-gates={gates}", f"--runtime-config={runtime}"]
+        merged = ",".join(g for g in (gates, *self.feature_gates) if g)
+        return [*((f"--feature-gates={merged}",) if merged else ()),
+                *((f"--runtime-config={runtime}",) if runtime else ())]
 
     def bin(self, name: str) -> Path:
         """``name`` at this bed's Kubernetes version when it is a Kubernetes binary."""
@@ -488,8 +503,10 @@ class TestBed:
         port = free_port()
         # From 1.35 the stock scheduler's native gang plugin follows GenericWorkload (1.35 and
         # 1.36 also had a GangScheduling gate needing it): off, so Lockstep alone does gangs.
-        gates = ["--feature-gates=GenericWorkload=false"] \
-            if binary == "kube-scheduler" and self.k8s_minor >= 35 else []
+        stock = binary == "kube-scheduler"
+        wanted = [*(("GenericWorkload=false",) if stock and self.k8s_minor >= 35 else ()),
+                  *(self.feature_gates if stock else ())]
+        gates = [f"--feature-gates={','.join(wanted)}"] if wanted else []
         wrap = [] if hostname is None else [
             "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
         return self._spawn(name, [
@@ -498,6 +515,25 @@ class TestBed:
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
             + (",/debug/pprof/*" if self.profiling else ""),
             "--authentication-skip-lookup=true", "--v=2",
+        ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
+
+    def start_controller_manager(self, controllers: tuple[str, ...] = KCM_CONTROLLERS
+                                 ) -> Proc:
+        """Run kube-controller-manager (the default Kubernetes version's, built from the same
+        module as the API server) with only ``controllers``, under its own kubeconfig and
+        token; waits for /healthz. Its serving certificate is self-signed in memory, like
+        kube-scheduler's."""
+        kubeconfig = self.kubeconfig_for(KCM_TOKEN, "kube-controller-manager")
+        port = free_port()
+        return self._spawn("kube-controller-manager", [
+            str(bin_path("kube-controller-manager")), f"--kubeconfig={kubeconfig}",
+            f"--controllers={','.join(controllers)}", "--leader-elect=false",
+            "--use-service-account-credentials=false",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--authentication-skip-lookup=true", "--v=2",
+            *((f"--feature-gates={','.join(self.feature_gates)}",) if self.feature_gates
+              else ()),
         ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
 
     def start_lockstep(

@@ -1,6 +1,7 @@
 """Builders for the pods tests submit: ``pod("w0").gang("train", 4).gpu(1).build()``.
 
-Bare pods (no controller-manager runs on the test bed, so no Jobs), one container with
+Bare pods (the test bed's controller-manager, when it runs, only runs DRA's resourceclaim
+controller and the garbage collector: no Jobs), one container with
 requests equal to limits, image ``registry.invalid/train:latest`` (KWOK never pulls it).
 Gangs are declared the Lockstep way (annotations ``lockstep.dev/pod-group``,
 ``lockstep.dev/min-member``, ``lockstep.dev/timeout-seconds``) or the scheduler-plugins way
@@ -63,6 +64,19 @@ class PodBuilder:
     def gpu(self, n: int) -> Self:
         return self._res("nvidia.com/gpu", str(n))
 
+    def claim(self, *, template: str | None = None, claim: str | None = None,
+              name: str = "gpu") -> Self:
+        """Use a DRA ResourceClaim: one of its own from ``template`` (a ResourceClaimTemplate)
+        or the shared ``claim``; the container consumes it (``resources.claims``)."""
+        if (template is None) == (claim is None):
+            raise ValueError("give exactly one of template= or claim=")
+        ref = {"name": name, **({"resourceClaimTemplateName": template} if template
+                                else {"resourceClaimName": claim})}
+        self._obj["spec"].setdefault("resourceClaims", []).append(ref)
+        r = self._obj["spec"]["containers"][0]["resources"]
+        r.setdefault("claims", []).append({"name": name})
+        return self
+
     def cpu(self, q: str) -> Self:
         return self._res("cpu", q)
 
@@ -114,11 +128,18 @@ def pod(name: str, namespace: str = "default") -> PodBuilder:
 def gang(name: str, size: int, *, namespace: str = "default", gpus: int = 1,
          min_member: int | None = None, timeout: float | None = None,
          scheduler: str = "lockstep", node_selector: dict[str, str] | None = None,
-         runtime: float | None = None) -> list[dict[str, Any]]:
-    """``size`` worker pods ``<name>-0..`` of one Lockstep gang."""
+         runtime: float | None = None, claim_template: str | None = None
+         ) -> list[dict[str, Any]]:
+    """``size`` worker pods ``<name>-0..`` of one Lockstep gang, each asking for ``gpus``
+    ``nvidia.com/gpu`` or, given ``claim_template``, for a DRA claim of its own made from
+    that ResourceClaimTemplate (and no ``nvidia.com/gpu``)."""
     out = []
     for i in range(size):
-        b = pod(f"{name}-{i}", namespace).gang(name, min_member or size, timeout).gpu(gpus)
+        b = pod(f"{name}-{i}", namespace).gang(name, min_member or size, timeout)
+        if claim_template is not None:
+            b.claim(template=claim_template)
+        else:
+            b.gpu(gpus)
         b.scheduler(scheduler)
         if node_selector:
             b.node_selector(node_selector)

@@ -52,6 +52,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from coscheduling.core import Coscheduler
+from coscheduling.devices.book import held_devices
+from coscheduling.devices.model import Claim, DeviceId
 from coscheduling.eligibility import eligible
 from coscheduling.enqueue import holds, queue_of
 from coscheduling.gang import Gang, GangPhase
@@ -63,7 +65,7 @@ from coscheduling.resources import Resources, add, sub
 from coscheduling.topology import domain_of
 from tests.internals import state_of
 
-__all__ = ["InvariantBroken", "check_invariants", "cluster_facts"]
+__all__ = ["InvariantBroken", "check_devices", "check_invariants", "cluster_facts"]
 
 
 class InvariantBroken(AssertionError):
@@ -73,6 +75,7 @@ class InvariantBroken(AssertionError):
 def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     """Raise :class:`InvariantBroken` for the first broken rule; ``now`` (the model's clock)
     lets rule 10 tell a creation still in flight from one that never landed."""
+    check_devices(core)
     try:
         check_ledger(state_of(core).ledger, core.plans())
     except LedgerDrift as e:
@@ -361,3 +364,54 @@ def _check_queues(core: Coscheduler) -> None:
         if over:
             raise InvariantBroken(f"Volcano queue {name} holds {over}, over its capability "
                                   f"{q.capability}")
+
+
+def check_devices(core: Coscheduler, claims: Mapping[str, Claim] | None = None,
+                  drained: Mapping[str, object] | None = None) -> None:
+    """Rules 15 and 16 (DRA). ``claims``: the API server's (default: the core's view);
+    ``drained``: claims the app was told to clear and has not yet (besides the outbox)."""
+    st = state_of(core)
+    inv = st.devices
+    held_devices(inv, st.ledger.get)  # only live plans count
+    owner: dict[DeviceId, PodKey] = {}
+    claim_of: dict[DeviceId, str] = {}
+    for pod, pd in inv.planned.items():
+        for held_by, d in pd.devices:
+            # One claim shared by several members is planned under each: one holder.
+            if d in owner and owner[d] != pod and claim_of[d] != held_by:
+                raise InvariantBroken(f"rule 15: device {d} planned for {owner[d]} and {pod}")
+            owner[d], claim_of[d] = pod, held_by
+    claims = inv.claims if claims is None else claims
+    queued = {**st.outbox.deallocate, **(drained or {})}
+    for c in claims.values():
+        if c.allocated is None:
+            continue
+        mine = PodKey(f"{c.namespace}/{c.owner}") if c.owner else None
+        _check_member_claim(core, c, mine, owner, queued)
+
+
+def _check_member_claim(core: Coscheduler, c: Claim, mine: PodKey | None,
+                        owner: Mapping[DeviceId, PodKey], queued: Mapping[str, object]
+                        ) -> None:
+    st = state_of(core)
+    pod = st.store.pods.get(mine) if mine is not None else None
+    m = st.membership.get(mine) if mine is not None else None
+    key = getattr(m, "key", None)
+    g = st.gangs.get(key) if key is not None else None
+    if pod is None or pod.node_name is not None or g is None or mine is None:
+        return
+    gang_devices = {d for d, p in owner.items() if p in g.plan}
+    outside = [d for d in c.allocated or () if d not in gang_devices]
+    if c.reserved_for:
+        parked = st.waiting.node(mine) is not None or mine in g.binding
+        if parked and (g.phase not in (GangPhase.ADMITTED, GangPhase.RELEASED) or outside):
+            raise InvariantBroken(
+                f"rule 16: parked {mine}'s claim {c.key} is allocated "
+                f"({outside or 'in plan'}) while its gang {g.key} is {g.phase.value}")
+        return
+    outside = [d for d in c.allocated or () if owner.get(d) not in (None, mine)]
+    if mine not in st.devices.planned:  # its gang's plan no longer holds it
+        outside = list(c.allocated or ())
+    if outside and c.key not in queued:
+        raise InvariantBroken(f"rule 16: {mine}'s unreserved claim {c.key} holds {outside}, "
+                              "outside its gang's plan, and is not queued to be cleared")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
+from ..devices.book import DeviceRoom
 from ..planner import CapacityView
 from ..records import NodeName, NodeRecord
 from ..resources import Resources, add
@@ -41,13 +42,17 @@ class FreedView:
         self._region = region
         freed: dict[NodeName, Resources] = {}
         gone: dict[NodeName, list[int]] = {}
+        leaving: list[str] = []
         for c in victims:
+            if isinstance(key := getattr(c, "key", None), str):
+                leaving.append(key)
             freed[c.node] = add(freed.get(c.node, {}), c.requests)
             if g := c.requests.get(GPU, 0):
                 gone.setdefault(c.node, []).append(g)
         self.freed = freed
         self._gone = gone
         self._ranked: dict[int, Sequence[tuple[int, tuple[str, ...]]]] = {}
+        self._leaving = leaving
 
     @property
     def nodes(self) -> Mapping[NodeName, NodeRecord]:
@@ -57,6 +62,12 @@ class FreedView:
         back = self.freed.get(node)
         base = self._base.free_for_gang(node)
         return add(base, back) if back else base
+
+    def device_room(self) -> DeviceRoom | None:
+        """The base's devices, with the victims' claims given back (their pods gone, the
+        claims deallocated: only then does the preemptor bind)."""
+        room = self._base.device_room()
+        return room.freeing(self._leaving) if room is not None and self._leaving else room
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:
         gone = self._gone.get(node)

@@ -28,6 +28,7 @@ import yaml
 from coscheduling.gating import GANG_GATE
 from testbed.bins import REPO, BinaryMissing, ensure_bins
 from testbed.cluster import create_nodes, load_topology, nodes_from_topology
+from testbed.dra import is_dra_node
 from testbed.kube import Kube
 from testbed.recorder import BindingRecorder
 from testbed.runner import TestBed, default_k8s
@@ -67,6 +68,9 @@ class Cluster:
     ns: str
     lockstep_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    hold: float = 20.0
+    """Seconds a gang member may hold DRA devices unbound (``BindingRecorder.claim_problems``),
+    checked when the test ends."""
 
     def create(self, *pods: dict[str, Any]) -> None:
         for p in pods:
@@ -151,17 +155,22 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterF
     def make(topology: str, *, lockstep: bool = True, stock: bool = False,
              lockstep_args: tuple[str, ...] = ("--backoff=3",),
              extra_tokens: dict[str, tuple[str, list[str]]] | None = None,
-             volcano: bool = False, k8s: str | None = None, webhook: bool = True) -> Cluster:
+             volcano: bool = False, k8s: str | None = None, webhook: bool = True,
+             dra: bool = False, feature_gates: tuple[str, ...] = ()) -> Cluster:
         bed = TestBed(run_dir=tmp_path / f"bed{len(made)}", extra_tokens=extra_tokens or {},
-                      with_volcano=volcano, k8s=k8s or default_k8s())
+                      with_volcano=volcano, k8s=k8s or default_k8s(),
+                      feature_gates=feature_gates)
         bed.start()
         kube = Kube(bed.api_url, bed.token)
         c = Cluster(bed, kube, BindingRecorder(kube), ns="e2e")
         made.append(c)
         request.node.stash[_BEDS] = [m.bed for m in made]
-        create_nodes(kube, nodes_from_topology(load_topology(topology)))
+        nodes = nodes_from_topology(load_topology(topology))
+        create_nodes(kube, nodes)  # a DRA node's ResourceSlice too
         kube.ensure_namespace(c.ns)
         c.recorder.start()
+        if dra or any(map(is_dra_node, nodes)):  # claims from ResourceClaimTemplates
+            bed.start_controller_manager()
         if stock:
             bed.start_scheduler(None, name="kube-scheduler")
         if lockstep:
@@ -171,10 +180,15 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ClusterF
         return c
 
     yield make
+    # Every run checks DRA allocations as it records bindings: no gang member parked with
+    # devices for long, no device held twice (testbed.claims).
+    problems = [p for c in made for _, _, p in c.recorder.claim_problems(hold=c.hold)]
     for c in made:
         c.recorder.stop()
         c.bed.stop()
         c.kube.close()
+    if problems:
+        pytest.fail("DRA claims: " + "; ".join(problems), pytrace=False)
 
 
 _BEDS = pytest.StashKey[list[TestBed]]()

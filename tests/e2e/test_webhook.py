@@ -453,8 +453,9 @@ def test_own_certificate_under_exactly_its_rbac_survives_a_wiped_ca_bundle_and_a
     secret = c.kube.get(secret_path)
     assert secret["type"] == "kubernetes.io/tls"
     assert set(secret["data"]) >= {"ca.crt", "ca.key", "tls.crt", "tls.key"}
-    (hook,) = c.kube.get(mwc_path)["webhooks"]
-    assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    hooks = c.kube.get(mwc_path)["webhooks"]  # the pod gate and claim narrowing (dra.md)
+    assert [h["name"] for h in hooks] == ["gang-gate.lockstep.dev", "claim-narrow.lockstep.dev"]
+    assert all(h["clientConfig"]["caBundle"] == secret["data"]["ca.crt"] for h in hooks)
     first = stored(burst(c, gang("g", 2)))  # created together, its gang fits: pinned
     assert all(gates(m) == [] and pin(m) for m in first.values()), first
     # A re-apply of the configuration as shipped (no caBundle) wipes it; Lockstep puts it back.

@@ -71,6 +71,10 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("scheduling.k8s.io", "podgroups/status", "patch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        *{("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices",
+                                              "resourceclaims", "resourceclaimtemplates")
+          for v in ("list", "watch")},
+        ("resource.k8s.io", "resourceclaims/status", "patch"),
     }
 
 
@@ -79,7 +83,12 @@ def webhook_docs() -> dict[str, dict[str, Any]]:
 
 
 def test_webhook_never_blocks_pod_creation_and_sees_only_lockstep_pods() -> None:
-    (hook,) = webhook_docs()["MutatingWebhookConfiguration"]["webhooks"]
+    hook, claims = webhook_docs()["MutatingWebhookConfiguration"]["webhooks"]
+    assert claims["failurePolicy"] == "Ignore" and claims["sideEffects"] == "None"
+    assert claims["rules"] == [{"operations": ["CREATE"], "apiGroups": ["resource.k8s.io"],
+                                "apiVersions": ["v1"], "resources": ["resourceclaims"],
+                                "scope": "Namespaced"}]
+    assert claims["clientConfig"]["service"]["path"] == "/mutate/resourceclaims"
     assert hook["failurePolicy"] == "Ignore"
     assert hook["sideEffects"] == "NoneOnDryRun"  # a pin reserves; a dry run does not
     assert hook["timeoutSeconds"] == 2

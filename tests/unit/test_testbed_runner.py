@@ -55,9 +55,10 @@ def test_webhook_configuration_keeps_everything_but_where_to_call() -> None:
                if d and d["kind"] == "MutatingWebhookConfiguration")
     out = webhook_configuration(src, "https://127.0.0.1:4443/", b"PEM", name="lockstep-2")
     assert out["metadata"] == {"name": "lockstep-2"}  # no cert-manager annotation
-    (hook,) = out["webhooks"]
+    hook, claims = out["webhooks"]  # the pod gate, and claim narrowing (docs/dra.md)
     assert hook["clientConfig"] == {"url": "https://127.0.0.1:4443/mutate/pods",
                                     "caBundle": "UEVN"}
+    assert claims["clientConfig"]["url"] == "https://127.0.0.1:4443/mutate/resourceclaims"
     assert {k: v for k, v in hook.items() if k != "clientConfig"} == {
         k: v for k, v in src["webhooks"][0].items() if k != "clientConfig"}
     assert "service" in src["webhooks"][0]["clientConfig"]  # input untouched

@@ -393,3 +393,17 @@ async def test_no_body_makes_a_5xx(service: Lockstep, raw: bytes) -> None:
         assert body["fields"] and body["error"]
     else:
         assert body["response"]["allowed"] is True
+
+
+async def test_a_claim_review_is_answered_with_the_cores_narrowing(
+        client: httpx.AsyncClient) -> None:
+    """POST /mutate/resourceclaims: a claim no plan holds is allowed unchanged (the
+    narrowing itself: tests/unit/test_devices.py)."""
+    claim = {"metadata": {"name": "p-gpu", "namespace": "ml"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "gpu"}}]}}}
+    r = await client.post("/mutate/resourceclaims", json=review(claim, kind="ResourceClaim"))
+    assert r.status_code == 200
+    assert r.json()["response"] == {"uid": "u-1", "allowed": True}
+    bad = await client.post("/mutate/resourceclaims", json={"kind": "AdmissionReview"})
+    assert bad.status_code == 400

@@ -1,0 +1,100 @@
+"""The devices admitted gangs hold, and the planner's read of what is free.
+
+A member's devices are held exactly as long as its slot is: :class:`PlannedDevices` is
+written when its gang is admitted (:func:`record`) and counts only while the ledger still
+holds that member's reservation on the same node (:func:`held_devices`). Every path that
+gives a slot back (bound, timed out, fallen back, preempted, node lost) therefore gives its
+devices back too, with no second book to keep in step; stale entries are pruned lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+from ..ledger import Reservation
+from ..records import NodeName, NodeRecord, PodKey, PodRecord
+from .demand import ClaimNeed, pod_demand
+from .inventory import DeviceInventory, PlannedDevices
+from .matching import Budget, JointTrial
+from .model import ClaimKey, DeviceId
+
+__all__ = ["DeviceRoom", "held_devices", "record"]
+
+
+def held_devices(inv: DeviceInventory, reservation: Callable[[PodKey], Reservation | None]
+                 ) -> dict[DeviceId, PodKey]:
+    """Devices held by admitted members' slots, with the member (stale entries dropped)."""
+    out: dict[DeviceId, PodKey] = {}
+    for pod in list(inv.planned):
+        pd = inv.planned[pod]
+        r = reservation(pod)
+        if r is None or r.node != pd.node:
+            del inv.planned[pod]
+            continue
+        for _, d in pd.devices:
+            out[d] = pod
+    return out
+
+
+def record(inv: DeviceInventory, planned: Mapping[PodKey, PlannedDevices]) -> None:
+    """A gang was admitted: its members' devices are held from now."""
+    for pod, pd in planned.items():
+        if pd.devices:
+            inv.planned[pod] = pd
+        else:
+            inv.planned.pop(pod, None)
+    inv.epoch += 1
+
+
+@dataclass(slots=True)
+class DeviceRoom:
+    """What one planning call reads of the devices: each pod's claims resolved, and free
+    devices outside every admitted gang's hold (and, in a preemption's what-if, with the
+    victims' claims given back)."""
+
+    inv: DeviceInventory
+    nodes: Mapping[NodeName, NodeRecord]
+    reservation: Callable[[PodKey], Reservation | None]
+    freed_claims: Collection[ClaimKey] = ()
+    budget: Budget = field(default_factory=Budget)
+    _held: dict[DeviceId, PodKey] | None = None
+
+    def demand(self, pod: PodRecord) -> tuple[ClaimNeed, ...] | str | None:
+        """None for a pod without claims; else its claims, or why they cannot be planned."""
+        if not pod.claims:
+            return None
+        return pod_demand(self.inv, pod)
+
+    def held(self) -> Mapping[DeviceId, PodKey]:
+        if self._held is None:
+            self._held = held_devices(self.inv, self.reservation)
+        return self._held
+
+    def free_devices(self, node: NodeName) -> int | None:
+        """Devices of ``node``'s own slices that no claim holds and no plan holds (selectors
+        not looked at: an upper bound, without CEL); None when network-attached devices
+        exist (they are counted on no one node, so no bound is given)."""
+        if self.inv.has_network():
+            return None
+        held, allocated = self.held(), self.inv.allocated()
+        free = 0
+        for d in self.inv.local(node):
+            owner = allocated.get(d.id)
+            if d.id not in held and (owner is None or owner in self.freed_claims):
+                free += 1
+        return free
+
+    def trial(self) -> JointTrial:
+        return JointTrial(self.inv, self.nodes, self.held(), self.budget,
+                          freed=frozenset(self.freed_claims))
+
+    def freeing(self, pods: Collection[str]) -> DeviceRoom:
+        """The same room once ``pods`` (keys) are gone and their claims deallocated: a claim
+        reserved only for leaving pods counts as free (preemption's what-if)."""
+        leaving = set(pods)
+        freed = {c.key for c in self.inv.claims.values()
+                 if c.allocated is not None and c.reserved_for
+                 and leaving.issuperset(c.reserved_for)}
+        return DeviceRoom(self.inv, self.nodes, self.reservation,
+                          frozenset(freed) | frozenset(self.freed_claims), self.budget)

@@ -1,0 +1,129 @@
+"""Watch events of the four ``resource.k8s.io/v1`` kinds, into the device inventory.
+
+What each event does to the core's state. The ingest table's entries that route events here
+are built from :data:`FEEDS` by ``coscheduling.ingest`` (``DEVICE_CLASSES``, ...), and
+``coscheduling.watched`` lists the four kinds beside Kubernetes' own. The core's state holds
+this wing's inventory, so the wing never imports the state (an import circle, see the
+contracts in ``pyproject.toml``): the state is handed in, typed as :class:`DeviceState`,
+which lists every field the events read or change.
+
+A change to a slice or a claim may let a waiting gang fit: the store's epoch is bumped, which
+is what makes held and blocked gangs planned again (the same signal node changes give).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..cluster import ClusterStore
+from ..gang import Gang
+from ..ledger import Ledger
+from ..outbox import Outbox
+from ..podgroup import GangKey, Membership
+from ..reasons import DevicesNotReady, InvalidDeclaration
+from ..records import PodKey
+from .align import observed
+from .demand import CLAIMS_FIELD
+from .inventory import DeviceInventory
+from .model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
+from .stale import stale
+
+__all__ = ["CLAIMS", "CLASSES", "FEEDS", "SLICES", "TEMPLATES", "DeviceState", "Feed"]
+
+R = TypeVar("R")
+
+
+class DeviceState(Protocol):
+    """The core's state as device events read and change it.
+
+    :class:`~coscheduling.corestate.CoreState` is the one implementation; mypy checks it
+    against this where ``coscheduling.ingest`` builds its entries. The events own
+    ``devices``; they bump the store's epoch, queue nudges and deallocations in the outbox,
+    and only read the rest."""
+
+    @property
+    def store(self) -> ClusterStore: ...
+
+    @property
+    def devices(self) -> DeviceInventory: ...
+
+    @property
+    def ledger(self) -> Ledger: ...
+
+    @property
+    def gangs(self) -> Mapping[GangKey, Gang]: ...
+
+    @property
+    def membership(self) -> Mapping[PodKey, Membership]: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Feed(Generic[R]):
+    """One kind's events as data, in the shape of ``coscheduling.ingest.Kind`` (which the
+    wing cannot import: ingest reads the core's state)."""
+
+    name: str
+    current: Callable[[DeviceState], Mapping[str, R]]
+    key: Callable[[R], str]
+    upsert: Callable[[DeviceState, R], None]
+    delete: Callable[[DeviceState, str], None]
+
+
+def _changed(st: DeviceState) -> None:
+    """Devices changed: waiting gangs may fit now, and plans follow what kube-scheduler
+    allocated (``devices.align.observed``). Members that wait for devices (turned away at
+    the filter) are nudged: no cluster event of theirs would wake them."""
+    st.store.epoch += 1
+    observed(st.devices, st.store.nodes, st.store.pods, st.ledger.get)
+    for g in st.gangs.values():
+        if g.turned_away and (isinstance(g.reason, DevicesNotReady) or (
+                isinstance(g.reason, InvalidDeclaration)
+                and g.reason.error.field.endswith(CLAIMS_FIELD))):
+            st.outbox.requeue.update(g.wake())
+
+
+def _feed(name: str, table: Callable[[DeviceState], Mapping[str, R]], key: Callable[[R], str],
+          put: Callable[[DeviceState, R], None], drop: Callable[[DeviceState, str], None]
+          ) -> Feed[R]:
+    def upsert(st: DeviceState, rec: R) -> None:
+        put(st, rec)
+        _changed(st)
+
+    def delete(st: DeviceState, k: str) -> None:
+        drop(st, k)
+        _changed(st)
+
+    return Feed(name, table, key, upsert, delete)
+
+
+def _claim_key(c: Claim) -> ClaimKey:
+    return c.key
+
+
+def _put_claim(st: DeviceState, c: Claim) -> None:
+    st.devices.put_claim(c)
+    if stale(st.devices, c, st.store.pods, lambda p: p in st.membership, st.ledger.get):
+        st.outbox.deallocate[c.key] = (c.uid, c.resource_version)
+    else:
+        st.outbox.deallocate.pop(c.key, None)
+
+
+SLICES: Feed[DeviceSlice] = _feed(
+    "resourceslices", lambda st: st.devices.slices, lambda s: s.name,
+    lambda st, s: st.devices.put_slice(s), lambda st, k: st.devices.drop_slice(k))
+CLASSES: Feed[DeviceClass] = _feed(
+    "deviceclasses", lambda st: st.devices.classes, lambda c: c.name,
+    lambda st, c: st.devices.put_class(c), lambda st, k: st.devices.drop_class(k))
+CLAIMS: Feed[Claim] = _feed(
+    "resourceclaims", lambda st: st.devices.claims, _claim_key,
+    _put_claim, lambda st, k: st.devices.drop_claim(k))
+TEMPLATES: Feed[ClaimTemplate] = _feed(
+    "resourceclaimtemplates", lambda st: st.devices.templates, lambda t: t.key,
+    lambda st, t: st.devices.put_template(t), lambda st, k: st.devices.drop_template(k))
+FEEDS: tuple[Feed[Any], ...] = (CLASSES, SLICES, CLAIMS, TEMPLATES)
+"""The four kinds, in the order they are watched."""
