@@ -168,7 +168,8 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
     members = [Member(p) for p in pods]
     levels = st.settings.levels
     plan_view: CapacityView = view
-    if n * len(st.store.nodes) > HEAVY_PAIRS:
+    # A unit with DRA claims stays on the live view: the snapshot copies no devices.
+    if n * len(st.store.nodes) > HEAVY_PAIRS and not any(p.claims for p in pods):
         plan_view = SnapshotView(view, levels)
         yield None
     result = yield from _maybe_off(plan_view is not view, lambda: _plan(

@@ -54,6 +54,8 @@ def _fits_empty(members: Sequence[Member], view: CapacityView, levels: Sequence[
     proof (a heuristic failing proves nothing; the planner then decides)."""
     if any(affinity_problem(m.pod.required_affinity) is not None for m in members):
         return False  # eligible nowhere: the planner says why, without a pass per node
+    if any(m.pod.claims for m in members):
+        return False  # DRA devices are not counted here: the planner decides
     nodes = view.nodes
     groups = (list(view.domains(levels.index(required)).values()) if required is not None
               else [sorted(nodes)])

@@ -4,12 +4,17 @@ took, and the cluster as if empty (the proof that a unit never fits).
 Both are :class:`~coscheduling.planner.CapacityView` over the live core, read-only: the
 planner runs on them unchanged, so the what-if's plan is the planner's own answer, and
 nothing is copied but the few nodes a unit takes.
+
+DRA devices (``device_room``): the live view's room, as is. Devices planned for members of
+earlier units of the same proposal are not taken from it (their claims do not exist yet, so
+there is nothing to take them under); the empty cluster frees every device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..devices.book import DeviceRoom
 from ..planner import CapacityView
 from ..records import NodeName, NodeRecord
 from ..resources import Resources, add, sub
@@ -49,6 +54,9 @@ class TakenView:
 
     def free_gpus(self, node: NodeName) -> int:
         return self._base.free_gpus(node) - self.taken.get(node, {}).get(GPU, 0)
+
+    def device_room(self) -> DeviceRoom | None:
+        return self._base.device_room()
 
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
         return self._base.domains(index)
@@ -90,6 +98,15 @@ class EmptyView:
     def free_gpus(self, node: NodeName) -> int:
         return self._base.nodes[node].allocatable.get(GPU, 0)
 
+    def device_room(self) -> DeviceRoom | None:
+        """Every device free: no gang holds one (nothing is held, so the core's holds are
+        not read, let alone pruned) and every claim's allocation given back."""
+        room = self._base.device_room()
+        if room is None:
+            return None
+        return DeviceRoom(room.inv, room.nodes, room.reservation,
+                          frozenset(room.inv.claims), _held={})
+
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
         return self._base.domains(index)
 
@@ -129,6 +146,11 @@ class SnapshotView:
 
     def free_gpus(self, node: NodeName) -> int:
         return self._gpus[node]
+
+    def device_room(self) -> DeviceRoom | None:
+        """None: the device inventory is not copied, so a unit with DRA claims is never
+        planned on a snapshot (``dryrun`` plans it on the loop, on the live view)."""
+        return None
 
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
         return self._domains[index]
