@@ -358,8 +358,10 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter,
             return json_response({"error": e.message, "fields": e.fields}, e.status)
         req = review.request
         patch: list[dict[str, Any]] = []
+        # A standby's plans may be stale: it narrows nothing (the leader's bind check and
+        # first fit handle an unnarrowed claim).
         if narrow is not None and req.operation == "CREATE" and not req.dry_run \
-                and req.kind.kind == "ResourceClaim" and req.obj is not None:
+                and req.kind.kind == "ResourceClaim" and req.obj is not None and acting():
             patch = narrow(req.namespace, req.obj)
         return json_response(review_response(req.uid, patch))
 

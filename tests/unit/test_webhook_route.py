@@ -407,3 +407,33 @@ async def test_a_claim_review_is_answered_with_the_cores_narrowing(
     assert r.json()["response"] == {"uid": "u-1", "allowed": True}
     bad = await client.post("/mutate/resourceclaims", json={"kind": "AdmissionReview"})
     assert bad.status_code == 400
+
+
+async def test_a_standby_never_narrows_a_claim() -> None:
+    """A standby's plans may be stale (its view is rebuilt before it acts), so it narrows
+    no claim: kube-scheduler's first fit and the leader's bind check handle an unnarrowed
+    one. The acting replica narrows as its plan says."""
+    from fastapi import FastAPI
+    from prometheus_client import CollectorRegistry
+    from prometheus_client import Counter as PromCounter
+
+    from app.webhook import admission_router
+
+    acting = [False]
+    op = [{"op": "replace", "path": "/spec/devices/requests/0/firstAvailable", "value": []}]
+    fapp = FastAPI()
+    fapp.include_router(admission_router(
+        frozenset({"default-scheduler"}),
+        PromCounter("d", "d", ["decision"], registry=CollectorRegistry()),
+        None, lambda: acting[0], lambda _ns, _obj: op))
+    claim = {"metadata": {"name": "p-gpu", "namespace": "ml"}, "spec": {}}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=fapp),
+                                 base_url="https://lockstep.test") as c:
+        standby = await c.post("/mutate/resourceclaims",
+                               json=review(claim, kind="ResourceClaim"))
+        acting[0] = True
+        leader = await c.post("/mutate/resourceclaims",
+                              json=review(claim, kind="ResourceClaim"))
+    assert standby.json()["response"] == {"uid": "u-1", "allowed": True}
+    patch = leader.json()["response"]["patch"]
+    assert json.loads(base64.b64decode(patch)) == op
