@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import heapq
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -228,6 +229,10 @@ class _Shapes:
         self.heaps: dict[tuple[int, int], tuple[int, list[tuple[tuple[float, ...],
                                                                 NodeName, int]]]] = {}
         self._covers: dict[int, bool] = {}
+        self.shape_of = [self._shape(i) for i in range(len(ctx.todo))]
+        self.left = Counter(self.shape_of)
+        """Members of each shape still to place: a shape with none left is ranked no more
+        (a gang of all-different members costs what the scan did, not members x shapes)."""
 
     def _shape(self, i: int) -> tuple[int, int]:
         """Member ``i``'s shape: its eligibility memo (one per spec) and its candidates,
@@ -254,7 +259,7 @@ class _Shapes:
 
     def best(self, i: int) -> NodeName | None:
         """The node member ``i`` fills best, as a scan of every node would find it."""
-        shape = self._shape(i)
+        shape = self.shape_of[i]
         got = self.heaps.get(shape)
         if got is None:
             heap = [e for n in self.nodes if (e := self._entry(i, n)) is not None]
@@ -273,6 +278,10 @@ class _Shapes:
         if req.get(GPU, 0):
             self.extra.setdefault(n, []).append(req[GPU])
         self.placed[n] = self.placed.get(n, 0) + 1
+        shape = self.shape_of[i]
+        self.left[shape] -= 1
+        if not self.left[shape]:
+            self.heaps.pop(shape, None)
         for first, heap in self.heaps.values():
             e = self._entry(first, n)
             if e is not None:

@@ -158,3 +158,28 @@ def test_the_work_for_a_thousand_alike_members_does_not_grow_as_members_x_nodes(
     # scores and more; now one pass per shape and domain tried, then one node per member.
     assert calls["ok"] <= 4 * nodes + 2 * size, calls
     assert calls["score"] <= 4 * nodes + 2 * size, calls
+
+
+def test_a_gang_of_all_different_members_costs_no_more_than_the_scan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shape with no member left is ranked no more: without that, every placement ranked
+    its node again for every shape seen so far (members x shapes on top of the scan)."""
+    nodes, size = 100, 120
+    view = _cluster(random.Random(5), nodes, 100)
+    members = [Member(pod_from_json(pod(f"w-{i}").gang("w", size).gpu(1)
+                                    .cpu(f"{1000 + i}m").build())) for i in range(size)]
+    calls = {"ok": 0}
+    ok = planner._Context.ok
+
+    def counting_ok(self: Any, i: int, n: Any) -> bool:
+        calls["ok"] += 1
+        return ok(self, i, n)
+
+    monkeypatch.setattr(planner._Context, "ok", counting_ok)
+    got = plan_gang(members, view, DEFAULT_LEVELS)
+    shapes, calls["ok"] = calls["ok"], 0
+    monkeypatch.setattr(planner, "_place", _place_by_scan)
+    want = plan_gang(members, view, DEFAULT_LEVELS)
+    assert got == want and isinstance(got, planner.Plan)
+    assert shapes <= calls["ok"] + size, (shapes, calls["ok"])
