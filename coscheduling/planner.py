@@ -386,7 +386,9 @@ def _explain(ctx: _Context, required: Level | None) -> NoFit:
     shape.pop(PODS, None)
     cap = len(todo) + 1
     sets = [ctx.eligible_set(i) for i in range(len(todo))]
-    eligible_nodes = set().union(*sets)
+    # Alike members share one set: each distinct set once (1,000 members' sets of 5,000
+    # nodes were 5 million elements walked, 75 ms per turned-away filter call).
+    eligible_nodes = set().union(*{id(s): s for s in sets}.values())
     units = 0
     gpus = shape.get(GPU, 0)
     for n in eligible_nodes:
