@@ -5,7 +5,9 @@ never changes the live state, so a failed plan needs no undo. It tries the tight
 level first (one node, one clique, one rack, ...), widening only when no single domain holds
 the whole gang, and among fitting domains it picks the one left with the fewest free GPUs
 (the least fragmentation). Inside a domain, members are placed largest first, each on the node
-it fills most tightly.
+it fills most tightly. Alike members (same spec and candidates) share one ranking of the
+nodes, kept in a heap (:class:`_Shapes`), so a 1,000-member gang costs a pass over the nodes
+per shape, not per member; a gang whose members all differ still costs members x nodes.
 """
 
 from __future__ import annotations
