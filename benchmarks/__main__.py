@@ -68,6 +68,9 @@ def main() -> None:
                          "plus lockstep-ungated (gang pods without Lockstep's gate)")
     tp.add_argument("--timeout", type=float, default=None,
                     help="seconds each scheduler gets for the batch (default 300; 120 quick)")
+    ap.add_argument("--big", type=int, default=stall.BIG,
+                    help=f"stall: members of the big gang (default {stall.BIG}; 0 leaves "
+                         "the big-gang phases out)")
     tp.add_argument("--stall", type=float, default=45.0,
                     help="give up on a scheduler's batch after this many seconds without a "
                          "new binding (default 45)")
@@ -250,9 +253,10 @@ def _stall(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
     nodes = 1000 if args.quick else 5000
     print(f"\nEvent-loop stalls: verbs and /healthz while a {stall.GANG} x {stall.GANG_GPUS}-GPU "
           f"gang searches for victims over {nodes} full nodes, then while {stall.HOSTILE} "
-          "hostile pods arrive", flush=True)
+          f"hostile pods arrive, then while {args.big}-member gangs are planned", flush=True)
     measured = _commit()
-    result = stall.run(nodes, gangs=1 if args.quick else 3, log=lambda s: print(s, flush=True))
+    result = stall.run(nodes, gangs=1 if args.quick else 3, log=lambda s: print(s, flush=True),
+                       big=args.big)
     (out / "stall.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
                                                 **result}, indent=2))
     print(f"\nLatency while the worst cases run ({nodes} nodes; one request at a time per "
@@ -262,6 +266,8 @@ def _stall(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
         print("hostile pods answered with a 5xx or a hang-up:\n  "
               + "\n  ".join(result["hostile_5xx"]))
     print(f"slowest hostile pods (s): {result['hostile_slowest_s']}")
+    for got in result["big_outcomes"]:
+        print(f"big gang: {got}")
 
 
 def _whatif(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:

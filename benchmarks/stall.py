@@ -19,6 +19,11 @@ first with nothing else running (``idle``), then while a worst case runs:
   through the same ingest as the watch): huge, negative, zero, non-numeric and 5,000-digit
   sizes in every convention's annotations and labels, thousands of affinity terms, unicode
   and deeply nested values.
+* ``big gang``: on a cluster of its own (``--nodes`` x 8 GPUs, every other node running one
+  4-GPU pod, so every gang below fits spread), a ``--big``-member gang (1,000 by default,
+  ``--max-gang-size``'s default) is planned whole by one call: its first member's
+  ``/filter`` (its other members pending), or the admission review of its last member (the
+  others pending), each with members of 1 GPU and of 8 GPUs.
 
 Each row: the probe's p50 / p99 / max (ms) in that phase, and how long the worst case's own
 calls took. A stall shows as a p99 near the worst case's call time; a loop that yields keeps
@@ -29,7 +34,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import functools
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -43,7 +51,7 @@ import orjson
 
 from coscheduling import ingest
 
-from .synthetic import cluster_nodes, plain_pod
+from .synthetic import cluster_nodes, plain_pod, running_pods
 from .verbs import _free_port, _pct
 
 __all__ = ["PROBES", "TABLE_COLUMNS", "hostile_pods", "run"]
@@ -54,6 +62,10 @@ FREE_NODES = 16
 GANG = 64
 GANG_GPUS = 8
 HOSTILE = 100
+BIG = 1000
+"""Members of the big gang: ``--max-gang-size``'s default (app/cli.py)."""
+BIG_GANGS = (("filter", 1), ("filter", 8), ("webhook", 1), ("webhook", 8))
+"""The big-gang phases: the call that plans the gang, and each member's GPUs."""
 
 TABLE_COLUMNS = (("phase", "phase"), ("probe", "probe"), ("n", "requests"),
                  ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("max_ms", "max ms"),
@@ -115,8 +127,32 @@ def fill(nodes: int, gangs: int, probes: int, seed: int = 1) -> list[dict[str, A
     return pods
 
 
-def build(nodes: int, gangs: int, probes: int, api: str) -> Any:
-    """The Lockstep service the server runs (imports the app only in the server process)."""
+def big_gang(via: str, gpus: int, size: int) -> tuple[str, list[dict[str, Any]]]:
+    """The big gang of a phase: its name and every member (``size`` of them)."""
+    name = f"big-{via}-{gpus}"
+    pods = []
+    for i in range(size):
+        p = _member(name, i)
+        p["metadata"]["annotations"]["lockstep.dev/min-member"] = str(size)
+        p["spec"]["containers"][0]["resources"]["requests"] = {
+            "nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}
+        pods.append(p)
+    return name, pods
+
+
+def fill_big(nodes: int, probes: int, size: int) -> list[dict[str, Any]]:
+    """The big-gang cluster's pods: one 4-GPU pod on every other node, each big gang's
+    members pending (all but the last one of a gang planned by the webhook), the probes'."""
+    pods = running_pods(nodes)
+    for via, gpus in BIG_GANGS:
+        members = big_gang(via, gpus, size)[1]
+        pods += members[:-1] if via == "webhook" else members
+    return pods + [_probe_pod(i) for i in range(probes)]
+
+
+def build(nodes: int, gangs: int, probes: int, api: str, big: int = 0) -> Any:
+    """The Lockstep service the server runs (imports the app only in the server process);
+    ``big``: the big-gang cluster with gangs of that many members."""
     from app.kube import KubeClient, KubeConfig
     from app.service import Lockstep
     from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
@@ -124,7 +160,7 @@ def build(nodes: int, gangs: int, probes: int, api: str) -> Any:
     core = Coscheduler(Settings())
     for n in cluster_nodes(nodes):
         core.upsert(ingest.NODES, node_from_json(n))
-    for p in fill(nodes, gangs, probes):
+    for p in fill_big(nodes, probes, big) if big else fill(nodes, gangs, probes):
         core.upsert_pod(pod_from_json(p))
     service = Lockstep(core, KubeClient(KubeConfig(api)))
     for res in service.cache.resources.values():
@@ -136,13 +172,14 @@ def serve(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.stall")
     for name in ("--nodes", "--gangs", "--probes", "--port"):
         ap.add_argument(name, type=int, required=True)
+    ap.add_argument("--big", type=int, default=0)
     ap.add_argument("--api", required=True)
     args = ap.parse_args(argv)
     import uvicorn
 
     from app.process import extender_app
 
-    service = build(args.nodes, args.gangs, args.probes, args.api)
+    service = build(args.nodes, args.gangs, args.probes, args.api, args.big)
     app = extender_app(service)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
                             access_log=False)
@@ -348,21 +385,36 @@ def _wait_up(client: httpx.Client, server: subprocess.Popen[bytes], timeout: flo
         time.sleep(0.2)
 
 
+class _Server:
+    """A benchmark server in a process of its own, talking to the stub API server."""
+
+    def __init__(self, nodes: int, gangs: int, stub: ThreadingHTTPServer, big: int = 0
+                 ) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.stall", "--nodes", str(nodes), "--gangs",
+             str(gangs), "--probes", "20000", "--port", str(self.port), "--big", str(big),
+             "--api", f"http://127.0.0.1:{stub.server_address[1]}"])
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 def run(nodes: int = 5000, gangs: int = 3, hostile: int = HOSTILE, idle_seconds: float = 3.0,
-        log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Serve, measure idle, then during each worst case; rows as ``TABLE_COLUMNS``."""
+        log: Callable[[str], None] = lambda _: None, big: int = BIG) -> dict[str, Any]:
+    """Serve, measure idle, then during each worst case; rows as ``TABLE_COLUMNS``.
+    ``big`` = 0 leaves the big-gang phases out."""
     stub = ThreadingHTTPServer(("127.0.0.1", 0), _StubAPI)
     threading.Thread(target=stub.serve_forever, daemon=True).start()
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "benchmarks.stall", "--nodes", str(nodes),
-                               "--gangs", str(gangs), "--probes", "20000", "--port", str(port),
-                               "--api", f"http://127.0.0.1:{stub.server_address[1]}"])
-    base = f"http://127.0.0.1:{port}"
+    server = _Server(nodes, gangs, stub)
     names = [n["metadata"]["name"] for n in cluster_nodes(nodes)]
+    big_out: list[dict[str, Any]] = []
     try:
-        with httpx.Client(base_url=base, timeout=120) as client:
-            _wait_up(client, server, 300)
-            probes = _Probes(base, names, names[-FREE_NODES:])
+        with httpx.Client(base_url=server.base, timeout=120) as client:
+            _wait_up(client, server.proc, 300)
+            probes = _Probes(server.base, names, names[-FREE_NODES:])
             log(f"  server up: {nodes} nodes; idle for {idle_seconds:g} s")
             rows = _rows("idle", *probes.during(lambda: _sleep(idle_seconds)))
             log(f"  preemption: {gangs} gang(s) of {GANG} x {GANG_GPUS} GPUs search for victims")
@@ -375,19 +427,82 @@ def run(nodes: int = 5000, gangs: int = 3, hostile: int = HOSTILE, idle_seconds:
             rows += _rows("hostile", *probes.during(
                 lambda: _hostile(client, names, hostile, failures, slowest)))
             alive = client.get("/healthz").status_code == 200
-            for row in rows:
-                if row["failed"]:
-                    log(f"  {row['phase']} {row['probe']}: {row['errors']} failed, first: "
-                        f"{row['failed']}")
+        if big:
+            server.close()
+            server = _Server(nodes, 0, stub, big)
+            rows += _big_phases(server, names, big, big_out, log)
+        for row in rows:
+            if row["failed"]:
+                log(f"  {row['phase']} {row['probe']}: {row['errors']} failed, first: "
+                    f"{row['failed']}")
     finally:
-        server.terminate()
-        server.wait(10)
+        server.close()
         stub.shutdown()
         stub.server_close()
     return {"nodes": nodes, "gangs": gangs, "gang": f"{GANG} x {GANG_GPUS} GPUs",
             "searches": list(SEARCHES),
             "hostile": hostile, "hostile_5xx": failures,
-            "hostile_slowest_s": slowest, "alive_after": alive, "rows": rows}
+            "hostile_slowest_s": slowest, "alive_after": alive, "big": big,
+            "big_outcomes": big_out, "rows": rows}
+
+
+def _big_phases(server: _Server, names: list[str], big: int, out: list[dict[str, Any]],
+                log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Each big gang planned by one call (``BIG_GANGS``), with the probes going."""
+    rows: list[dict[str, Any]] = []
+    with httpx.Client(base_url=server.base, timeout=300) as client:
+        _wait_up(client, server.proc, 300)
+        probes = _Probes(server.base, names, names[-FREE_NODES:])
+        for via, gpus in BIG_GANGS:
+            phase = f"big gang {via} {gpus}gpu"
+            by = "its first member's /filter" if via == "filter" else "its last member's review"
+            log(f"  {phase}: a {big}-member gang of {gpus}-GPU members, planned by {by}")
+            rows += _rows(phase, *probes.during(
+                functools.partial(_big, client, names, via, gpus, big, out)))
+            log(f"    outcome: {out[-1]}")
+    return rows
+
+
+def _big(client: httpx.Client, names: list[str], via: str, gpus: int, size: int,
+         out: list[dict[str, Any]], timeout: float = 300.0) -> list[float]:
+    """The call that plans the big gang, asked again (as kube-scheduler and the API server
+    retry) while the answer says its plan is being computed; the calls' times."""
+    name, members = big_gang(via, gpus, size)
+    calls: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        if via == "filter":
+            r = _post(client, "/filter", orjson.dumps(
+                {"Pod": members[0], "Nodes": None, "NodeNames": names}))
+        else:
+            r = _post(client, "/mutate/pods", _review(members[-1], f"uid-{name}"))
+        calls.append(time.perf_counter() - t)
+        if r.status_code != 200:
+            raise RuntimeError(f"{via} for {name}: {r.status_code} {r.text[:200]}")
+        if PLANNING not in r.text or time.perf_counter() - start > timeout:
+            break
+        time.sleep(0.05)
+    text = _outcome(r.json()) if via == "filter" else _review_outcome(r.json())
+    out.append({"gang": name, "via": via, "gpus": gpus, "members": size,
+                "calls": len(calls), "wall_s": round(time.perf_counter() - start, 3),
+                "outcome": text})
+    return calls
+
+
+def _review_outcome(answer: dict[str, Any]) -> str:
+    """What the webhook did: pinned (to which node), gated, or neither."""
+    patch = (answer.get("response") or {}).get("patch")
+    ops = orjson.loads(base64.b64decode(patch)) if patch else []
+    text = orjson.dumps(ops).decode()
+    if "/spec/affinity" in text:
+        node = next((v for v in re.findall(r'"values":\["([^"]+)"', text)), "?")
+        return f"pinned to {node}"
+    return "gated" if "schedulingGates" in text else f"neither: {text[:200]}"
+
+
+PLANNING = "being planned"
+"""What a gang's answer says while its plan is computed over several slices."""
 
 
 def _sleep(seconds: float) -> list[float]:

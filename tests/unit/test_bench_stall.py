@@ -9,10 +9,11 @@ from http.server import ThreadingHTTPServer
 from benchmarks import stall
 
 
-def test_the_probes_answer_through_a_victim_search_and_hostile_pods() -> None:
-    got = stall.run(nodes=64, gangs=1, hostile=15, idle_seconds=0.3)
+def test_the_probes_answer_through_a_victim_search_hostile_pods_and_big_gangs() -> None:
+    got = stall.run(nodes=64, gangs=1, hostile=15, idle_seconds=0.3, big=10)
     rows = {(r["phase"], r["probe"]): r for r in got["rows"]}
-    assert set(rows) == {(ph, p) for ph in ("idle", "preemption", "hostile")
+    big = [f"big gang {via} {gpus}gpu" for via, gpus in stall.BIG_GANGS]
+    assert set(rows) == {(ph, p) for ph in ("idle", "preemption", "hostile", *big)
                          for p in stall.PROBES}
     for (phase, probe), r in rows.items():
         assert r["n"] >= 1 and r["errors"] == 0 and r["failed"] == [], (phase, probe, r)
@@ -24,6 +25,11 @@ def test_the_probes_answer_through_a_victim_search_and_hostile_pods() -> None:
     assert rows[("hostile", "healthz")]["load_calls"] == 15
     # No hostile pod makes the webhook or the filter verb fail, and the server lives on.
     assert got["hostile_5xx"] == [] and got["alive_after"]
+    # Each big gang was planned whole by its one call: admitted, or its last member pinned.
+    outcomes = {(b["via"], b["gpus"]): b["outcome"] for b in got["big_outcomes"]}
+    assert set(outcomes) == set(stall.BIG_GANGS)
+    for (via, _), text in outcomes.items():
+        assert text.startswith("admitted onto" if via == "filter" else "pinned to"), text
 
 
 def test_every_hostile_shape_is_distinct_and_named_uniquely() -> None:
