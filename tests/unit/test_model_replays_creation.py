@@ -264,3 +264,26 @@ def test_replay_a_restart_landing_a_binding_to_a_deleted_node_is_the_clusters_do
     _replay_more(m, ("schedule_gang", "d", 0, s()))
     assert all(m.pods[pod_key("default", f"d-{k}")]["spec"].get("nodeName") == "n2"
                for k in range(4)), "the restarted core left gang d partial"
+
+
+def test_replay_a_pod_of_another_shape_created_under_a_pin_that_never_landed_is_sized() -> None:
+    """``LOCKSTEP_FUZZ_SEED=2718`` (600 runs) found it: w's members are pinned at creation
+    (1 GPU each, w-0 to n2) but their creations never land; w-0 is then created again
+    through the webhook with 2 GPUs (gated: a pod of that name was still counted). The core
+    took it for the pod it had pinned and kept its 1-GPU slot; w-0's gate was lifted with
+    a pin to n2 and it bound there beside its siblings and h-0's slot: 5 GPUs on a node of
+    4. A slot now holds its pod's requests, or goes (the plan is completed or given back)."""
+    s = _Script
+    m = _replay(GangModel, ("low_then_high", "a", "c", "",
+                            s("n0", False, False, "n0", False, True,
+                              "n1", False, False, "n1", False, False)),
+                ("watch_falls_behind",), ("create_whole_held_gang", False),
+                ("member_fails", s("default/c-0")),
+                ("create_whole_webhook_gang", False, "never", False),
+                ("create_through_webhook", 0, "now", True, 3, False),
+                ("relist_pods",), ("delete_node", s("n0")),
+                ("api_applies_every_lift", s(), False),
+                ("create_whole_webhook_gang", False, "now", False),
+                ("api_applies_every_lift", s(*("n2", False, False) * 3), True))
+    assert gpu(m.pods[pod_key("default", "w-0")]) == 2, "stale replay"
+    assert _gpus_bound(m, "n2") <= _allocatable(m, "n2")
