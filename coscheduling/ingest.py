@@ -266,6 +266,12 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
             # Its gate came off with a pin decided on an older plan: the slot must
             # follow the pin (re-placed on it below, or the gang gives all back).
             g.drop_slot(pod.key)
+        slot = st.ledger.get(pod.key)
+        if slot is not None and slot.requests != pod.requests:
+            # Not the pod the slot was sized for: a pin given at creation whose pod never
+            # landed, and a pod of another shape created under its name since. The slot
+            # must hold what binds (re-placed below, or the gang gives all back).
+            g.drop_slot(pod.key)
         if pod.node_name is not None or not pod.active:
             # Bound: the slot became usage. Finished or deleting: it never will be.
             st.unpark(g, pod.key, f"pod {pod.key} is "

@@ -856,10 +856,13 @@ class GangModel(RuleBasedStateMachine):
         and pins given at creation whose pods are not stored yet are lost."""
         if not really:  # rarer than other rules: a restart forgets what others test
             return
-        for _, binds, _, _ in self.group_binds:  # the bindings already sent land
+        for name, binds, _, _ in self.group_binds:  # the bindings already sent land; one
+            # to a node deleted meanwhile fails: the gang is short by the cluster's hand,
+            # as group_binding_lands records it (no restarted core hears that outcome)
             for k, (n, uid) in binds.items():
-                if k in self.pods and self.pods[k]["metadata"]["uid"] == uid:
-                    self._api_bind(k, n, 0)
+                if k in self.pods and self.pods[k]["metadata"]["uid"] == uid \
+                        and isinstance(self._api_bind(k, n, 0), BindFailed):
+                    self.disrupted.add(name)
         self.group_binds.clear()
         for obj, _, _ in (self.reviews[k] for k in sorted(self.reviews)):
             # The webhook call dies with the process: failurePolicy Ignore creates the pod

@@ -236,3 +236,54 @@ def _replay_more(m: GangModel, *steps: tuple[Any, ...]) -> None:
         getattr(m, name)(*args)
         m.promises_hold()
         m.rebuilt_core_agrees()
+
+
+def test_replay_a_restart_landing_a_binding_to_a_deleted_node_is_the_clusters_doing() -> None:
+    """The seeded GangModel run (a helper's nested ``factory() -> GangModel``) found it, in
+    full: gang d's BindGroup is in flight (d-0, d-1 to n1; d-2, d-3 to n2) when n1 is
+    deleted, and Lockstep restarts. The bindings already sent land: d-2 and d-3 on n2, d-0
+    and d-1 fail (their node is gone). Gang d is partially bound by the cluster, not by
+    Lockstep: the same sequence without the restart, landing by ``group_binding_lands``,
+    records that failed binding as the disruption; the restart rule dropped the outcomes
+    (before: "gang d rests partially bound: 2/4"). The restarted core then completes d."""
+    s = _Script
+    m = _replay(GangModel, ("relist_nodes",), ("relist_nodes",), ("delete_node", s("n0")),
+                ("create_namesake_plain", "c", 2, False),
+                ("create_plain", 0, 1, 50, False, False),
+                ("create_through_webhook", 0, "now", True, 3, False),
+                ("create_whole_webhook_gang", False, "now", True),
+                ("low_then_high", "a", "d", "",
+                 s("n1", False, False, "n1", False, False, "n2", False, False,
+                   "n2", False, True)),
+                ("delete_node", s("n1")))
+    assert [n for _, binds, *_ in m.group_binds for n, _ in binds.values()] \
+        == ["n1", "n1", "n2", "n2"], "d's BindGroup not in flight to n1 and n2: stale replay"
+    _replay_more(m, ("lockstep_restarts", True))
+    bound = {k: m.pods[pod_key("default", f"d-{k}")]["spec"].get("nodeName") for k in range(4)}
+    assert bound == {0: None, 1: None, 2: "n2", 3: "n2"}, f"stale replay: {bound}"
+    _replay_more(m, ("schedule_gang", "d", 0, s()))
+    assert all(m.pods[pod_key("default", f"d-{k}")]["spec"].get("nodeName") == "n2"
+               for k in range(4)), "the restarted core left gang d partial"
+
+
+def test_replay_a_pod_of_another_shape_created_under_a_pin_that_never_landed_is_sized() -> None:
+    """``LOCKSTEP_FUZZ_SEED=2718`` (600 runs) found it: w's members are pinned at creation
+    (1 GPU each, w-0 to n2) but their creations never land; w-0 is then created again
+    through the webhook with 2 GPUs (gated: a pod of that name was still counted). The core
+    took it for the pod it had pinned and kept its 1-GPU slot; w-0's gate was lifted with
+    a pin to n2 and it bound there beside its siblings and h-0's slot: 5 GPUs on a node of
+    4. A slot now holds its pod's requests, or goes (the plan is completed or given back)."""
+    s = _Script
+    m = _replay(GangModel, ("low_then_high", "a", "c", "",
+                            s("n0", False, False, "n0", False, True,
+                              "n1", False, False, "n1", False, False)),
+                ("watch_falls_behind",), ("create_whole_held_gang", False),
+                ("member_fails", s("default/c-0")),
+                ("create_whole_webhook_gang", False, "never", False),
+                ("create_through_webhook", 0, "now", True, 3, False),
+                ("relist_pods",), ("delete_node", s("n0")),
+                ("api_applies_every_lift", s(), False),
+                ("create_whole_webhook_gang", False, "now", False),
+                ("api_applies_every_lift", s(*("n2", False, False) * 3), True))
+    assert gpu(m.pods[pod_key("default", "w-0")]) == 2, "stale replay"
+    assert _gpus_bound(m, "n2") <= _allocatable(m, "n2")
