@@ -54,9 +54,9 @@ from .certs import make_certs
 from .http import get
 from .kube import Kube
 
-__all__ = ["ADMIN_TOKEN", "KCM_CONTROLLERS", "KCM_TOKEN", "UPSTREAM_GANG_API", "WEBHOOK_CONFIG",
-           "Proc", "StartupError", "TestBed", "default_k8s", "free_port", "scheduler_config",
-           "webhook_configuration"]
+__all__ = ["ADMIN_TOKEN", "KCM_CONTROLLERS", "KCM_TOKEN", "KCM_WORKLOAD_CONTROLLERS",
+           "UPSTREAM_GANG_API", "WEBHOOK_CONFIG", "Proc", "StartupError", "TestBed",
+           "default_k8s", "free_port", "scheduler_config", "webhook_configuration"]
 
 log = logging.getLogger("testbed")
 
@@ -69,6 +69,11 @@ KCM_CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller")
 ResourceClaimTemplate, ``status.resourceClaimStatuses``, releasing a claim whose pods are
 gone) and the garbage collector (deleting the claims a deleted pod owned, a deleted node's
 ResourceSlices)."""
+KCM_WORKLOAD_CONTROLLERS = (*KCM_CONTROLLERS, "job-controller", "deployment-controller",
+                            "replicaset-controller")
+"""``KCM_CONTROLLERS`` plus the controllers that turn a Job or a Deployment into pods (names
+as kube-controller-manager v1.34's ``--controllers`` lists them): for tests that compare
+``lockstep explain --what-if`` on such an object with the pods its controllers create."""
 STAGES = Path(__file__).with_name("stages") / "stages.yaml"
 CRDS = (REPO / "deploy" / "podgroup-crd.yaml",)
 NRT_CRD = Path(__file__).with_name("crds") / "noderesourcetopology-crd.yaml"

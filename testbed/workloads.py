@@ -1,7 +1,8 @@
 """Builders for the pods tests submit: ``pod("w0").gang("train", 4).gpu(1).build()``.
 
-Bare pods (the test bed's controller-manager, when it runs, only runs DRA's resourceclaim
-controller and the garbage collector: no Jobs), one container with
+Bare pods (the test bed's controller-manager, when it runs, runs DRA's resourceclaim
+controller and the garbage collector, and the Job and Deployment controllers only when a test
+asks: ``runner.KCM_WORKLOAD_CONTROLLERS``), one container with
 requests equal to limits, image ``registry.invalid/train:latest`` (KWOK never pulls it).
 Gangs are declared the Lockstep way (annotations ``lockstep.dev/pod-group``,
 ``lockstep.dev/min-member``, ``lockstep.dev/timeout-seconds``) or the scheduler-plugins way

@@ -6,12 +6,16 @@ once, unchanged, on a bed where nothing else changes: the answer is what happens
   pinned at creation carry that pin as the API server stored them;
 * fits after preemption: exactly the victims it names are evicted, whole, and the members
   bind where it said;
-* waits: nothing binds, and the reason is the one ``lockstep explain`` then gives.
+* waits: nothing binds, and the reason is the one ``lockstep explain`` then gives;
+* a Job or a Deployment (kube-controller-manager's real controllers): its generated pods bind
+  on the nodes it named, as a multiset per member shape.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ import yaml
 from app import cli
 from testbed import kueue
 from testbed.kubeflow import JOBS, pytorchjob, start_training_operator
+from testbed.runner import KCM_WORKLOAD_CONTROLLERS
 from testbed.workloads import gang, pod
 
 from .conftest import Cluster, ClusterFactory, settle
@@ -230,3 +235,74 @@ def _write(tmp_path: Path, objs: list[dict[str, Any]]) -> Path:
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump_all(objs))
     return f
+
+
+def template(gang_name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod template declaring the Lockstep gang ``gang_name`` of 4, 1 GPU each: the
+    builder's pod without its name (the controller names it)."""
+    obj = pod("x").gang(gang_name, 4).gpu(1).build()
+    obj["spec"]["restartPolicy"] = "Never"  # a Job's template needs Never or OnFailure
+    return {"metadata": {"labels": labels, "annotations": obj["metadata"]["annotations"]},
+            "spec": obj["spec"]}
+
+
+def shape(spec: dict[str, Any]) -> str:
+    """What a member asks for (its containers' requests): members of one shape are
+    interchangeable, so a generated name may land where the answer put any of them."""
+    return json.dumps([c.get("resources", {}).get("requests", {}) for c in spec["containers"]],
+                      sort_keys=True)
+
+
+def goes_where_it_said(c: Cluster, objs: list[dict[str, Any]], create: str, selector: str,
+                       tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ask the what-if about ``objs`` (one workload), check it created nothing, create them
+    at ``create`` right after, and compare the pods its controller makes (``selector``)
+    once bound with the answer: per member shape, the nodes as a multiset."""
+    c.create(pod("busy", c.ns).gpu(1).build())
+    c.wait_bound(["busy"], 30)
+    settle(1)
+    code, answer = ask(c, copy.deepcopy(objs), tmp_path, capsys)
+    assert code == 0 and answer["verdict"] == "fits-now", answer
+    got = placed(answer)
+    assert len(got) == 4 and not any(pin for _, pin in got.values()), answer
+    tpl_shape = shape(objs[0]["spec"]["template"]["spec"])
+    want = Counter((tpl_shape, node) for node, _ in got.values())
+    assert [p["metadata"]["name"] for p in c.kube.pods(c.ns)] == ["busy"], \
+        "the what-if created nothing"
+    for o in objs:
+        c.kube.create(create.format(ns=c.ns), o)
+    c.kube.wait("its 4 pods", lambda: len(c.kube.pods(c.ns, labelSelector=selector)) == 4, 60)
+    pods = c.kube.pods(c.ns, labelSelector=selector)
+    bound = c.wait_bound([p["metadata"]["name"] for p in pods], 60)
+    outcome = Counter((shape(p["spec"]), bound[p["metadata"]["name"]]) for p in pods)
+    assert outcome == want, (outcome, answer)
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_an_indexed_job_goes_where_the_what_if_said(
+        cluster: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kube-controller-manager's real Job controller: an Indexed Job of parallelism =
+    completions = 4 whose template declares the gang; its generated pods bind, as a
+    multiset, on the nodes the what-if named."""
+    c = cluster("tiny-3x2")
+    c.bed.start_controller_manager(KCM_WORKLOAD_CONTROLLERS)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+           "spec": {"parallelism": 4, "completions": 4, "completionMode": "Indexed",
+                    "template": template("train", {})}}
+    goes_where_it_said(c, [job], "/apis/batch/v1/namespaces/{ns}/jobs",
+                       "batch.kubernetes.io/job-name=train", tmp_path, capsys)
+
+
+def test_a_deployment_goes_where_the_what_if_said(
+        cluster: ClusterFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real Deployment and ReplicaSet controllers: 4 replicas whose template declares
+    the gang bind, as a multiset, on the nodes the what-if named."""
+    c = cluster("tiny-3x2")
+    c.bed.start_controller_manager(KCM_WORKLOAD_CONTROLLERS)
+    tpl = template("web", {"app": "web"})
+    del tpl["spec"]["restartPolicy"]  # a Deployment's pods restart Always
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+           "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
+                    "template": tpl}}
+    goes_where_it_said(c, [dep], "/apis/apps/v1/namespaces/{ns}/deployments", "app=web",
+                       tmp_path, capsys)
