@@ -26,7 +26,8 @@ PodGroups and the pod label ``scheduling.x-k8s.io/pod-group``, and puts that nam
 ``schedulerName`` of every pod template that has none (a template's own ``schedulerName`` is
 never overwritten; the job gets a ``SetPodTemplateSchedulerName`` warning event instead).
 
-No kube-controller-manager runs on the test bed, so nothing garbage-collects a deleted job's
+The test bed starts kube-controller-manager only where a test asks for it (DRA claims, Jobs,
+Deployments), so in the training-operator's tests nothing garbage-collects a deleted job's
 pods, services and PodGroup; ``delete_job`` deletes them by owner reference as the garbage
 collector would.
 """
