@@ -113,9 +113,9 @@ def _serve_parser(sub: Any) -> None:
     add("--renew-deadline", type=float, default=float(_env("renew-deadline", 10)),
         help="the sidecar's leaderElection.renewDeadline, seconds: this replica stops "
              "acting this long after the last renewal it saw (default 10)")
-    add("--retry-period", type=float, default=float(_env("retry-period", 2)),
+    add("--retry-period", type=float, default=float(_env("retry-period", 0.5)),
         help="the sidecar's leaderElection.retryPeriod, seconds; the Lease is read every "
-             "half of it (default 2)")
+             "half of it (default 0.5)")
     add("--topology-levels", default=_env("topology-levels", ""),
         help="topology levels between nodes, coarse to fine: name=label-key[,label-key...] "
              "separated by ';', ending with hostname=kubernetes.io/hostname (default: zone, "

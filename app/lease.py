@@ -45,14 +45,15 @@ log = logging.getLogger("lockstep.lease")
 
 @dataclass(frozen=True, slots=True)
 class LeaseTiming:
-    """kube-scheduler's ``leaderElection`` durations (client-go's defaults: 15/10/2 s).
+    """kube-scheduler's ``leaderElection`` durations as deployed: 15/10/0.5 s (client-go's
+    defaults are 15/10/2 s; the shorter retry period is why, docs/failover.md).
 
     Lockstep must be told the sidecar's own values: it fences itself at ``renew_deadline``
     and reads the Lease every ``poll`` seconds (half the retry period)."""
 
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
-    retry_period: float = 2.0
+    retry_period: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration <= 3600:

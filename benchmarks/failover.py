@@ -1,7 +1,7 @@
 """Failover: from the leader killed to the next gang bound, over repeated kills.
 
 Two Lockstep + kube-scheduler pairs run on the test bed (``testbed.replicas``) with the
-deployed scheduler configuration, so the lease durations are the deploy defaults (15/10/2 s)
+deployed scheduler configuration, so the lease durations are the deploy defaults (15/10/0.5 s)
 and the figure is what a cluster gets. Each round: the leading pair is killed with SIGKILL
 (both processes, as a node failure), a 2-member gang is created at once through the webhook,
 and the clock stops when its last member is bound. The killed pair is then started again (a

@@ -115,6 +115,36 @@ def test_the_lead_always_ends_before_another_replica_may_take_the_lease() -> Non
             timing.lease_duration - timing.renew_deadline)
 
 
+def test_the_deployed_half_second_retry_keeps_the_lead_and_the_fence() -> None:
+    """15/10/0.5 s (deploy/scheduler-config.yaml): the sidecar renews every 0.5 s and the
+    follower reads every 0.25 s. While renewals come, the lead never lapses; once they stop
+    (the leader is killed), the lead ends by the last write + renew deadline, at least
+    lease duration - renew deadline before the standby kube-scheduler may take the Lease
+    (client-go: observedTime + leaseDuration, observedTime no earlier than the write)."""
+    clock = Clock()
+    f = follower(clock)
+    timing = f.timing
+    assert (timing.lease_duration, timing.renew_deadline, timing.retry_period) == (
+        15.0, 10.0, 0.5) and timing.poll == 0.25
+    killed, last_write, rv = 130.0, 0.0, 0
+    reads = [100.0 + i * timing.poll + 0.01 for i in range(int(60 / timing.poll))]
+    for sent in reads:
+        clock.t = sent
+        writes = [100.0 + k * timing.retry_period for k in range(200)]
+        done = [w for w in writes if w < min(sent, killed)]
+        if done and done[-1] != last_write:
+            last_write, rv = done[-1], rv + 1
+        f.observe(lease("lockstep-a_u1", f"t{rv}", str(rv)), sent=sent)
+        if 101.0 <= sent < killed:
+            assert f.leading, sent  # no gap between renewals 0.5 s apart
+        if sent >= last_write + timing.renew_deadline:
+            assert not f.leading, sent
+    assert f.term == 1 and not f.leading
+    assert f._until <= last_write + timing.renew_deadline
+    assert (last_write + timing.lease_duration) - f._until >= (
+        timing.lease_duration - timing.renew_deadline)
+
+
 def wire_lease(script: list[dict[str, Any] | int]) -> tuple[KubeClient, list[str]]:
     seen: list[str] = []
 
