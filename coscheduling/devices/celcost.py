@@ -41,6 +41,7 @@ __all__ = [
     "Estimate",
     "count_tokens",
     "estimate",
+    "reads",
 ]
 
 MAX_TOKENS = 512
@@ -205,3 +206,93 @@ class _Walk:
         if name in ("map", "filter"):
             return steps + items, items, max(item, body_size)
         return steps, max(item, body_size), max(item, body_size)  # reduce, min: one item
+
+
+Read = tuple[str, ...]
+"""What a selector reads of the device: ``("driver",)``, or ``("attributes" | "capacity",
+domain, id)``."""
+
+_PASS = frozenset({"expr", "conditionalor", "conditionaland", "relation", "addition",
+                   "multiplication", "unary", "member", "primary"})
+_PLAIN_STRING = re.compile(r"""^(["'])([^"'\\\n]*)\1$""")
+
+
+def _strip(t: AST) -> AST:
+    """Down a chain of single-child nodes (a sub-expression that is one member or literal)."""
+    while t.data in _PASS and len(t.children) == 1 and isinstance(t.children[0], Tree):
+        t = t.children[0]
+    return t
+
+
+def _device_root(t: AST) -> AST | None:
+    t = _strip(t)
+    ok = t.data == "ident" and t.children and str(t.children[0]) == "device"
+    return t if ok else None
+
+
+def _string(t: Tree[Token] | Token) -> str | None:
+    if not isinstance(t, Tree):
+        return None
+    t = _strip(t)
+    if t.data != "literal" or not isinstance(t.children[0], Token) \
+            or t.children[0].type != "STRING_LIT":
+        return None
+    m = _PLAIN_STRING.match(str(t.children[0]))
+    return m.group(2) if m else None
+
+
+def _name(t: AST) -> str | None:
+    """The field a ``member_dot`` names or the plain string a ``member_index`` gives."""
+    if t.data == "member_dot" and isinstance(t.children[1], Token):
+        return str(t.children[1])
+    if t.data == "member_index":
+        return _string(t.children[1])
+    return None
+
+
+def _read(t: AST) -> tuple[Read, AST] | None:
+    """``t`` as one read of the device and the ``device`` node it starts from:
+    ``device.driver`` or ``device.attributes["domain"].id`` (or ``["id"]``; capacity too)."""
+    if t.data not in ("member_dot", "member_index"):
+        return None
+    outer = _name(t)
+    base = t.children[0]
+    if outer is None or not isinstance(base, Tree):
+        return None
+    if t.data == "member_dot" and outer == "driver" and (root := _device_root(base)):
+        return ("driver",), root
+    mid = _strip(base)
+    domain = _name(mid) if mid.data == "member_index" else None
+    inner = mid.children[0] if domain is not None else None
+    if not isinstance(inner, Tree):
+        return None
+    kind_node = _strip(inner)
+    if kind_node.data != "member_dot" or not isinstance(kind_node.children[0], Tree):
+        return None
+    kind = _name(kind_node)
+    root = _device_root(kind_node.children[0])
+    if kind not in ("attributes", "capacity") or root is None or domain is None:
+        return None
+    return (kind, domain, outer), root
+
+
+def reads(tree: AST) -> tuple[Read, ...] | None:
+    """Everything ``tree`` reads of the device, when every use of ``device`` is one of the
+    reads :func:`_read` knows; None when it reads more (a whole map, a domain's presence, a
+    macro over attributes): its result then depends on the whole device."""
+    found: set[Read] = set()
+    covered: set[int] = set()
+    roots: list[AST] = []
+    stack = [tree]
+    while stack:
+        t = stack.pop()
+        if t.data == "ident" and t.children and str(t.children[0]) == "device":
+            roots.append(t)
+        got = _read(t)
+        if got is not None:
+            found.add(got[0])
+            covered.add(id(got[1]))
+        stack.extend(c for c in t.children if isinstance(c, Tree))
+    if any(id(r) not in covered for r in roots):
+        return None
+    return tuple(sorted(found))

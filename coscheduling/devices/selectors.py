@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +47,15 @@ from .celcost import (
     MAX_STEPS,
     MAX_TOKENS,
     Estimate,
+    Read,
     count_tokens,
     estimate,
+    reads,
 )
 from .model import Device
 
-__all__ = ["MAX_EXPRESSION_CHARS", "Budget", "Program", "Selectors", "signature", "warm"]
+__all__ = ["MAX_EXPRESSION_CHARS", "Budget", "Program", "Selectors", "projected", "signature",
+           "warm"]
 
 MAX_EXPRESSION_CHARS = 10 * 1024
 PROGRAM_BYTES = 64 * 2**20
@@ -63,13 +66,36 @@ PROGRAM_BASE_BYTES = 40 * 1024
 RESULTS_CACHED = 100_000
 """(expression, device signature) results kept, least recently used first out: about 20 MiB."""
 
-Signature = tuple[str, tuple[tuple[str, str, Any], ...], tuple[tuple[str, str, int], ...]]
+Signature = tuple[Hashable, ...]
 
 
 def signature(d: Device) -> Signature:
-    """All a selector can read of ``d`` (``device.driver``, ``.attributes``, ``.capacity``):
-    two devices with one signature match the same selectors."""
-    return (d.driver, d.attributes, d.capacity)
+    """All a selector can read of ``d`` (``device.driver``, ``.attributes``, ``.capacity``,
+    with each attribute's type: ``true`` and ``1`` are equal in Python, not in CEL): two
+    devices with one signature match the same selectors."""
+    return (d.driver, d.attributes, tuple(type(v) for _, _, v in d.attributes), d.capacity)
+
+
+_ABSENT = ("absent",)
+
+
+def _lookup(entries: tuple[tuple[str, str, Any], ...], domain: str, ident: str) -> Hashable:
+    for dom, i, v in entries:
+        if i == ident and dom == domain:
+            return (type(v), v)
+    return _ABSENT
+
+
+def projected(d: Device, reads: tuple[Read, ...]) -> Signature:
+    """What of ``d`` a selector that reads only ``reads`` (``celcost.reads``) depends on: the
+    GPUs of one model on many nodes share it even when each has its own ``uuid``."""
+    out: list[Hashable] = []
+    for r in reads:
+        if r[0] == "driver":
+            out.append(d.driver)
+        else:
+            out.append(_lookup(d.attributes if r[0] == "attributes" else d.capacity, r[1], r[2]))
+    return tuple(out)
 
 
 class Quantity(celtypes.IntType):
@@ -224,6 +250,12 @@ class Program:
     cost: Estimate
     bytes: int
     """Estimated memory it keeps."""
+    reads: tuple[Read, ...] | None = None
+    """All it reads of a device, when that is known (``celcost.reads``): results are cached
+    by that projection of the device, else by its whole :func:`signature`."""
+
+    def key(self, d: Device) -> Signature:
+        return signature(d) if self.reads is None else projected(d, self.reads)
 
     def evaluate(self, activation: dict[str, Any], limit: int) -> tuple[Any, int]:
         """The value and the steps it took; raises ``_OverBudget`` past ``limit``."""
@@ -311,20 +343,21 @@ class Selectors:
         for t in ast.iter_subtrees():
             t._meta = _META
         runner = env.program(ast, functions=_FUNCTIONS)
-        return Program(ast, runner, cost, PROGRAM_BASE_BYTES + cost.nodes * NODE_BYTES)
+        return Program(ast, runner, cost, PROGRAM_BASE_BYTES + cost.nodes * NODE_BYTES,
+                       reads(ast))
 
     def matches(self, expression: str, device: Device, *, budget: Budget | None = None) -> bool:
         """Whether ``device`` satisfies ``expression``. An expression that does not compile,
         fails at run time, is not a boolean or runs past its steps selects nothing (upstream's
         allocator fails the claim then; Lockstep reports the compile errors on the gang)."""
-        key = (expression, signature(device))
+        prog = self.program(expression)
+        if isinstance(prog, str):
+            return False
+        key = (expression, prog.key(device))
         got = self._results.get(key)
         if got is not None:
             self._results.move_to_end(key)
             return got
-        prog = self.program(expression)
-        if isinstance(prog, str):
-            return False
         limit = MAX_STEPS
         if budget is not None:
             if budget.steps <= 0:

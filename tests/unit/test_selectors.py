@@ -189,14 +189,36 @@ def test_the_results_cache_drops_its_least_recently_used_not_everything(
     monkeypatch.setattr(sel, "RESULTS_CACHED", 2)
     s = Selectors()
     devs = [Device(DRIVER, "n0", f"g{i}", ((DRIVER, "i", i),)) for i in range(3)]
+    e = f'"{DRIVER}" in device.attributes'  # reads the whole device: keyed by signature
     for d in devs:
-        s.matches("true", d)
+        assert s.matches(e, d)
     assert s.evaluations == 3
-    s.matches("true", devs[1])
-    s.matches("true", devs[2])
+    s.matches(e, devs[1])
+    s.matches(e, devs[2])
     assert s.evaluations == 3  # the two most recent kept
-    s.matches("true", devs[0])
+    s.matches(e, devs[0])
     assert s.evaluations == 4
+
+
+def test_a_selector_reading_named_attributes_is_keyed_by_them_alone() -> None:
+    """NVIDIA's driver gives each GPU its own ``uuid``: a selector on the model still
+    evaluates once for all GPUs of that model."""
+    s = Selectors()
+    e = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].productName == "H100"'
+    gpus = [Device(DRIVER, f"n{i}", "gpu-0",
+                   ((DRIVER, "productName", m), (DRIVER, "uuid", f"u{i}")))
+            for i, m in enumerate(["H100"] * 30 + ["A100"] * 30)]
+    assert [s.matches(e, d) for d in gpus] == [True] * 30 + [False] * 30
+    assert s.evaluations == 2
+
+
+def test_a_bool_and_an_int_attribute_are_different_devices() -> None:
+    s = Selectors()
+    one = Device(DRIVER, "n0", "a", ((DRIVER, "x", 1),))
+    true = Device(DRIVER, "n0", "b", ((DRIVER, "x", True),))
+    for e in (f'device.attributes["{DRIVER}"].x == true',  # 1 == true: no such overload
+              f'"{DRIVER}" in device.attributes && device.attributes["{DRIVER}"].x == true'):
+        assert not s.matches(e, one) and s.matches(e, true), e
 
 
 def test_an_evaluation_past_its_steps_does_not_match_and_refuses_its_expression(
