@@ -259,3 +259,22 @@ def test_static_estimates_bound_the_steps_counted() -> None:
         assert not isinstance(p, str), (e, p)
         s.matches(e, d)
         assert 0 < s.steps <= p.cost.steps, e
+
+
+def test_a_claim_whose_selectors_hold_too_many_tokens_in_all_names_the_field() -> None:
+    """Each expression under its own limit, but 32 requests x 8 subrequests x 32 selectors
+    could make one claim's first plan parse for minutes."""
+    from coscheduling.devices.wire import MAX_SELECTOR_TOKENS
+
+    each = f"{literal_list(200)}.size() > 0"  # about 400 tokens
+    t = template_from_json({
+        "metadata": {"name": "t", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": f"r{i}", "exactly": {
+            "deviceClassName": "gpu.nvidia.com",
+            "selectors": [{"cel": {"expression": each + f" || {i} == 0"}}]}}
+            for i in range(6)]}}}})
+    assert t.spec.problem == (f"spec.devices.requests: more than {MAX_SELECTOR_TOKENS} CEL "
+                              f"tokens in all selectors, at most {MAX_SELECTOR_TOKENS}")
+    c = class_from_json({"metadata": {"name": "big"}, "spec": {"selectors": [
+        {"cel": {"expression": each + f" || {i} == 0"}} for i in range(6)]}})
+    assert c.selectors == ("false",)  # a class over a limit selects nothing
