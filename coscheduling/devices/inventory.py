@@ -15,7 +15,7 @@ from typing import Any
 from ..eligibility import match_expression
 from ..records import PodKey
 from .model import Claim, ClaimKey, ClaimTemplate, Device, DeviceClass, DeviceId, DeviceSlice
-from .selectors import Selectors
+from .selectors import Budget, Selectors
 
 __all__ = ["DeviceInventory", "PlannedDevices"]
 
@@ -177,5 +177,8 @@ class DeviceInventory:
                                for d in c.allocated or ()}
         return self._allocated
 
-    def matches(self, device: Device, expressions: Iterable[str]) -> bool:
-        return all(self.selectors.matches(e, device) for e in expressions)
+    def matches(self, device: Device, expressions: Iterable[str], *,
+                budget: Budget | None = None) -> bool:
+        """All ``expressions`` hold for ``device``; ``budget``: steps a plan lets all of its
+        evaluations take together (``selectors.Budget``)."""
+        return all(self.selectors.matches(e, device, budget=budget) for e in expressions)

@@ -10,13 +10,14 @@ cache skips it and logs why), never another exception.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..records import RecordError
 from ..resources import QuantityError, parse_quantity
+from .celcost import count_tokens
 from .model import (
     MAX_ALTERNATIVES,
     MAX_COUNT,
@@ -33,6 +34,7 @@ from .selectors import MAX_EXPRESSION_CHARS
 __all__ = [
     "MAX_REQUESTS",
     "MAX_SELECTORS",
+    "MAX_SELECTOR_TOKENS",
     "claim_from_json",
     "class_from_json",
     "slice_from_json",
@@ -43,6 +45,12 @@ MAX_REQUESTS = 32
 """``spec.devices.requests`` per claim (the API's ``DeviceRequestsMaxSize``)."""
 MAX_SELECTORS = 32
 """Selectors per class or request (the API's ``DeviceSelectorsMaxSize``)."""
+MAX_SELECTOR_TOKENS = 2048
+"""CEL tokens of all the selectors of one claim (every request and subrequest) or one class:
+each expression is bounded on its own (``celcost.MAX_TOKENS``), but a claim may hold 32
+requests of 8 subrequests of 32 selectors, and the parse costs about 0.1 ms a token, paid
+on the event loop when the claim is first planned. 2,048 is four expressions at their limit
+and dozens of ordinary ones."""
 MAX_DEVICES_PER_SLICE = 128
 """Devices per ResourceSlice (the API's ``ResourceSliceMaxDevices``)."""
 MAX_ATTRIBUTES = 32
@@ -225,9 +233,20 @@ def _expressions(selectors: list[_Selector], path: str) -> tuple[tuple[str, ...]
     return tuple(out), None
 
 
+def _too_many_tokens(exprs: Iterable[str], path: str) -> str | None:
+    n = 0
+    for e in exprs:
+        n += count_tokens(e)
+        if n > MAX_SELECTOR_TOKENS:
+            return (f"{path}: more than {MAX_SELECTOR_TOKENS} CEL tokens in all selectors, "
+                    f"at most {MAX_SELECTOR_TOKENS}")
+    return None
+
+
 def class_from_json(obj: Mapping[str, Any]) -> DeviceClass:
     c: _DeviceClass = _read(_DeviceClass, obj, "DeviceClass")
     exprs, problem = _expressions(c.spec.selectors, "spec.selectors")
+    problem = problem or _too_many_tokens(exprs, "spec.selectors")
     # A class over a limit selects nothing (an impossible selector), never everything.
     return DeviceClass(c.metadata.name, exprs if problem is None else ("false",))
 
@@ -331,6 +350,9 @@ def _spec(spec: _ClaimSpec) -> ClaimSpec:
         if isinstance(got, str):
             return ClaimSpec((), got)
         out.append(got)
+    every = [e for r in out for x in (r, *r.alternatives) for e in x.selectors]
+    if (problem := _too_many_tokens(every, "spec.devices.requests")) is not None:
+        return ClaimSpec((), problem)
     return ClaimSpec(tuple(out))
 
 
