@@ -193,6 +193,44 @@ async def test_writes_are_refused_before_they_are_sent_while_not_leading() -> No
     assert len(seen) == 3
 
 
+@pytest.mark.parametrize(("edit", "renews"), [
+    pytest.param({"spec": {"renewTime": "t3"}}, True, id="renewTime"),
+    pytest.param({"spec": {"holderIdentity": "lockstep-a_u9"}}, True, id="holder-restarted"),
+    pytest.param({"spec": {"leaseTransitions": 4}}, True, id="leaseTransitions"),
+    pytest.param({"metadata": {"resourceVersion": "7"}}, False, id="resourceVersion"),
+    pytest.param({"metadata": {"resourceVersion": "7", "labels": {"team": "ml"}}}, False,
+                 id="labels"),
+    pytest.param({"metadata": {"resourceVersion": "7", "annotations": {"a": "b"}}}, False,
+                 id="annotations"),
+    pytest.param({"metadata": {"resourceVersion": "7", "managedFields": [{"manager": "k"}]}},
+                 False, id="managedFields"),
+])
+def test_only_a_change_client_gos_standby_sees_extends_the_lead(
+        edit: dict[str, Any], renews: bool) -> None:
+    """client-go's standby restarts its lease-duration wait only when the election record it
+    reads from the Lease's spec changes (``observedRawRecord``); metadata is not in that
+    record. A label, annotation or any metadata-only write (a new resourceVersion, the same
+    holder and renewTime) must not extend the lead, or the standby takes the Lease while
+    this replica still acts (before: any new resourceVersion extended it)."""
+    clock = Clock()
+    f = follower(clock)
+    held = lease("lockstep-a_u1", "t2", "2")
+    held["spec"]["leaseTransitions"] = 3
+    f.observe(lease("lockstep-a_u1", "t1", "1") | {"spec": {**held["spec"], "renewTime": "t1"}},
+              sent=100.0)
+    f.observe(held, sent=101.0)
+    for t in (103.0, 105.0, 107.0):  # the sidecar stopped renewing
+        clock.t = t
+        f.observe(held, sent=t)
+    assert f.leading
+    clock.t = 108.0
+    edited = {"metadata": {**held["metadata"], **edit.get("metadata", {})},
+              "spec": {**held["spec"], **edit.get("spec", {})}}
+    f.observe(edited, sent=108.0)
+    clock.t = 110.0  # the fence from the last renewal: sent 100 + renew deadline
+    assert f.leading == renews
+
+
 # ---------------------------------------------------------------- the service's acting gate
 
 
