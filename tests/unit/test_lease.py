@@ -24,7 +24,7 @@ from coscheduling import (
     pod_key,
 )
 from tests.builders import node, pod
-from tests.fakeapi import Wire
+from tests.fakeapi import SlowAPI, Wire
 from tests.internals import state_of
 
 
@@ -193,6 +193,58 @@ async def test_writes_are_refused_before_they_are_sent_while_not_leading() -> No
     assert len(seen) == 3
 
 
+async def test_a_write_waiting_for_a_connection_while_the_lead_is_lost_is_not_sent() -> None:
+    """A slow API server both costs the lease and fills the 80 connection slots: a bind
+    that passed the fence while leading waits for a slot; the lead is lost meanwhile. When
+    a slot frees, the fence is checked again as the bytes would go out: refused, nothing
+    sent (before: it was sent after the lease was lost)."""
+    api = SlowAPI()
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
+    leading = True
+    kube.may_write = lambda: leading
+    reads = await api.fill(kube)
+    bind = asyncio.create_task(kube.bind("default", "p", "uid-p", "n0"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not bind.done()  # past the fence's first check, waiting for a slot
+    leading = False
+    api.answer_all()
+    with pytest.raises(NotLeading):
+        await asyncio.wait_for(bind, 5.0)
+    await asyncio.gather(*reads)
+    assert api.writes == []
+    leading = True  # the client still works: a write while leading goes out
+    await kube.bind("default", "p", "uid-p", "n0")
+    assert api.writes == ["POST /api/v1/namespaces/default/pods/p/binding"]
+    await kube.aclose()
+
+
+async def test_a_write_waits_for_a_connection_no_longer_than_the_fence() -> None:
+    """The service wires the follower's fence into the client: a write that cannot get a
+    connection slot gives up (NotLeading, nothing sent) when the lead's remaining time is
+    up, not after the request timeout (30 s) while another replica may have taken over."""
+    api = SlowAPI()
+    clock = Clock()
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
+    lead = LeaseFollower(kube, "lockstep-system", "lockstep-scheduler", "lockstep-a",
+                         clock=clock)
+    svc = Lockstep(Coscheduler(Settings(backoff_seconds=5)), kube, leader=lead)
+    lead.observe(lease("lockstep-a_u1", "t1", "1"), sent=100.0)
+    lead.observe(lease("lockstep-a_u1", "t2", "2"), sent=101.0)
+    svc._acting_term = lead.term
+    clock.t = 110.0 - 0.2  # the fence (100 + renew deadline) is 0.2 s away
+    assert svc.acting and lead.remaining() == pytest.approx(0.2)
+    reads = await api.fill(kube)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(NotLeading):
+        await asyncio.wait_for(kube.bind("default", "p", "uid-p", "n0"), 5.0)
+    assert asyncio.get_running_loop().time() - started < 5.0
+    api.answer_all()
+    await asyncio.gather(*reads)
+    assert api.writes == []
+    await kube.aclose()
+
+
 @pytest.mark.parametrize(("edit", "renews"), [
     pytest.param({"spec": {"renewTime": "t3"}}, True, id="renewTime"),
     pytest.param({"spec": {"holderIdentity": "lockstep-a_u9"}}, True, id="holder-restarted"),
@@ -282,6 +334,9 @@ class Lead:
             self.term += 1
         self.leading = leading
         self.changed.set()
+
+    def remaining(self) -> float:
+        return 10.0 if self.leading else 0.0
 
     async def run(self) -> None:
         await asyncio.Event().wait()
