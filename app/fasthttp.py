@@ -27,6 +27,12 @@ writer that could in theory see a request act twice is a binding, whose second a
 answers 409 and is recognised as our own by ``KubeClient.bind_retrying``. Every other
 failure (refused, reset or closed mid-answer, a parser error, the timeout) is raised.
 
+A request may carry a ``gate``: called right before its bytes are written, after any wait
+for a connection slot or a connection, with no ``await`` in between; when it says no, the
+request raises ``Refused`` and nothing is sent (``KubeClient``'s lease fence: a write checked
+before a long wait must not go out after the lead is lost). ``send_within`` bounds that wait:
+a request not on its way by then is ``Refused`` too.
+
 Watches get a connection each (``FastHTTP.stream``): the answer is split into lines as
 it arrives, the connection stops reading while too many lines wait for the consumer, and
 no data for ``read_timeout`` (the API server sends bookmarks) ends it with a
@@ -48,7 +54,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import httptools
 
-__all__ = ["Connector", "FastHTTP", "Stream", "TransportError"]
+__all__ = ["Connector", "FastHTTP", "Refused", "Stream", "TransportError"]
 
 _Result = tuple[int, bytes]
 
@@ -71,6 +77,11 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 class TransportError(Exception):
     """The request got no (complete) answer: not connected, dropped, timed out, garbled."""
+
+
+class Refused(Exception):
+    """The request's gate said no, or it could not be sent within ``send_within``: nothing
+    of it was written. Not a ``TransportError``: the server was never asked."""
 
 
 class _NoResponse(ConnectionError):
@@ -151,10 +162,14 @@ class _Connection(asyncio.Protocol):
 
     # the pool's side
 
-    async def exchange(self, data: bytes) -> _Result:
-        """Write one request, wait for its whole answer: (status, body)."""
+    async def exchange(self, data: bytes, gate: Callable[[], bool] | None = None) -> _Result:
+        """Write one request, wait for its whole answer: (status, body). ``gate`` is asked
+        right before the write (nothing awaited in between): no, and ``Refused`` is raised
+        with nothing written."""
         if self.closed or self.transport is None or self.transport.is_closing():
             raise _NoResponse("connection closed while idle")
+        if gate is not None and not gate():
+            raise Refused("the gate refused the request before it was sent")
         waiter: asyncio.Future[_Result] = self._loop.create_future()
         self._waiter = waiter
         self._reset()
@@ -383,9 +398,15 @@ class FastHTTP:
         body: bytes | None = None,
         content_type: str = "application/json",
         accept: str | None = None,
+        gate: Callable[[], bool] | None = None,
+        send_within: float | None = None,
     ) -> _Result:
         """(status, body) of ``method path?params``; raises ``TransportError``. ``accept``
-        goes out as the Accept header, replacing the client's own."""
+        goes out as the Accept header, replacing the client's own.
+
+        ``gate`` is asked right before the request is written, ``send_within`` seconds
+        bound the wait for a slot and a connection before that; either failing raises
+        ``Refused`` with nothing sent (the module docstring)."""
         if method == "HEAD":  # the parser would wait for the body a HEAD answer announces
             raise ValueError("HEAD is not supported")
         head = self._head(method, path, params)
@@ -401,9 +422,15 @@ class FastHTTP:
             data = head + b"\r\n"
         if self._closed:
             raise TransportError("client closed")
+        send_by = None if send_within is None else (
+            asyncio.get_running_loop().time() + max(0.0, send_within))
         try:
-            async with asyncio.timeout(self._timeout), self._slots:
-                return await self._send(data)
+            async with asyncio.timeout(self._timeout):
+                await self._take_slot(send_by)
+                try:
+                    return await self._send(data, gate, send_by)
+                finally:
+                    self._slots.release()
         except TimeoutError as e:
             raise TransportError(f"no answer within {self._timeout:g}s") from e
         except OSError as e:  # refused, reset, TLS (ssl.SSLError), _NoResponse
@@ -461,39 +488,65 @@ class FastHTTP:
                 async with asyncio.timeout(1.0):
                     await asyncio.gather(*(c.lost for c in conns))
 
-    async def _send(self, data: bytes) -> _Result:
+    async def _take_slot(self, send_by: float | None) -> None:
+        """One of ``max_connections`` slots, waited for until ``send_by`` at most."""
+        if send_by is None or not self._slots.locked():  # free now: no wait to bound
+            await self._slots.acquire()
+            return
+        try:
+            async with asyncio.timeout_at(send_by):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise Refused("no connection slot before the request had to be sent") from None
+
+    async def _send(self, data: bytes, gate: Callable[[], bool] | None = None,
+                    send_by: float | None = None) -> _Result:
         conn = self._idle.pop() if self._idle else None
         reused = conn is not None
         if conn is None:
-            conn = await self._connect()
+            conn = await self._connect(send_by)
         try:
             try:
-                result = await conn.exchange(data)
+                result = await conn.exchange(data, gate)
             except _NoResponse:
                 if not reused:
                     raise
                 conn.abort()
                 if self._closed:
                     raise
-                conn = await self._connect()  # the server closed it while idle: once more
-                result = await conn.exchange(data)
+                # The server closed it while idle: once more, the gate asked again.
+                conn = await self._connect(send_by)
+                result = await conn.exchange(data, gate)
+        except Refused:
+            self._keep(conn)  # nothing was written on it
+            raise
         except BaseException:
             conn.abort()  # cancelled or failed mid-request: never reuse it
             raise
-        if conn.keep_alive and not conn.closed and not self._closed and (
-                len(self._idle) < self._max_idle):
-            self._idle.append(conn)
+        if conn.keep_alive:
+            self._keep(conn)
         else:
             conn.close()
         return result
 
-    async def _connect(self) -> _Connection:
+    def _keep(self, conn: _Connection) -> None:
+        """Pool ``conn`` for the next request, or close it (closed client, pool full)."""
+        if not conn.closed and not self._closed and len(self._idle) < self._max_idle:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    async def _connect(self, send_by: float | None = None) -> _Connection:
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._connect_timeout
+        fenced = send_by is not None and send_by < deadline
         try:
-            async with asyncio.timeout(self._connect_timeout):
+            async with asyncio.timeout_at(send_by if fenced else deadline):
                 _, opened = await self._open_connection(lambda: _Connection(self, loop))
             conn = cast(_Connection, opened)
         except TimeoutError as e:
+            if fenced:
+                raise Refused("no connection before the request had to be sent") from None
             raise TransportError(
                 f"no connection to {self._host}:{self._port} within "
                 f"{self._connect_timeout:g}s") from e

@@ -30,7 +30,7 @@ from coscheduling import BindFailed, BindOutcome, Bound, NodeName, PodKey
 
 from . import nodeproto
 from .errors import APIError, APIUnreachable, Conflict, NotLeading
-from .fasthttp import Connector, FastHTTP, TransportError
+from .fasthttp import Connector, FastHTTP, Refused, TransportError
 
 __all__ = ["UPKEEP", "KubeClient", "KubeConfig", "load_config"]
 
@@ -146,7 +146,13 @@ class KubeClient:
             max_idle=80)
         self.may_write: Callable[[], bool] | None = None
         """The fence (``app.lease``): when set and false, every write but the replica's
-        own upkeep (:data:`UPKEEP`) is refused with :class:`NotLeading` before it is sent."""
+        own upkeep (:data:`UPKEEP`) is refused with :class:`NotLeading`, nothing sent. It is
+        asked before the request and again right before its bytes go out, after any wait
+        for a connection: a write that passed it while leading is not sent once the lead
+        is lost."""
+        self.fence_left: Callable[[], float] | None = None
+        """Seconds the fence has left (``LeaseFollower.remaining``): a fenced write waits
+        for a connection no longer than that, then is refused (:class:`NotLeading`)."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -163,15 +169,20 @@ class KubeClient:
     ) -> Any:
         """The answer's JSON; with ``protobuf``, the API server is asked for its protobuf
         encoding (JSON still accepted) and a protobuf answer is decoded with it."""
-        if method != "GET" and self.may_write is not None and not self.may_write() \
-                and not UPKEEP.fullmatch(path):
-            raise NotLeading(path)
+        gate = self.may_write if method != "GET" and not UPKEEP.fullmatch(path) else None
+        within = None
+        if gate is not None:
+            if not gate():
+                raise NotLeading(path)
+            within = self.fence_left() if self.fence_left is not None else None
         body = orjson.dumps(json) if json is not None else None
         accept = nodeproto.ACCEPT if protobuf is not None else None
         try:
             status, content = await self._http.request(
                 method, path, params=params, body=body, content_type=content_type,
-                accept=accept)
+                accept=accept, gate=gate, send_within=within)
+        except Refused:
+            raise NotLeading(path) from None  # the lead ended while it waited: not sent
         except TransportError as e:
             raise APIUnreachable(path, e) from e
         if protobuf is not None and content.startswith(nodeproto.PREFIX):

@@ -22,6 +22,20 @@ stops renewing, :attr:`LeaseFollower.leading` turns false at that instant, check
 use: nothing waits for the API server. The first read proves nothing about when the record
 was written, so leading starts with the first renewal seen after it (kube-scheduler renews
 every ``retry_period``).
+
+**What counts as a renewal: what the standby sees change.** client-go's candidate restarts
+its ``lease_duration`` wait only when the election record it reads differs from the last one
+(``tryAcquireOrRenew``: ``observedRawRecord``, the JSON of the record
+``LeaseSpecToLeaderElectionRecord`` builds from the Lease's *spec*: holder, lease duration,
+acquire and renew times, transitions; no metadata). So only a change of ``holderIdentity``,
+``renewTime`` or ``leaseTransitions`` extends the lead here: a label, annotation or any other
+metadata-only write (a new ``resourceVersion``) changes nothing the standby compares, and
+counting it would let this replica lead past the instant the standby takes the Lease.
+
+**Writes are fenced where they leave.** A write checked against :attr:`leading` may still
+wait for a connection (a slow API server both costs the Lease and fills the client's
+slots), so the client checks the fence again right before the bytes go out and waits for a
+connection no longer than :meth:`LeaseFollower.remaining` (``app.kube``).
 """
 
 from __future__ import annotations
@@ -97,7 +111,8 @@ class LeaseFollower:
         """The holder identity last read ("" before the first read or with no Lease)."""
         self.term = 0
         self._seen: tuple[str, str, str] | None = None
-        """(holder, renewTime, resourceVersion) of the last read."""
+        """(holderIdentity, renewTime, leaseTransitions) of the last read: what client-go's
+        standby compares, and nothing else (the module docstring)."""
         self._last_sent: float | None = None
         self._until = float("-inf")
         """Monotonic instant this replica stops leading unless a fresh renewal is seen."""
@@ -118,12 +133,16 @@ class LeaseFollower:
         """True while the sidecar holds the Lease and its last renewal is fresh enough."""
         return self.clock() < self._until
 
+    def remaining(self) -> float:
+        """Seconds until the fence, unless a fresh renewal is seen first (0 when not
+        leading): how long a write may still wait before it is sent."""
+        return max(0.0, self._until - self.clock())
+
     def observe(self, lease: dict[str, Any] | None, sent: float) -> None:
         """One read of the Lease (None: there is none), sent at monotonic ``sent``."""
         spec = (lease or {}).get("spec") or {}
-        meta = (lease or {}).get("metadata") or {}
         record = (str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or ""),
-                  str(meta.get("resourceVersion") or ""))
+                  str(spec.get("leaseTransitions") or ""))
         self.holder = record[0]
         mine = bool(record[0]) and holder_host(record[0]) == self.identity
         if not mine:

@@ -13,10 +13,10 @@ limp on with a stale view:
 * ``lease`` and ``leadership`` (with a :class:`~app.lease.LeaseFollower`): whether this
   replica leads. It *acts* (admits, lifts, pins, evicts, binds, writes status and Events) only
   while it leads and after it rebuilt its view from the API server for this term
-  (:meth:`Lockstep.rebuild`); every write is fenced in the API client as well
-  (``KubeClient.may_write``). A replica that led and lost the lead answers its parked binds
-  with an error and stops, to start again as a standby with a cache listed afresh
-  (``docs/failover.md``).
+  (:meth:`Lockstep.rebuild`); every write is fenced in the API client as well, as its bytes
+  go out (``KubeClient.may_write``, ``fence_left``). A replica that led and lost the lead
+  answers its parked binds with an error and stops, to start again as a standby with a
+  cache listed afresh (``docs/failover.md``).
 """
 
 from __future__ import annotations
@@ -193,6 +193,7 @@ class Lockstep:
         self.rebuilds = 0
         if leader is not None:
             kube.may_write = self.acting_now
+            kube.fence_left = leader.remaining
             self.metrics.leading.set_function(lambda: float(self.acting_now()))
 
     # ------------------------------------------------------------------ lifecycle

@@ -6,6 +6,9 @@ bytes ``app.fasthttp`` writes are parsed as HTTP/1.1 requests, handed to ``handl
 So every line of the client Lockstep runs in production, framing and parsing included, runs
 in the tests; only the socket is replaced (httpx here is only the request and response
 vocabulary of the handlers).
+
+A handler may answer later: it returns a future and sets its response when the test wants
+(a slow API server holding connections), so the request holds its connection until then.
 """
 
 from __future__ import annotations
@@ -13,11 +16,49 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
+from typing import Any
 
 import httptools
 import httpx
 
-Handler = Callable[[httpx.Request], httpx.Response]
+Handler = Callable[[httpx.Request], "httpx.Response | asyncio.Future[httpx.Response]"]
+
+
+class SlowAPI:
+    """An API server too slow to answer reads: every GET is held, its connection with it,
+    until :meth:`answer_all` (a slow API server both costs the Lease and fills the client's
+    connection slots). Every write is answered at once and recorded with ``clock()`` at
+    its arrival: the moment its bytes were sent."""
+
+    def __init__(self, clock: Callable[[], float] = lambda: 0.0) -> None:
+        self.clock = clock
+        self.held: list[asyncio.Future[httpx.Response]] = []
+        self.writes: list[str] = []
+        self.sent_at: list[float] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response | asyncio.Future[httpx.Response]:
+        if request.method == "GET":
+            self.held.append(asyncio.get_running_loop().create_future())
+            return self.held[-1]
+        self.writes.append(f"{request.method} {request.url.path}")
+        self.sent_at.append(self.clock())
+        return httpx.Response(201, json={})
+
+    def answer_all(self) -> None:
+        for f in self.held:
+            if not f.done():
+                f.set_result(httpx.Response(200, json={}))
+
+    async def fill(self, kube: Any, slots: int = 80) -> list[asyncio.Task[Any]]:
+        """Every connection slot of ``kube`` (an ``app.kube.KubeClient``: 80) taken by a
+        read this server holds."""
+        reads = [asyncio.create_task(kube.request("GET", f"/api/v1/namespaces/d/pods/p{i}"))
+                 for i in range(slots)]
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if len(self.held) == slots:
+                return reads
+        raise AssertionError(f"only {len(self.held)} of {slots} reads reached the server")
 
 
 class Wire:
@@ -98,6 +139,12 @@ class _ServerSide(asyncio.Transport):
             f"{self._scheme}://{host}{self._url.decode('latin-1')}",
             headers=self._headers, content=self._body)
         response = self._handler(request)
+        if isinstance(response, asyncio.Future):  # answered when the test sets it
+            response.add_done_callback(lambda done: self._respond(done.result()))
+        else:
+            self._respond(response)
+
+    def _respond(self, response: httpx.Response) -> None:
         content = response.read()
         head = [f"HTTP/1.1 {response.status_code} {response.reason_phrase or 'X'}"]
         head += [f"{k}: {v}" for k, v in response.headers.multi_items()

@@ -42,13 +42,17 @@
     POST to a node created again under that name succeeds, so the room is never planned
     for another gang meanwhile (rules 3 and 13 let such a slot sit on a missing node).
 
+:func:`check_fenced` holds rule 17, of two replicas: no write of a deposed replica reaches
+the API server once the standby may hold the Lease (one replica acts at a time), however
+long the write waited in the client (the model test's failover).
+
 :func:`cluster_facts` is what a core rebuilt from the same API-server state must agree on
 (each gang's priority among it: a group object's priority edited away must not linger).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from coscheduling.core import Coscheduler
@@ -65,7 +69,8 @@ from coscheduling.resources import Resources, add, sub
 from coscheduling.topology import domain_of
 from tests.internals import state_of
 
-__all__ = ["InvariantBroken", "check_devices", "check_invariants", "cluster_facts"]
+__all__ = ["InvariantBroken", "check_devices", "check_fenced", "check_invariants",
+           "cluster_facts"]
 
 
 class InvariantBroken(AssertionError):
@@ -415,3 +420,15 @@ def _check_member_claim(core: Coscheduler, c: Claim, mine: PodKey | None,
     if outside and c.key not in queued:
         raise InvariantBroken(f"rule 16: {mine}'s unreserved claim {c.key} holds {outside}, "
                               "outside its gang's plan, and is not queued to be cleared")
+
+
+def check_fenced(sent: Iterable[tuple[str, float, float]]) -> None:
+    """Rule 17. ``sent``: writes a deposed replica's client sent, each (what, the instant
+    its bytes went out, the earliest instant the standby could hold the Lease), on one
+    clock. Each went out before that instant: the two replicas never act at once."""
+    for what, at, lease_passes in sent:
+        if at >= lease_passes:
+            raise InvariantBroken(
+                f"rule 17: {what} sent at {at:g} s by a deposed replica, when the standby may "
+                f"hold the Lease from {lease_passes:g} s (checked before it waited, not when "
+                "it was sent?)")

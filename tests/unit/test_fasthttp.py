@@ -26,7 +26,7 @@ import pytest
 import uvloop
 
 from app.errors import APIError, APIUnreachable, Conflict, Gone, NotFound, TooManyRequests
-from app.fasthttp import FastHTTP, Stream, TransportError
+from app.fasthttp import FastHTTP, Refused, Stream, TransportError
 from app.kube import KubeClient, KubeConfig, _ssl_context
 from testbed.certs import Certs, make_certs
 from testbed.runner import free_port
@@ -461,6 +461,53 @@ def test_idle_close_racing_the_next_request_is_retried_once(loop: str) -> None:
         # Sent on the pooled connection, dropped unanswered, sent again on a fresh one.
         assert [(s.conn, s.n, orjson.loads(s.body)["i"]) for s in srv.seen] == [
             (0, 0, 1), (0, 1, 2), (1, 0, 2)]
+    run(loop, main)
+
+
+def test_the_gate_is_asked_as_each_copy_goes_out_and_a_no_sends_nothing(loop: str) -> None:
+    """The lease fence's hook (``gate``): asked right before the bytes are written, on the
+    retry of an idle-closed connection too; a no raises ``Refused`` with nothing written and
+    leaves an unused connection pooled."""
+    async def main() -> None:
+        async with serving({"/race": drop_second}) as srv:
+            pool = FastHTTP(srv.url, headers={})
+            answers = iter([True, True, False])
+            asked: list[int] = []
+
+            def gate() -> bool:
+                asked.append(len(srv.seen))
+                return next(answers)
+
+            await pool.request("POST", "/race", body=b'{"i": 1}', gate=gate)
+            with pytest.raises(Refused):  # the pooled copy dropped, the retry refused
+                await pool.request("POST", "/race", body=b'{"i": 2}', gate=gate)
+            with pytest.raises(Refused):
+                await pool.request("POST", "/json", body=b"{}", gate=lambda: False)
+            opened, idle = pool.connections_opened, pool.idle
+            await pool.aclose()
+        assert [(s.conn, s.n, orjson.loads(s.body)["i"]) for s in srv.seen] == [
+            (0, 0, 1), (0, 1, 2)]  # the retry's copy never went out
+        assert asked == [0, 1, 2]  # each before its copy was written
+        assert (opened, idle) == (2, 1)  # the refused fresh connection stayed pooled
+    run(loop, main)
+
+
+def test_send_within_bounds_the_wait_for_a_connection_slot(loop: str) -> None:
+    """A request that cannot get a slot within ``send_within`` is ``Refused`` then, not
+    after the request timeout, and is never sent once the slot frees."""
+    async def main() -> None:
+        async with serving({"/slow": slow}) as srv:
+            pool = FastHTTP(srv.url, headers={}, max_connections=1, timeout=5.0)
+            held = asyncio.create_task(pool.request("GET", "/slow"))
+            await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            with pytest.raises(Refused):
+                await pool.request("POST", "/json", body=b"{}", send_within=0.1)
+            waited = time.monotonic() - t0
+            assert (await held)[0] == 200
+            await pool.aclose()
+        assert 0.09 <= waited < 0.5
+        assert [s.path for s in srv.seen] == ["/slow"]
     run(loop, main)
 
 

@@ -24,7 +24,7 @@ from coscheduling import (
     pod_key,
 )
 from tests.builders import node, pod
-from tests.fakeapi import Wire
+from tests.fakeapi import SlowAPI, Wire
 from tests.internals import state_of
 
 
@@ -193,6 +193,96 @@ async def test_writes_are_refused_before_they_are_sent_while_not_leading() -> No
     assert len(seen) == 3
 
 
+async def test_a_write_waiting_for_a_connection_while_the_lead_is_lost_is_not_sent() -> None:
+    """A slow API server both costs the lease and fills the 80 connection slots: a bind
+    that passed the fence while leading waits for a slot; the lead is lost meanwhile. When
+    a slot frees, the fence is checked again as the bytes would go out: refused, nothing
+    sent (before: it was sent after the lease was lost)."""
+    api = SlowAPI()
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
+    leading = True
+    kube.may_write = lambda: leading
+    reads = await api.fill(kube)
+    bind = asyncio.create_task(kube.bind("default", "p", "uid-p", "n0"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not bind.done()  # past the fence's first check, waiting for a slot
+    leading = False
+    api.answer_all()
+    with pytest.raises(NotLeading):
+        await asyncio.wait_for(bind, 5.0)
+    await asyncio.gather(*reads)
+    assert api.writes == []
+    leading = True  # the client still works: a write while leading goes out
+    await kube.bind("default", "p", "uid-p", "n0")
+    assert api.writes == ["POST /api/v1/namespaces/default/pods/p/binding"]
+    await kube.aclose()
+
+
+async def test_a_write_waits_for_a_connection_no_longer_than_the_fence() -> None:
+    """The service wires the follower's fence into the client: a write that cannot get a
+    connection slot gives up (NotLeading, nothing sent) when the lead's remaining time is
+    up, not after the request timeout (30 s) while another replica may have taken over."""
+    api = SlowAPI()
+    clock = Clock()
+    kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))
+    lead = LeaseFollower(kube, "lockstep-system", "lockstep-scheduler", "lockstep-a",
+                         clock=clock)
+    svc = Lockstep(Coscheduler(Settings(backoff_seconds=5)), kube, leader=lead)
+    lead.observe(lease("lockstep-a_u1", "t1", "1"), sent=100.0)
+    lead.observe(lease("lockstep-a_u1", "t2", "2"), sent=101.0)
+    svc._acting_term = lead.term
+    clock.t = 110.0 - 0.2  # the fence (100 + renew deadline) is 0.2 s away
+    assert svc.acting and lead.remaining() == pytest.approx(0.2)
+    reads = await api.fill(kube)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(NotLeading):
+        await asyncio.wait_for(kube.bind("default", "p", "uid-p", "n0"), 5.0)
+    assert asyncio.get_running_loop().time() - started < 5.0
+    api.answer_all()
+    await asyncio.gather(*reads)
+    assert api.writes == []
+    await kube.aclose()
+
+
+@pytest.mark.parametrize(("edit", "renews"), [
+    pytest.param({"spec": {"renewTime": "t3"}}, True, id="renewTime"),
+    pytest.param({"spec": {"holderIdentity": "lockstep-a_u9"}}, True, id="holder-restarted"),
+    pytest.param({"spec": {"leaseTransitions": 4}}, True, id="leaseTransitions"),
+    pytest.param({"metadata": {"resourceVersion": "7"}}, False, id="resourceVersion"),
+    pytest.param({"metadata": {"resourceVersion": "7", "labels": {"team": "ml"}}}, False,
+                 id="labels"),
+    pytest.param({"metadata": {"resourceVersion": "7", "annotations": {"a": "b"}}}, False,
+                 id="annotations"),
+    pytest.param({"metadata": {"resourceVersion": "7", "managedFields": [{"manager": "k"}]}},
+                 False, id="managedFields"),
+])
+def test_only_a_change_client_gos_standby_sees_extends_the_lead(
+        edit: dict[str, Any], renews: bool) -> None:
+    """client-go's standby restarts its lease-duration wait only when the election record it
+    reads from the Lease's spec changes (``observedRawRecord``); metadata is not in that
+    record. A label, annotation or any metadata-only write (a new resourceVersion, the same
+    holder and renewTime) must not extend the lead, or the standby takes the Lease while
+    this replica still acts (before: any new resourceVersion extended it)."""
+    clock = Clock()
+    f = follower(clock)
+    held = lease("lockstep-a_u1", "t2", "2")
+    held["spec"]["leaseTransitions"] = 3
+    f.observe(lease("lockstep-a_u1", "t1", "1") | {"spec": {**held["spec"], "renewTime": "t1"}},
+              sent=100.0)
+    f.observe(held, sent=101.0)
+    for t in (103.0, 105.0, 107.0):  # the sidecar stopped renewing
+        clock.t = t
+        f.observe(held, sent=t)
+    assert f.leading
+    clock.t = 108.0
+    edited = {"metadata": {**held["metadata"], **edit.get("metadata", {})},
+              "spec": {**held["spec"], **edit.get("spec", {})}}
+    f.observe(edited, sent=108.0)
+    clock.t = 110.0  # the fence from the last renewal: sent 100 + renew deadline
+    assert f.leading == renews
+
+
 # ---------------------------------------------------------------- the service's acting gate
 
 
@@ -244,6 +334,9 @@ class Lead:
             self.term += 1
         self.leading = leading
         self.changed.set()
+
+    def remaining(self) -> float:
+        return 10.0 if self.leading else 0.0
 
     async def run(self) -> None:
         await asyncio.Event().wait()

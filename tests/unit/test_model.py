@@ -57,12 +57,14 @@ replay, step by step, the sequences the model found (each failed before its fix)
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import providers
@@ -76,8 +78,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from app.errors import NotLeading
+from app.fasthttp import FastHTTP
+from app.kube import KubeClient, KubeConfig
 from app.lease import LeaseFollower
 from app.pinning import CreationPlacer
+from app.service import Lockstep
 from app.webhook import AdmissionReview, decide
 from coscheduling import (
     BindFailed,
@@ -113,8 +119,9 @@ from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass
 from tests.builders import node, pod, podgroup, reset_uids
+from tests.fakeapi import SlowAPI, Wire
 from tests.internals import state_of
-from tests.invariants import check_invariants, cluster_facts
+from tests.invariants import InvariantBroken, check_fenced, check_invariants, cluster_facts
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))
@@ -317,6 +324,9 @@ class GangModel(RuleBasedStateMachine):
         """BindGroups issued whose bindings land one at a time: (gang, bindings not sent yet
         with the UID each is for, outcomes so far, lag); the app reports the outcomes once
         the last one is back."""
+        self.deposed_writes: list[tuple[str, float, float]] = []
+        """Writes a deposed replica's client sent: (what, when its bytes went out, the
+        earliest the standby could hold the Lease), on the failover's own clock."""
         self.placer = CreationPlacer(_ModelService(self))  # type: ignore[arg-type]
         """The webhook's placement, over this model's core (for reinvocations)."""
         self.core.replace(ingest.PRIORITY_CLASSES,
@@ -878,14 +888,23 @@ class GangModel(RuleBasedStateMachine):
         self._answered()
 
     @rule(really=st.sampled_from([False, False, False, True]), acts=st.booleans(),
-          read_gap=st.sampled_from([0.1, 1.0, 2.0]))
-    def leader_fails_over(self, really: bool, acts: bool, read_gap: float) -> None:
+          read_gap=st.sampled_from([0.1, 1.0, 2.0]),
+          delay=st.sampled_from([0.0, 30.0, 4.0, 0.0, 12.0]))
+    def leader_fails_over(self, really: bool, acts: bool, read_gap: float,
+                          delay: float = 0.0) -> None:
         """The leading replica is deposed (its node lost, or cut off from the API server)
         and the standby takes over. The deposed one may still try to act (``acts``): admit
         the held gangs it sees, lift gates, evict. Its fence (``app.lease``, the real one)
         has ended its lead before the standby could hold the Lease, so every such write is
         refused before it is sent; the standby acts on a view rebuilt from the API server,
-        as a restart does (``lockstep_restarts``), and every invariant holds after."""
+        as a restart does (``lockstep_restarts``), and every invariant holds after.
+
+        ``delay``: a slow API server (the likely cause of a lost Lease) holds every
+        connection slot of the replica's client, and a binding that passed the fence while
+        leading waits ``delay`` seconds for one (:meth:`_write_waits_for_a_slot`, the real
+        client and the service's wiring). Sent before the fence it is the leader's; later it
+        must be refused as its bytes would go out, or the standby may already be acting
+        (rule 17, ``check_fenced``)."""
         if not really:
             return
         clock = [0.0]
@@ -893,9 +912,13 @@ class GangModel(RuleBasedStateMachine):
                              "lockstep-a", clock=lambda: clock[0])
         lead.observe(_lease("r0"), sent=0.0)
         written = read_gap / 2  # the sidecar's last renewal, between two reads
+        clock[0] = read_gap
         lead.observe(_lease("r1"), sent=read_gap)
         assert lead.leading
-        clock[0] = written + lead.timing.lease_duration  # the earliest the standby takes it
+        lease_passes = written + lead.timing.lease_duration  # the earliest the standby takes it
+        if delay:
+            asyncio.run(self._write_waits_for_a_slot(lead, clock, delay, lease_passes))
+        clock[0] = lease_passes
         assert not lead.leading, "a deposed replica still leads when the Lease can pass"
         if acts:
             self.core.admit_held(self.now)
@@ -904,6 +927,34 @@ class GangModel(RuleBasedStateMachine):
                 saw("failover:fenced")  # each refused: KubeClient.may_write is false
         saw("failover")
         self.lockstep_restarts(True)
+
+    async def _write_waits_for_a_slot(self, lead: LeaseFollower, clock: list[float],
+                                      delay: float, lease_passes: float) -> None:
+        """A binding passes the fence at ``clock[0]`` while every connection slot is held
+        by a slow API server, which answers ``delay`` seconds later: the binding gets a slot
+        then. What the client sends is recorded with the instant it went out."""
+        api = SlowAPI(clock=lambda: clock[0])
+        kube = KubeClient(KubeConfig("http://api.model"), connect=Wire(api))
+        svc = Lockstep(Coscheduler(SETTINGS), kube, leader=lead)  # the service's wiring
+        svc._acting_term = lead.term  # it rebuilt for this term: it acts
+        try:
+            reads = await api.fill(kube)
+            bind = asyncio.create_task(kube.bind("default", "late", "uid-late", "n0"))
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert not bind.done(), "the binding did not wait for a slot"
+            clock[0] += delay
+            api.answer_all()
+            await asyncio.gather(*reads)
+            try:
+                await bind
+                saw("failover:delayed-write-sent")
+            except NotLeading:
+                saw("failover:delayed-write-refused")
+            self.deposed_writes += [(w, t, lease_passes)
+                                    for w, t in zip(api.writes, api.sent_at, strict=True)]
+        finally:
+            await kube.aclose()
 
     @rule(extra=st.booleans())
     def create_whole_held_gang(self, extra: bool) -> None:
@@ -1385,6 +1436,7 @@ class GangModel(RuleBasedStateMachine):
             return
         steps_run += 1
         check_invariants(self.core, self.now)
+        check_fenced(self.deposed_writes)
         for k, (_, deadline) in self.parked.items():
             assert self.now < deadline, f"{k} still parked at {self.now} past {deadline}"
             assert self.core.is_parked(k), f"{k}: the model holds a call the core forgot"
@@ -1513,14 +1565,16 @@ GANG_TRANSITIONS = (
     "webhook:GateAtCreation", "webhook:reinvoked-narrowed",
     "lift:pinned", "queue:Closed", "BindGroup:in-flight", "group-binding-landed",
     "minMember:disagrees", "namesake", "cancelled:w", "volcano-priority:high",
-    "node-recreated-under-binding", "failover",
+    "node-recreated-under-binding", "failover", "failover:delayed-write-sent",
+    "failover:delayed-write-refused",
 )
 """What a run of :class:`GangModel` must reach for its invariants to mean something: gangs
 admitted and bound whole, parked and timed out, placed at creation (pinned, gated,
 narrowed by a later webhook), lifted, held by their queue, bound one binding at a
 time, members disagreeing on minMember, namesakes, cancelled gangs, group priorities, a
 node deleted and created again under a binding in flight, and the leader deposed while it
-still acts, fenced, and the standby taking over."""
+still acts, fenced, and the standby taking over (a write that waited for a connection sent
+while it still led, and one refused once it no longer did)."""
 
 
 def test_the_seeded_model_reaches_its_transitions() -> None:
@@ -1577,6 +1631,27 @@ def test_replay_a_deposed_leader_acting_mid_preemption_is_fenced_and_the_standby
         m.promises_hold()
         m.rebuilt_core_agrees()
     assert all(m.pods[PodKey(f"default/d-{k}")]["spec"].get("nodeName") for k in range(4))
+
+
+def test_replay_a_write_that_waited_past_the_fence_is_refused_as_it_would_go_out() -> None:
+    """The sequence the model found (rule 17): a binding passed the fence while leading,
+    waited 30 s for a connection slot a slow API server held, and was sent at 30.1 s, when
+    the standby could hold the Lease from 15.05 s. Now it is refused as its bytes would go
+    out. On the broken variant (the client checking the fence only before the wait, as
+    before) the checker still catches it."""
+    step = ("leader_fails_over", True, False, 0.1, 30.0)
+    before = seen.get("failover:delayed-write-refused", 0)
+    m = _replay(GangModel, step)
+    assert m.deposed_writes == [] and seen["failover:delayed-write-refused"] == before + 1
+    fenced = FastHTTP.request
+
+    async def checked_before_the_wait_only(self: FastHTTP, *args: Any, gate: Any = None,
+                                           send_within: Any = None, **kw: Any) -> Any:
+        return await fenced(self, *args, **kw)
+
+    with mock.patch.object(FastHTTP, "request", checked_before_the_wait_only), \
+            pytest.raises(InvariantBroken, match="rule 17"):
+        _replay(GangModel, step)
 
 
 def test_replay_a_group_priority_above_its_pods_is_never_a_victim_of_a_lower_gang() -> None:
