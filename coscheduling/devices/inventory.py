@@ -21,7 +21,8 @@ from .selectors import Selectors
 __all__ = ["VERDICTS_KEPT", "DeviceInventory", "PlannedDevices"]
 
 VERDICTS_KEPT = 200_000
-"""Selector verdicts kept per (expression, device signature); all are dropped past this."""
+"""Selector verdicts kept per (expression, device signature), and signatures numbered; all
+are dropped past this (the memory is bounded, whatever the slices publish)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,8 @@ class DeviceInventory:
     _signatures: dict[tuple[object, ...], int] = field(default_factory=dict)
     _signature_of: dict[DeviceId, int] = field(default_factory=dict)
     """Each device's signature number; rebuilt as devices change (a slice republished)."""
+    _forgotten: int = 0
+    """Times the verdicts were dropped (signature numbers are given again after)."""
 
     # ------------------------------------------------------------------ writes
 
@@ -180,16 +183,6 @@ class DeviceInventory:
                               for cs, c, v in s.counters}
         return self._counters
 
-    def allocated(self) -> Mapping[DeviceId, ClaimKey]:
-        """Every device some claim's ``status.allocation`` holds, with the claim."""
-        if self._allocated is None:
-            self._allocated = {d: c.key for c in self.claims.values()
-                               for d in c.allocated or ()}
-        return self._allocated
-
-    def matches(self, device: Device, expressions: Iterable[str]) -> bool:
-        return all(self.selectors.matches(e, device) for e in expressions)
-
     def selects(self, device: Device, expressions: Sequence[str],
                 budget: Budget | None = None) -> bool:
         """:meth:`matches`, with each expression evaluated once per device *signature*:
@@ -206,9 +199,7 @@ class DeviceInventory:
                     return False
                 got = self.matches(device, (e,))
                 if len(self._verdicts) >= VERDICTS_KEPT:
-                    self._verdicts.clear()
-                    self._signatures.clear()
-                    self._signature_of.clear()
+                    self._forget_verdicts()
                     sig = self._signature(device)
                 self._verdicts[(sig, e)] = got
             if not got:
@@ -222,7 +213,11 @@ class DeviceInventory:
         verdicts = self._verdicts
         out: list[Device] = []
         seen: dict[int, bool] = {}
+        era = self._forgotten
         for d in devices:
+            if era != self._forgotten:  # numbers were given again: forget this call's too
+                seen.clear()
+                era = self._forgotten
             sig = self._signature_of.get(d.id)
             got = seen.get(sig) if sig is not None else None
             if got is None:
@@ -235,10 +230,30 @@ class DeviceInventory:
                 out.append(d)
         return out
 
+    def _forget_verdicts(self) -> None:
+        self._forgotten += 1
+        self._verdicts.clear()
+        self._signatures.clear()
+        self._signature_of.clear()
+
     def _signature(self, device: Device) -> int:
         got = self._signature_of.get(device.id)
         if got is None:
-            key = (device.driver, device.attributes, device.capacity)
+            if len(self._signatures) >= VERDICTS_KEPT:
+                self._forget_verdicts()
+            # Values with their types: True == 1 in Python, not in CEL.
+            key = (device.driver, tuple((d, i, type(v), v) for d, i, v in device.attributes),
+                   device.capacity)
             got = self._signatures.setdefault(key, len(self._signatures))
             self._signature_of[device.id] = got
         return got
+
+    def allocated(self) -> Mapping[DeviceId, ClaimKey]:
+        """Every device some claim's ``status.allocation`` holds, with the claim."""
+        if self._allocated is None:
+            self._allocated = {d: c.key for c in self.claims.values()
+                               for d in c.allocated or ()}
+        return self._allocated
+
+    def matches(self, device: Device, expressions: Iterable[str]) -> bool:
+        return all(self.selectors.matches(e, device) for e in expressions)

@@ -60,14 +60,10 @@ class DeviceScan:
             got = self._reach_ids[node] = frozenset(d.id for d in self.reachable(node))
         return got
 
-    def is_free(self, d: DeviceId) -> bool:
-        """No claim holds ``d`` (or only a leaving pod's) and no other gang's plan does.
-        A claim being planned holds no device yet (an allocated one is planned as it is),
-        so this does not depend on the claim asking."""
-        owner = self.inv.allocated().get(d)
-        return (owner is None or owner in self.freed) and d not in self.held
-
     def _only_free(self, ids: Iterable[DeviceId]) -> list[DeviceId]:
+        """Those of ``ids`` no claim holds (or only a leaving pod's) and no other gang's
+        plan holds. A claim being planned holds no device yet (an allocated one is planned
+        as it is), so this does not depend on the claim asking."""
         allocated, held, freed = self.inv.allocated(), self.held, self.freed
         return [d for d in ids if d not in held
                 and ((owner := allocated.get(d)) is None or owner in freed)]
