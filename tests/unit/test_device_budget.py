@@ -78,9 +78,10 @@ class Work:
         self.rooms: list[DeviceRoom] = []
         matches, add_units = Selectors.matches, JointTrial._add_units
 
-        def counting_matches(sel: Selectors, expression: str, device: Any) -> bool:
+        def counting_matches(sel: Selectors, expression: str, device: Any, **kw: Any
+                             ) -> bool:
             self.evaluations += 1
-            return matches(sel, expression, device)
+            return matches(sel, expression, device, **kw)
 
         def counting_add_units(trial: JointTrial, *args: Any) -> bool:
             self.unit_builds += 1
