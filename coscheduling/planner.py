@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .devices.book import DeviceRoom
+from .devices.book import DeviceRoom, Want, own_wants
 from .devices.demand import ClaimNeed
 from .devices.inventory import PlannedDevices
 from .eligibility import affinity_problem, eligible
@@ -155,6 +155,13 @@ class _Context:
             self.needs.append(got or None)
         self.devices_needed = _devices_needed(self.needs)
         self._free_devices: dict[NodeName, int | None] = {}
+        # Each member's own devices by selector set: a domain with no node that could give
+        # some member its own is not tried (alike members share one want).
+        self._wants: list[Want] = []
+        if self.room is not None:
+            wants = own_wants(self.needs, self.room.budget)
+            self._wants = sorted({w for w in wants if w}, key=repr)
+        self._could: dict[tuple[int, NodeName], bool] = {}
 
         # Eligibility is the same for members with the same spec: one memo per spec.
         memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
@@ -162,23 +169,50 @@ class _Context:
             memo.setdefault(_signature(m.pod, p), {})
             for m, p in zip(todo, self.problems, strict=True)]
 
+    @property
+    def over_budget(self) -> bool:
+        """The call's device work budget is spent (``devices.budget``): no more placements
+        are tried, and the answer says so."""
+        return self.room is not None and self.room.budget.spent
+
+    def free_devices(self, n: NodeName) -> int | None:
+        """``DeviceRoom.free_devices``, once per node and call."""
+        got = self._free_devices.get(n, -1)
+        if got == -1:
+            assert self.room is not None  # asked only for a gang with claims
+            got = self._free_devices[n] = self.room.free_devices(n)
+        return got
+
     def devices_could(self, nodes: Sequence[NodeName]) -> bool:
-        """``nodes`` have as many free DRA devices as the gang asks for (a necessary
-        condition, counted without selectors: no CEL is evaluated for a domain that cannot
-        hold the gang, as a 64-GPU gang cannot one 8-GPU node)."""
+        """``nodes`` have as many free DRA devices as the gang asks for, counted without
+        selectors (no CEL is evaluated for a domain that cannot hold the gang, as a 64-GPU
+        gang cannot one 8-GPU node); then, for each member, some node of ``nodes`` has the
+        free devices its own claims' selectors take. Necessary conditions: a domain failing
+        them is not tried (a selector that matches nothing cost a trial on every node)."""
         if not self.devices_needed or self.room is None:
             return True
         have = 0
         for n in nodes:
-            got = self._free_devices.get(n, -1)
-            if got == -1:
-                got = self._free_devices[n] = self.room.free_devices(n)
+            got = self.free_devices(n)
             if got is None:
-                return True
-            have += got
+                have = self.devices_needed
+            else:
+                have += got
             if have >= self.devices_needed:
-                return True
-        return False
+                break
+        else:
+            return False
+        return all(any(self._member_could(i, n) for n in nodes)
+                   for i in range(len(self._wants)))
+
+    def _member_could(self, i: int, n: NodeName) -> bool:
+        """Node ``n`` has the free devices the ``i``-th distinct member want asks for
+        (``DeviceRoom.could``: selectors evaluated once per device signature)."""
+        got = self._could.get((i, n))
+        if got is None:
+            assert self.room is not None  # wants exist only with a room
+            got = self._could[(i, n)] = self.room.could(self._wants[i], n)
+        return got
 
     def ranked_by_devices(self, domains: Mapping[tuple[str, ...], Sequence[NodeName]]
                           ) -> list[tuple[int, tuple[str, ...]]] | None:
@@ -190,10 +224,7 @@ class _Context:
         for d, ns in domains.items():
             total = 0
             for n in ns:
-                got = self._free_devices.get(n, -1)
-                if got == -1:
-                    got = self._free_devices[n] = self.room.free_devices(n)
-                total += got or 0
+                total += self.free_devices(n) or 0
             out.append((total, d))
         out.sort()
         return out
@@ -285,7 +316,7 @@ def _place_any(ctx: _Context, nodes: Sequence[NodeName]) -> _Placed | None:
                   for c in needs for n in c.needs), default=0)
     for floor in range(max(widest, 1)):
         got = _place(ctx, nodes, floor)
-        if got is not None:
+        if got is not None or ctx.over_budget:
             return got
     return None
 
@@ -394,6 +425,8 @@ def _place(ctx: _Context, nodes: Sequence[NodeName], floor: int = 0) -> _Placed 
         if needs is None:
             n = shapes.best(i)
         elif trial is not None:
+            if ctx.over_budget:
+                return None
             ranked = _ranked(ctx, i, nodes, shapes.free, shapes.extra)
             n = next((c for _, c in ranked if trial.add(m.key, needs, c, floor)), None)
         if n is None:
@@ -479,12 +512,16 @@ def plan_gang(
                 continue
             placed = _place_any(ctx, ns)
             if placed is None:
+                if ctx.over_budget:
+                    break  # the device work budget is spent: no further domain is tried
                 continue
             rank = (free_gpu - need, len(set(placed[0].values())), d)
             if best is None or rank < best[0]:
                 best = (rank, placed)
         if best is not None:
             return Plan({**fixed, **best[1][0]}, levels[index].name, best[0][2], best[1][1])
+        if ctx.over_budget:
+            return _explain(ctx, required)
 
     if required is None and ctx.could_hold(ctx.names, total_gpu, others) \
             and ctx.devices_could(ctx.names):
@@ -524,8 +561,11 @@ def _explain(ctx: _Context, required: Level | None) -> NoFit:
     notes = [f"{m.key}: {problem}" if problem is not None else
              f"{m.key} matches no node (selector, affinity or taints)"
              for m, ok, problem in zip(todo, sets, ctx.problems, strict=True) if not ok]
+    if ctx.room is not None and ctx.room.budget.spent:
+        notes.insert(0, f"DRA device planning stopped at its work budget "
+                        f"({ctx.room.budget.describe()}); planned again on the next try")
     if ctx.devices_needed and ctx.room is not None and not ctx.room.inv.has_network():
-        free = sum(ctx.room.free_devices(n) or 0 for n in eligible_nodes)
+        free = sum(ctx.free_devices(n) or 0 for n in eligible_nodes)
         notes.insert(0, f"DRA claims ask for {ctx.devices_needed} devices; {free} free on the "
                      f"eligible nodes (any class), fewer matching the selectors")
     widest = 0

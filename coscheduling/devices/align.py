@@ -21,10 +21,11 @@ from collections.abc import Callable, Mapping
 from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from .book import held_devices
+from .budget import Budget
 from .demand import ClaimNeed, pod_demand
 from .firstfit import first_fit
 from .inventory import DeviceInventory, PlannedDevices
-from .matching import Budget, JointTrial
+from .matching import JointTrial
 from .model import DeviceId
 
 __all__ = ["align", "observed", "outside", "spared"]

@@ -9,17 +9,24 @@ devices back too, with no second book to keep in step; stale entries are pruned 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
-from .demand import ClaimNeed, pod_demand
+from .budget import Budget
+from .demand import ClaimNeed, Need, pod_demand
 from .inventory import DeviceInventory, PlannedDevices
-from .matching import Budget, JointTrial
+from .matching import JointTrial
 from .model import ClaimKey, DeviceId
+from .scan import DeviceScan
 
-__all__ = ["DeviceRoom", "held_devices", "record"]
+__all__ = ["DeviceRoom", "Want", "held_devices", "own_wants", "record"]
+
+Want = tuple[tuple[tuple[str, ...] | None, int], ...]
+"""Devices a member needs for claims only it has, by selector set (None: any device, for a
+``firstAvailable`` request, whose subrequest is not chosen yet), in a fixed order."""
 
 
 def held_devices(inv: DeviceInventory, reservation: Callable[[PodKey], Reservation | None]
@@ -47,11 +54,42 @@ def record(inv: DeviceInventory, planned: Mapping[PodKey, PlannedDevices]) -> No
     inv.epoch += 1
 
 
+def own_wants(needs: Sequence[tuple[ClaimNeed, ...] | None], budget: Budget
+              ) -> list[Want | None]:
+    """Each member's :data:`Want`: what its node must have free, whatever the others do.
+    A claim shared with another member (placed by whichever comes first) and an allocated
+    one are left out, so this is a necessary condition on a member's node."""
+    members = Counter(c.key for claims in needs for c in claims or ())
+    out: list[Want | None] = []
+    for claims in needs:
+        if not claims:
+            out.append(None)
+            continue
+        want: dict[tuple[str, ...] | None, int] = {}
+        for c in claims:
+            if c.allocated is not None or members[c.key] > 1:
+                continue
+            budget.read(len(c.needs))
+            for need in c.needs:
+                key = None if need.alternatives else need.selectors
+                n = min(_least(o) for o in need.alternatives) if need.alternatives \
+                    else _least(need)
+                want[key] = want.get(key, 0) + n
+        out.append(tuple(sorted(want.items(), key=lambda kv: (kv[0] is not None,
+                                                              kv[0] or ()))))
+    return out
+
+
+def _least(need: Need) -> int:
+    return need.request.count if need.request.mode == "ExactCount" else 1
+
+
 @dataclass(slots=True)
 class DeviceRoom:
     """What one planning call reads of the devices: each pod's claims resolved, and free
     devices outside every admitted gang's hold (and, in a preemption's what-if, with the
-    victims' claims given back)."""
+    victims' claims given back). One per planning call: its trials share one
+    :class:`DeviceScan` and one :class:`Budget`."""
 
     inv: DeviceInventory
     nodes: Mapping[NodeName, NodeRecord]
@@ -59,6 +97,7 @@ class DeviceRoom:
     freed_claims: Collection[ClaimKey] = ()
     budget: Budget = field(default_factory=Budget)
     _held: dict[DeviceId, PodKey] | None = None
+    _scan: DeviceScan | None = None
 
     def demand(self, pod: PodRecord) -> tuple[ClaimNeed, ...] | str | None:
         """None for a pod without claims; else its claims, or why they cannot be planned."""
@@ -85,9 +124,27 @@ class DeviceRoom:
                 free += 1
         return free
 
+    def scan(self) -> DeviceScan:
+        """The call's reads of the devices, shared by its trials and pre-checks."""
+        if self._scan is None:
+            self._scan = DeviceScan(self.inv, self.nodes, self.held(), self.budget,
+                                    frozenset(self.freed_claims))
+        return self._scan
+
+    def could(self, want: Want, node: NodeName) -> bool:
+        """``node`` has the free devices ``want`` asks for: in all, and for each selector
+        set (evaluated once per device signature). Cheap next to a trial, which builds a
+        unit per device asked for."""
+        scan = self.scan()
+        free = scan.free(node)
+        if sum(n for _, n in want) > len(free):
+            return False
+        return all(len(scan.free_eligible(node, s)) >= n for s, n in want if s is not None)
+
     def trial(self) -> JointTrial:
-        return JointTrial(self.inv, self.nodes, self.held(), self.budget,
-                          freed=frozenset(self.freed_claims))
+        scan = self.scan()
+        return JointTrial(self.inv, self.nodes, scan.held, self.budget, freed=scan.freed,
+                          scan=scan)
 
     def freeing(self, pods: Collection[str]) -> DeviceRoom:
         """The same room once ``pods`` (keys) are gone and their claims deallocated: a claim

@@ -90,7 +90,7 @@ class _Counters:
 def _pick(inv: DeviceInventory, need: Need, devices: Sequence[Device],
           allocated: Mapping[DeviceId, str], used: Collection[DeviceId], counters: _Counters
           ) -> list[DeviceId] | None:
-    matching = [d.id for d in devices if inv.matches(d, need.selectors)]
+    matching = [d.id for d in devices if inv.selects(d, need.selectors)]
     if need.request.mode == "All":
         if not matching or any(d in used or d in allocated for d in matching):
             return None

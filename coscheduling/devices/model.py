@@ -7,7 +7,7 @@ A device is named as the API names it in an allocation result: ``(driver, pool, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
@@ -55,10 +55,11 @@ class Device:
     consumes: tuple[tuple[str, str, int], ...] = ()
     """``(counter set, counter, milli-units)`` it takes from its pool's shared counters
     (partitionable devices: a whole GPU and its halves share one set)."""
+    id: DeviceId = field(init=False, repr=False, compare=False)
+    """``(driver, pool, name)``, built once: planning reads it for every device it looks at."""
 
-    @property
-    def id(self) -> DeviceId:
-        return (self.driver, self.pool, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", (self.driver, self.pool, self.name))
 
     def attribute(self, qualified: str) -> AttrValue | None:
         domain, _, ident = qualified.rpartition("/")
