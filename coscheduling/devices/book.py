@@ -96,6 +96,10 @@ class DeviceRoom:
     reservation: Callable[[PodKey], Reservation | None]
     freed_claims: Collection[ClaimKey] = ()
     budget: Budget = field(default_factory=Budget)
+    proposed: Mapping[DeviceId, PodKey] = field(default_factory=dict)
+    """Devices held besides the admitted gangs': those a what-if planned for members of
+    earlier units of its manifest (``coscheduling.whatif``), held as :func:`record` holds an
+    admitted gang's. Their pods do not exist, so no slot prunes them: the what-if's own."""
     _held: dict[DeviceId, PodKey] | None = None
     _scan: DeviceScan | None = None
 
@@ -108,6 +112,7 @@ class DeviceRoom:
     def held(self) -> Mapping[DeviceId, PodKey]:
         if self._held is None:
             self._held = held_devices(self.inv, self.reservation)
+            self._held.update(self.proposed)
         return self._held
 
     def free_devices(self, node: NodeName) -> int | None:
@@ -154,4 +159,5 @@ class DeviceRoom:
                  if c.allocated is not None and c.reserved_for
                  and leaving.issuperset(c.reserved_for)}
         return DeviceRoom(self.inv, self.nodes, self.reservation,
-                          frozenset(freed) | frozenset(self.freed_claims), self.budget)
+                          frozenset(freed) | frozenset(self.freed_claims), self.budget,
+                          self.proposed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ..devices.inventory import PlannedDevices
 from ..reasons import GangReason, NoFit
 from ..records import GangKey, NodeName, PodKey
 
@@ -95,6 +96,9 @@ class Outcome:
     earliest: Earliest | None = None
     nofit: NoFit | None = None
     """The planner's negative answer (on the empty cluster, for a unit that never fits)."""
+    devices: tuple[tuple[PodKey, PlannedDevices], ...] = ()
+    """The DRA devices the plan gives each placed member (held for the later units of the
+    proposal; not put on the wire: kube-scheduler's allocator picks the devices)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from ..reasons import (
     PodGroupNotFound,
     WaitingForMembers,
 )
+from ..records import GangKey
 from ..resources import fits, format_resources
 from ..topology import GPU, Level
 from .answer import Earliest, Outcome, Placed, Proposal, Verdict, VictimSet
@@ -86,6 +87,8 @@ class DryRun:
         self._units = units_of(st, found)
         self._volcano = found.groups.get(Source.VOLCANO, {})
         self._view = TakenView(st.capacity, st.settings.levels)
+        self._reserving: list[GangKey] = []
+        """Gangs of earlier units that are placed: admitted, they hold reservations."""
         self._steps = self._run()
 
     def advance(self, offloaded: object = None) -> Proposal | Offload | None:
@@ -111,10 +114,15 @@ class DryRun:
             if unit.gang is None:
                 out = yield from _plain(self._st, unit, self._view, self._now)
             else:
-                out = yield from _gang(self._st, unit, self._view, self._now, self._volcano)
+                out = yield from _gang(self._st, unit, self._view, self._now, self._volcano,
+                                       tuple(self._reserving))
             for p in out.placed:  # later units see this one's room as taken
                 pod = next(q for q in unit.pods if q.key == p.pod)
                 self._view.take(p.node, pod.requests)
+            for key, planned in out.devices:  # and its DRA devices as held
+                self._view.hold(key, planned)
+            if unit.gang is not None and out.placed:
+                self._reserving.append(unit.gang)
             outcomes.append(out)
             yield None
         verdict = max((o.verdict for o in outcomes), key=list(Verdict).index)
@@ -135,8 +143,9 @@ def _placed(st: CoreState, unit: Unit, plan: Plan, pin: bool) -> tuple[Placed, .
 
 
 def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
-          volcano: Mapping[str, PodGroupRecord]) -> Steps:
-    """A gang's answer, by the path ``creation.placer`` and ``creation.held`` take."""
+          volcano: Mapping[str, PodGroupRecord], reserving: tuple[GangKey, ...]) -> Steps:
+    """A gang's answer, by the path ``creation.placer`` and ``creation.held`` take.
+    ``reserving``: gangs of earlier units, admitted by then (a reason names them)."""
     spec, n = unit.membership, len(unit.pods)
     if isinstance(spec, InvalidGang):
         return Outcome(unit.name, True, Verdict.NEVER, n, reason=InvalidDeclaration(spec))
@@ -196,7 +205,7 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
     pre = Preemptor(str(spec.key), tuple(Member(p) for p in pods[:spec.min_member]),
                     spec.priority or 0, PreemptionPolicy.NEVER if never_ else
                     PreemptionPolicy.PREEMPT_LOWER_PRIORITY, required, spec.key, quota)
-    return (yield from _no_fit(st, unit, plan_view, now, result, pre, short))
+    return (yield from _no_fit(st, unit, plan_view, now, result, pre, short, reserving))
 
 
 def _plan(members: list[Member], view: CapacityView, levels: Sequence[Level],
@@ -221,7 +230,8 @@ def _maybe_off(off: bool, work: Callable[[], object]) -> Generator[Step, object,
 def _fits(st: CoreState, unit: Unit, plan: Plan, *, pin: bool) -> Outcome:
     left = tuple(p.key for p in ordered(unit.pods) if p.key not in plan.assignments)
     return Outcome(unit.name, unit.gang is not None, Verdict.FITS, len(unit.pods),
-                   _placed(st, unit, plan, pin), left, plan.level)
+                   _placed(st, unit, plan, pin), left, plan.level,
+                   devices=tuple(sorted(plan.devices.items())))
 
 
 def _plain(st: CoreState, unit: Unit, view: TakenView, now: float) -> Steps:
@@ -283,9 +293,10 @@ def _search(st: CoreState, pre: Preemptor, view: CapacityView, off: bool
 
 
 def _no_fit(st: CoreState, unit: Unit, view: CapacityView, now: float, nofit: NoFit,
-            pre: Preemptor, short: NotEnoughMinResources | None) -> Steps:
+            pre: Preemptor, short: NotEnoughMinResources | None,
+            reserving: tuple[GangKey, ...] = ()) -> Steps:
     """Fits after preemption, waits, or never fits. ``view`` is a snapshot for a big unit:
-    then the work is offloaded."""
+    then the work is offloaded. ``reserving``: the proposal's gangs admitted before it."""
     n, is_gang, levels = len(unit.pods), unit.gang is not None, st.settings.levels
     off = isinstance(view, SnapshotView)
     proof = yield from _maybe_off(off, lambda: never(pre.members, view, levels, pre.required))
@@ -303,7 +314,8 @@ def _no_fit(st: CoreState, unit: Unit, view: CapacityView, now: float, nofit: No
     why = describe(found) if found is not None and not isinstance(found, Victims) else ""  # type: ignore[arg-type]
     reason: GangReason | None = short
     if reason is None and unit.gang is not None:
-        reason = DoesNotFit(unit.gang, nofit, st.ledger.reserving_gangs(unit.gang), why)
+        held = tuple(sorted({*st.ledger.reserving_gangs(unit.gang), *reserving}))
+        reason = DoesNotFit(unit.gang, nofit, held, why)
     more = hints(pre.members, view, levels, pre.required, nofit)
     if isinstance(found, NoLowerPriority) and pre.quota:
         more.append(f"lower-priority pods in its quota line {pre.quota} (preemption never "

@@ -5,9 +5,10 @@ Both are :class:`~coscheduling.planner.CapacityView` over the live core, read-on
 planner runs on them unchanged, so the what-if's plan is the planner's own answer, and
 nothing is copied but the few nodes a unit takes.
 
-DRA devices (``device_room``): the live view's room, as is. Devices planned for members of
-earlier units of the same proposal are not taken from it (their claims do not exist yet, so
-there is nothing to take them under); the empty cluster frees every device.
+DRA devices (``device_room``): the live view's room, with the devices planned for members
+of earlier units of the same proposal held (``DeviceRoom.proposed``), as the core holds an
+admitted gang's planned devices for its slots (``devices.book``): a second gang sees the
+first's devices as taken. The empty cluster frees every device.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..devices.book import DeviceRoom
+from ..devices.inventory import PlannedDevices
+from ..devices.model import DeviceId
 from ..planner import CapacityView
-from ..records import NodeName, NodeRecord
+from ..records import NodeName, NodeRecord, PodKey
 from ..resources import Resources, add, sub
 from ..topology import GPU, Level, domain_of
 
@@ -25,18 +28,25 @@ __all__ = ["EmptyView", "SnapshotView", "TakenView"]
 
 class TakenView:
     """``base`` with the requests of members placed earlier in the proposal taken (their
-    reservations, as the ledger would hold them once their gang is admitted)."""
+    reservations, as the ledger would hold them once their gang is admitted), and the DRA
+    devices planned for them held (as ``devices.book.record`` holds them then)."""
 
     def __init__(self, base: CapacityView, levels: Sequence[Level]) -> None:
         self._base = base
         self._levels = levels
         self.taken: dict[NodeName, Resources] = {}
         self._gpus: dict[NodeName, list[int]] = {}
+        self.held: dict[DeviceId, PodKey] = {}
 
     def take(self, node: NodeName, requests: Resources) -> None:
         self.taken[node] = add(self.taken.get(node, {}), requests)
         if g := requests.get(GPU, 0):
             self._gpus.setdefault(node, []).append(g)
+
+    def hold(self, pod: PodKey, planned: PlannedDevices) -> None:
+        """``pod``'s planned devices are taken for the rest of the proposal."""
+        for _, d in planned.devices:
+            self.held[d] = pod
 
     @property
     def nodes(self) -> Mapping[NodeName, NodeRecord]:
@@ -56,7 +66,11 @@ class TakenView:
         return self._base.free_gpus(node) - self.taken.get(node, {}).get(GPU, 0)
 
     def device_room(self) -> DeviceRoom | None:
-        return self._base.device_room()
+        room = self._base.device_room()
+        if room is None or not self.held:
+            return room
+        return DeviceRoom(room.inv, room.nodes, room.reservation, room.freed_claims,
+                          room.budget, {**room.proposed, **self.held})
 
     def domains(self, index: int) -> Mapping[tuple[str, ...], Sequence[NodeName]]:
         return self._base.domains(index)

@@ -15,7 +15,9 @@ the allocation. A foreign scheduler allocates a claim now and then behind Lockst
 
 After every step: ``check_invariants`` (rules 1-16: rules 15 and 16 on the API server's
 claims, as far as the watch has delivered them), no device is allocated twice, and a parked
-member never holds a device outside its gang's reservation.
+member never holds a device outside its gang's reservation. A what-if of two gangs in one
+manifest, at any step, plans no device for two of its members, nor one a claim has or an
+admitted gang holds, and leaves the core's holds as they were.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
+from coscheduling.devices.book import held_devices
 from coscheduling.devices.model import DeviceId
 from coscheduling.devices.wire import (
     claim_from_json,
@@ -58,6 +61,7 @@ from coscheduling.devices.wire import (
     template_from_json,
 )
 from tests.builders import node, pod, reset_uids
+from tests.internals import state_of
 from tests.invariants import InvariantBroken, check_devices, check_invariants
 
 DRIVER = "gpu.nvidia.com"
@@ -374,6 +378,39 @@ class DeviceModel(RuleBasedStateMachine):
             return [NodeName(results[0]["pool"])]
         return [NodeName(n) for n in sorted(NODES) if self._first_fit(key, n)]
 
+    @rule(sizes=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+          tmpls=st.tuples(st.sampled_from(["any", "h100"]), st.sampled_from(["any", "h100"])))
+    def what_if(self, sizes: tuple[int, int], tmpls: tuple[str, str]) -> None:
+        """Two gangs in one manifest (issue 41, defect 9: the second was planned on the live
+        devices, the first's included): each device the what-if plans goes to one member,
+        and none is allocated or held by an admitted gang (no unit preempts here: every
+        pod has priority 0). The core's holds are unchanged."""
+        objs = []
+        for g, size, tmpl in zip(("wa", "wb"), sizes, tmpls, strict=True):
+            for i in range(size):
+                obj = pod(f"{g}-{i}").gang(g, min_member=size).build()
+                obj["metadata"].pop("uid", None)
+                obj.pop("status", None)
+                obj["spec"]["resourceClaims"] = [{"name": "gpu",
+                                                  "resourceClaimTemplateName": tmpl}]
+                objs.append(obj)
+        core = state_of(self.core)
+        taken = {*core.devices.allocated(), *held_devices(core.devices, core.ledger.get)}
+        before = dict(core.devices.planned)
+        answer = self.core.what_if(objs, self.now).run()
+        if dict(core.devices.planned) != before:
+            raise InvariantBroken("a what-if changed the devices the core holds")
+        planned: dict[DeviceId, PodKey] = {}
+        for out in answer.outcomes:
+            for key, pd in out.devices:
+                for _, d in pd.devices:
+                    if d in planned or d in taken:
+                        raise InvariantBroken(
+                            f"what-if: device {d} planned for {key} and "
+                            f"{planned.get(d) or 'held or allocated already'}")
+                    planned[d] = key
+        saw("what-if:" + "+".join(o.verdict.value for o in answer.outcomes))
+
     @rule(dt=st.sampled_from([5.0, 30.0]))
     def advance_time(self, dt: float) -> None:
         self.now += dt
@@ -410,7 +447,7 @@ def test_the_device_model_keeps_its_promises() -> None:
             providers.CONSTANTS_CACHE.cache.clear()
     got = {k: v - before.get(k, 0) for k, v in seen.items() if v > before.get(k, 0)}
     for transition in ("bound", "Park", "filter:DevicesNotReady", "unreserve", "expired",
-                       "dealloc:cleared", "foreign", "settled"):
+                       "dealloc:cleared", "foreign", "settled", "what-if:fits-now+waits"):
         assert got.get(transition), f"the device model never reached {transition}: {got}"
 
 
