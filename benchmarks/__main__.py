@@ -260,11 +260,12 @@ def _victims(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
 
 def _stall(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
     nodes = 1000 if args.quick else 5000
-    print(f"\nEvent-loop stalls: verbs and /healthz while a {stall.GANG} x {stall.GANG_GPUS}-GPU "
-          f"gang searches for victims over {nodes} full nodes, then while {stall.HOSTILE} "
-          f"hostile pods arrive, then while {args.big}-member gangs are planned", flush=True)
-    measured = _commit()
     groups = set(args.stall_phases.split(","))
+    print(f"\nEvent-loop stalls ({', '.join(sorted(groups))}): verbs and /healthz while a "
+          f"{stall.GANG} x {stall.GANG_GPUS}-GPU gang searches for victims over {nodes} full "
+          f"nodes, then while {stall.HOSTILE} hostile pods arrive, then while {args.big}-member "
+          f"gangs are planned, then while DRA gangs are planned", flush=True)
+    measured = _commit()
     result = stall.run(nodes, gangs=1 if args.quick else 3, log=lambda s: print(s, flush=True),
                        big=args.big if groups & {"big", "different"} else 0,
                        different="different" in groups,
