@@ -19,7 +19,7 @@ import functools
 import heapq
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -117,6 +117,35 @@ def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
     )
 
 
+def _named(terms: Sequence[object]) -> frozenset[NodeName] | None:
+    """The only nodes required node-affinity ``terms`` can match when each term names them by
+    ``metadata.name`` (Lockstep's pin, ``gating.pin_term``, is one such term); None when some
+    term may match any node. A superset of the nodes :func:`~.eligibility.eligible` passes,
+    read as it reads the terms: a term that is not a mapping, or whose ``matchFields`` is not
+    a list, matches nothing. Its cost is bounded by the affinity limits, checked first."""
+    if not terms:
+        return None
+    out: set[NodeName] = set()
+    for t in terms:
+        if not isinstance(t, Mapping):
+            continue  # matches nothing
+        fields = t.get("matchFields") or ()
+        if not isinstance(fields, list | tuple):
+            continue  # matches nothing
+        allowed: set[NodeName] | None = None
+        for f in fields:
+            if isinstance(f, Mapping) and f.get("key") == "metadata.name" \
+                    and f.get("operator") == "In":
+                raw = f.get("values") or ()
+                names = {NodeName(str(v)) for v in raw} \
+                    if isinstance(raw, list | tuple) else set()
+                allowed = names if allowed is None else allowed & names
+        if allowed is None:
+            return None
+        out |= allowed
+    return frozenset(out)
+
+
 def _size_key(m: Member) -> tuple[int, int, int, str]:
     r = m.pod.requests
     return (-r.get(GPU, 0), -r.get("cpu", 0), -r.get("memory", 0), m.key)
@@ -125,6 +154,11 @@ def _size_key(m: Member) -> tuple[int, int, int, str]:
 TIES_TRIED = 8
 """Equally tight domains tried before taking the best of them (bounds the work on clusters
 with thousands of identical racks)."""
+
+
+SELECTORS_INDEXED = 3
+"""Distinct node selectors in a gang from which the nodes are indexed by label (one pass over
+every node's labels), so each selector's family ranks the nodes it matches, not every node."""
 
 
 class _Context:
@@ -164,6 +198,34 @@ class _Context:
         self._elig: list[dict[NodeName, bool]] = [
             memo.setdefault(_signature(m.pod, p), {})
             for m, p in zip(todo, self.problems, strict=True)]
+        # A member pinned by name (a restarted Lockstep re-admits a gang from its members'
+        # pins) may use its pinned node alone: it is checked there, not on every node (1,000
+        # pinned members were 5 million checks at 5,000 nodes, 16 s in one call). So may a
+        # member whose node selector few nodes match, when the gang's members select
+        # differently (each its own hostname: 1,000 of them were 4 to 6 s).
+        selectors = {tuple(sorted(m.pod.node_selector.items())) for m in todo
+                     if m.pod.node_selector}
+        self._by_label: dict[tuple[str, str], frozenset[NodeName]] | None = None
+        self.only: list[frozenset[NodeName] | None] = [  # None: any node
+            self._possible(m.pod, len(selectors) >= SELECTORS_INDEXED) if p is None else None
+            for m, p in zip(todo, self.problems, strict=True)]
+
+    def _possible(self, pod: PodRecord, by_selector: bool) -> frozenset[NodeName] | None:
+        """The only nodes ``pod`` may be eligible on, when its affinity names them or (with
+        ``by_selector``) its node selector's labels pick them out; None: any node."""
+        out = _named(pod.required_affinity)
+        if not by_selector or not pod.node_selector:
+            return out
+        if self._by_label is None:  # one pass over the nodes' labels, for the whole gang
+            index: dict[tuple[str, str], set[NodeName]] = {}
+            for n, rec in self.view.nodes.items():
+                for kv in rec.labels.items():
+                    index.setdefault(kv, set()).add(n)
+            self._by_label = {kv: frozenset(ns) for kv, ns in index.items()}
+        for kv in pod.node_selector.items():
+            got = self._by_label.get(kv, frozenset())
+            out = got if out is None else out & got
+        return out
 
     def devices_could(self, nodes: Sequence[NodeName]) -> bool:
         """``nodes`` have as many free DRA devices as the gang asks for (a necessary
@@ -226,7 +288,9 @@ class _Context:
                self.problems[i] is not None)
         got = self._sets.get(key)
         if got is None:
-            got = self._sets[key] = frozenset(n for n in self.names if self.ok(i, n))
+            only = self.only[i]
+            pool = self.names if only is None else only & self.view.nodes.keys()
+            got = self._sets[key] = frozenset(n for n in pool if self.ok(i, n))
         return got
 
     def could_hold(self, nodes: Sequence[NodeName], gpus: int,
@@ -342,6 +406,13 @@ class _Families:
         self.heaps: dict[tuple[int, int, int], tuple[int, Resources, list[_Entry]]] = {}
         """Each family's first member, the floor of its members' requests, and its heap."""
         self._covers: dict[int, bool] = {}
+        self._open: set[tuple[int, int, int]] = set()
+        """Families with a heap whose members may use any node."""
+        self._on: dict[NodeName, set[tuple[int, int, int]]] = {}
+        """Families with a heap whose members may use some nodes only (pinned by name, or a
+        selector few nodes match: ``_Context.only``), by those nodes: placing a member on a
+        node ranks it again for these and the open ones alone."""
+        self._node_set: frozenset[NodeName] | None = None
         self.family_of = [self._family(i) for i in range(len(ctx.todo))]
         self.left = Counter(self.family_of)
         """Members of each family still to place: a family with none left is ranked no more
@@ -394,7 +465,17 @@ class _Families:
         floor = self._floors[i]
         got = self.heaps.get(fam)
         if got is None:
-            heap = [e for n in self.nodes if (e := self._entry(i, n, floor)) is not None]
+            only = self.ctx.only[i]
+            pool: Iterable[NodeName] = self.nodes
+            if only is None:
+                self._open.add(fam)
+            else:
+                if self._node_set is None:
+                    self._node_set = frozenset(self.nodes)
+                pool = only & self._node_set
+                for n in only:
+                    self._on.setdefault(n, set()).add(fam)
+            heap = [e for n in pool if (e := self._entry(i, n, floor)) is not None]
             heapq.heapify(heap)
             got = self.heaps[fam] = (i, floor, heap)
         heap = got[2]
@@ -427,9 +508,12 @@ class _Families:
         self.placed[n] = self.placed.get(n, 0) + 1
         fam = self.family_of[i]
         self.left[fam] -= 1
-        if not self.left[fam]:
-            self.heaps.pop(fam, None)
-        for first, floor, heap in self.heaps.values():
+        if not self.left[fam] and self.heaps.pop(fam, None) is not None:
+            self._open.discard(fam)
+            for n_only in self.ctx.only[i] or ():
+                self._on[n_only].discard(fam)
+        for other in (*self._open, *self._on.get(n, ())):
+            first, floor, heap = self.heaps[other]
             e = self._entry(first, n, floor)
             if e is not None:
                 heapq.heappush(heap, e)
