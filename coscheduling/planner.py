@@ -19,7 +19,7 @@ import functools
 import heapq
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -117,33 +117,49 @@ def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
     )
 
 
-def _named(terms: Sequence[object]) -> frozenset[NodeName] | None:
-    """The only nodes required node-affinity ``terms`` can match when each term names them by
-    ``metadata.name`` (Lockstep's pin, ``gating.pin_term``, is one such term); None when some
-    term may match any node. A superset of the nodes :func:`~.eligibility.eligible` passes,
-    read as it reads the terms: a term that is not a mapping, or whose ``matchFields`` is not
-    a list, matches nothing. Its cost is bounded by the affinity limits, checked first."""
+def _only_nodes(terms: Sequence[object],
+                labelled: Callable[[str, str], frozenset[NodeName]] | None
+                ) -> frozenset[NodeName] | None:
+    """The only nodes required node-affinity ``terms`` can match, when each term narrows
+    them: by ``metadata.name`` (Lockstep's pin, ``gating.pin_term``) or, given ``labelled``
+    (the nodes carrying a label), by an ``In`` expression; None when some term may match any
+    node. A superset of the nodes :func:`~.eligibility.eligible` passes, read as it reads the
+    terms (ORed; one that is not a mapping, or whose lists are not lists, matches nothing).
+    Its cost is bounded by the affinity limits, checked first."""
     if not terms:
         return None
     out: set[NodeName] = set()
     for t in terms:
         if not isinstance(t, Mapping):
             continue  # matches nothing
-        fields = t.get("matchFields") or ()
-        if not isinstance(fields, list | tuple):
+        exprs, fields = t.get("matchExpressions") or (), t.get("matchFields") or ()
+        if not isinstance(exprs, list | tuple) or not isinstance(fields, list | tuple):
             continue  # matches nothing
         allowed: set[NodeName] | None = None
         for f in fields:
             if isinstance(f, Mapping) and f.get("key") == "metadata.name" \
                     and f.get("operator") == "In":
-                raw = f.get("values") or ()
-                names = {NodeName(str(v)) for v in raw} \
-                    if isinstance(raw, list | tuple) else set()
-                allowed = names if allowed is None else allowed & names
+                allowed = _narrow(allowed, {NodeName(v) for v in _values(f)})
+        if labelled is not None:
+            for e in exprs:
+                if isinstance(e, Mapping) and e.get("operator") == "In" \
+                        and isinstance(key := e.get("key"), str):
+                    allowed = _narrow(allowed, {n for v in _values(e)
+                                                for n in labelled(key, v)})
         if allowed is None:
             return None
         out |= allowed
     return frozenset(out)
+
+
+def _values(req: Mapping[str, object]) -> list[str]:
+    """A requirement's values as :func:`~.eligibility.match_expression` reads them."""
+    raw = req.get("values") or ()
+    return [str(v) for v in raw] if isinstance(raw, list | tuple) else []
+
+
+def _narrow(allowed: set[NodeName] | None, by: set[NodeName]) -> set[NodeName]:
+    return by if allowed is None else allowed & by
 
 
 def _size_key(m: Member) -> tuple[int, int, int, str]:
@@ -156,9 +172,10 @@ TIES_TRIED = 8
 with thousands of identical racks)."""
 
 
-SELECTORS_INDEXED = 3
-"""Distinct node selectors in a gang from which the nodes are indexed by label (one pass over
-every node's labels), so each selector's family ranks the nodes it matches, not every node."""
+CONSTRAINTS_INDEXED = 3
+"""Distinct constraints (selector, affinity, tolerations) in a gang from which the nodes are
+indexed by label (one pass over every node's labels), so a family whose selector or affinity
+picks out a few nodes by label ranks those, not every node."""
 
 
 class _Context:
@@ -201,31 +218,34 @@ class _Context:
         # A member pinned by name (a restarted Lockstep re-admits a gang from its members'
         # pins) may use its pinned node alone: it is checked there, not on every node (1,000
         # pinned members were 5 million checks at 5,000 nodes, 16 s in one call). So may a
-        # member whose node selector few nodes match, when the gang's members select
-        # differently (each its own hostname: 1,000 of them were 4 to 6 s).
-        selectors = {tuple(sorted(m.pod.node_selector.items())) for m in todo
-                     if m.pod.node_selector}
+        # member whose selector or affinity labels pick out few nodes, when the gang's members
+        # are constrained differently (each its own hostname: 1,000 of them were 4 to 18 s).
         self._by_label: dict[tuple[str, str], frozenset[NodeName]] | None = None
+        indexed = len(memo) >= CONSTRAINTS_INDEXED
         self.only: list[frozenset[NodeName] | None] = [  # None: any node
-            self._possible(m.pod, len(selectors) >= SELECTORS_INDEXED) if p is None else None
+            self._possible(m.pod, indexed) if p is None else None
             for m, p in zip(todo, self.problems, strict=True)]
 
-    def _possible(self, pod: PodRecord, by_selector: bool) -> frozenset[NodeName] | None:
-        """The only nodes ``pod`` may be eligible on, when its affinity names them or (with
-        ``by_selector``) its node selector's labels pick them out; None: any node."""
-        out = _named(pod.required_affinity)
-        if not by_selector or not pod.node_selector:
-            return out
-        if self._by_label is None:  # one pass over the nodes' labels, for the whole gang
+    def _possible(self, pod: PodRecord, indexed: bool) -> frozenset[NodeName] | None:
+        """The only nodes ``pod`` may be eligible on, when its affinity names them or (when
+        ``indexed``) its selector's or affinity's labels pick them out; None: any node."""
+        out = _only_nodes(pod.required_affinity, self.labelled if indexed else None)
+        if indexed:
+            for k, v in pod.node_selector.items():
+                got = self.labelled(k, v)
+                out = got if out is None else out & got
+        return out
+
+    def labelled(self, key: str, value: str) -> frozenset[NodeName]:
+        """The nodes whose label ``key`` is ``value`` (an index built in one pass over every
+        node's labels, at most once per planning call)."""
+        if self._by_label is None:
             index: dict[tuple[str, str], set[NodeName]] = {}
             for n, rec in self.view.nodes.items():
                 for kv in rec.labels.items():
                     index.setdefault(kv, set()).add(n)
             self._by_label = {kv: frozenset(ns) for kv, ns in index.items()}
-        for kv in pod.node_selector.items():
-            got = self._by_label.get(kv, frozenset())
-            out = got if out is None else out & got
-        return out
+        return self._by_label.get((key, value), frozenset())
 
     def devices_could(self, nodes: Sequence[NodeName]) -> bool:
         """``nodes`` have as many free DRA devices as the gang asks for (a necessary

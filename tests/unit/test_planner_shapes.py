@@ -158,14 +158,43 @@ def _pinned(rng: random.Random, b: Any, hosts: Sequence[str], odd: bool) -> Any:
     return b
 
 
+def _by_expression(rng: random.Random, b: Any, hosts: Sequence[str], odd: bool) -> Any:
+    """Constrain a member by a required affinity expression on labels: its hostname In one
+    or two of ``hosts``, NotIn one, a pool In or Exists, or a second term on a rack; when
+    ``odd``, also a key that is not a string, values that are not a list, an empty term."""
+    host = rng.choice(hosts)
+    expr: dict[str, Any] = rng.choice([
+        {"key": "kubernetes.io/hostname", "operator": "In",
+         "values": [host, *([rng.choice(hosts)] if rng.random() < 0.3 else [])]},
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]},
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [host]},
+        {"key": "pool", "operator": "In", "values": ["a", "c"]},
+        {"key": "pool", "operator": "Exists"}])
+    terms: list[Any] = [{"matchExpressions": [expr]}]
+    if rng.random() < 0.2:
+        terms.append({"matchExpressions": [{"key": "lockstep.dev/rack", "operator": "In",
+                                            "values": ["r0", "r1"]}]})
+    kind = rng.random() if odd else 1.0
+    if kind < 0.1:
+        expr["key"] = 7
+    elif kind < 0.2:
+        expr["values"] = "a"
+    elif kind < 0.3:
+        terms.append({})
+    b._obj["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    return b
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_members_pinned_by_name_or_selecting_few_nodes_land_where_the_scan_put_them(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A member pinned by name is ranked on its named nodes alone, and so is one whose node
-    selector few nodes match (a gang of several selectors); the answer is the scan's, and so
-    is the explanation when the gang does not fit. Half the seeds pin and select only nodes
-    with room (so the gang mostly fits), half anything, oddly too."""
+    selector or affinity picks out few nodes by label (in a gang of several constraints); the
+    answer is the scan's, and so is the explanation when the gang does not fit. Half the
+    seeds pin and select only nodes with room (so the gang mostly fits), half anything,
+    oddly too."""
     rng = random.Random(2000 + seed)
     size, count = rng.choice([12, 40, 90]), rng.choice([3, 20, 60])
     view = _cluster(rng, size, rng.choice([4, 10]))
@@ -176,9 +205,12 @@ def test_members_pinned_by_name_or_selecting_few_nodes_land_where_the_scan_put_t
     members = []
     for i in range(count):
         b = pod(f"p-{i}").gang("p", count).gpu(rng.choice([1, 1, 2])).cpu("1")
-        if rng.random() < 0.3:
+        kind = rng.random()
+        if kind < 0.25:
             _pinned(rng, b, hosts, odd)
-        elif rng.random() < 0.5:
+        elif kind < 0.5:
+            _by_expression(rng, b, hosts, odd)
+        elif kind < 0.75:
             host = rng.choice(hosts)
             b.node_selector(rng.choice([{"kubernetes.io/hostname": host}, {"pool": "a"},
                                         {"kubernetes.io/hostname": host},
@@ -191,14 +223,14 @@ def test_members_pinned_by_name_or_selecting_few_nodes_land_where_the_scan_put_t
     assert got == want
 
 
-@pytest.mark.parametrize("by", ["pin", "selector"])
+@pytest.mark.parametrize("by", ["pin", "selector", "expression"])
 def test_a_thousand_pinned_members_are_each_checked_on_their_node_alone(
     by: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A restarted Lockstep re-admits a gang from its members' pins: 1,000 members, each
     pinned to its own node, were 1,000 families each checking every node (5 million checks
-    at 5,000 nodes, 16 s in one call); each selecting its own node by its hostname label,
-    4 to 6 s."""
+    at 5,000 nodes, 16 s in one call); each selecting its own node by its hostname label, 4
+    to 6 s, or by an affinity expression on it, 18 s."""
     nodes, size = 1200, 1000
     view = _cluster(random.Random(13), nodes, 20)
     roomy = sorted(n for n, rec in view.nodes.items()
@@ -208,6 +240,11 @@ def test_a_thousand_pinned_members_are_each_checked_on_their_node_alone(
         b = pod(f"w-{i}").gang("w", size).gpu(1).cpu("1")
         if by == "selector":
             b.node_selector({"kubernetes.io/hostname": roomy[i % len(roomy)]})
+        elif by == "expression":
+            b._obj["spec"]["affinity"] = {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                           "values": [roomy[i % len(roomy)]]}]}]}}}
         else:
             b._obj["spec"]["affinity"] = {"nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
