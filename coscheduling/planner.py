@@ -21,7 +21,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .devices.book import DeviceRoom
 from .devices.demand import ClaimNeed
@@ -105,16 +105,46 @@ def _devices_needed(needs: Sequence[tuple[ClaimNeed, ...] | None]) -> int:
     return total
 
 
-def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
+def _signature(pod: PodRecord, problem: str | None,
+               taints: Sequence[Mapping[str, Any]] | None) -> tuple[object, ...]:
     """Members with equal signatures are eligible on the same nodes (eligibility never reads
     the requests: members asking different amounts share one memo). An affinity over a
     limit is never rendered (its ``repr`` alone would grow with the pod): such a member is
-    eligible nowhere, whatever else it says."""
+    eligible nowhere, whatever else it says. Given ``taints`` (every distinct blocking taint
+    on the nodes, and the cordon's), tolerations count only by which of those they
+    tolerate: members tolerating each their own taint that no node has are alike."""
     return (
         tuple(sorted(pod.node_selector.items())),
         repr(pod.required_affinity) if problem is None else ("over a limit",),
-        pod.tolerations,
+        pod.tolerations if taints is None else tuple(
+            i for i, t in enumerate(taints) if _tolerates(pod, t)),
     )
+
+
+CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+"""The taint a cordoned node stands for (:func:`~.eligibility.eligible` asks for it)."""
+
+
+def _tolerates(pod: PodRecord, taint: Mapping[str, Any]) -> bool:
+    """As :func:`~.eligibility.eligible` decides, taint by taint."""
+    if taint is CORDON:
+        return any(t.tolerates(CORDON) for t in pod.tolerations)
+    return pod.tolerates_all((dict(taint),))
+
+
+def _present_taints(view: CapacityView) -> list[Mapping[str, Any]]:
+    """Every distinct blocking taint of the nodes, and :data:`CORDON` when a node is
+    cordoned: one pass over the nodes. A taint whose fields are not strings is kept apart
+    (it is tolerated only by wildcards, as ``records._tolerated`` reads it)."""
+    seen: dict[object, Mapping[str, Any]] = {}
+    cordoned = False
+    for rec in view.nodes.values():
+        cordoned = cordoned or rec.unschedulable
+        for t in rec.blocking_taints():
+            fields = (t.get("key"), t.get("value"), t.get("effect"))
+            plain = all(v is None or isinstance(v, str) for v in fields)
+            seen.setdefault(fields if plain else id(t), t)
+    return [*seen.values(), *([CORDON] if cordoned else [])]
 
 
 def _only_nodes(terms: Sequence[object],
@@ -212,8 +242,10 @@ class _Context:
 
         # Eligibility is the same for members with the same spec: one memo per spec.
         memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
+        taints = _present_taints(view) if len(
+            {m.pod.tolerations for m in todo}) >= CONSTRAINTS_INDEXED else None
         self._elig: list[dict[NodeName, bool]] = [
-            memo.setdefault(_signature(m.pod, p), {})
+            memo.setdefault(_signature(m.pod, p, taints), {})
             for m, p in zip(todo, self.problems, strict=True)]
         # A member pinned by name (a restarted Lockstep re-admits a gang from its members'
         # pins) may use its pinned node alone: it is checked there, not on every node (1,000

@@ -17,6 +17,7 @@ import pytest
 from coscheduling import planner
 from coscheduling.capacity import Capacity
 from coscheduling.cluster import ClusterStore
+from coscheduling.eligibility import eligible
 from coscheduling.ledger import Ledger
 from coscheduling.planner import Member, plan_gang
 from coscheduling.records import NodeName, PodKey, node_from_json, pod_from_json
@@ -27,8 +28,10 @@ from tests.builders import node, pod
 
 def _place_by_scan(ctx: Any, nodes: Sequence[NodeName], floor: int = 0
                    ) -> tuple[dict[PodKey, NodeName], dict[PodKey, Any]] | None:
-    """The placement before shapes, verbatim: every member tries every node (these gangs
-    claim no DRA devices, so no member's devices are planned: ``floor`` is unused)."""
+    """The placement before shapes: every member tries every node (these gangs claim no DRA
+    devices, so no member's devices are planned: ``floor`` is unused). Eligibility is asked
+    of :func:`eligible` afresh, not of the planner's memo shared by members alike, so a
+    signature that makes members alike wrongly shows."""
     free: dict[NodeName, Resources] = {}
     extra_gpu: dict[NodeName, list[int]] = {}
     out: dict[PodKey, NodeName] = {}
@@ -38,7 +41,9 @@ def _place_by_scan(ctx: Any, nodes: Sequence[NodeName], floor: int = 0
         gpus = req.get(GPU, 0)
         best: tuple[tuple[float, ...], NodeName] | None = None
         for n in nodes:
-            if not ctx.ok(i, n):
+            if ctx.problems[i] is not None or (m.candidates is not None
+                                               and n not in m.candidates) \
+                    or not eligible(m.pod, view.nodes[n]):
                 continue
             f = free.get(n)
             if f is None:
@@ -65,8 +70,10 @@ def _place_by_scan(ctx: Any, nodes: Sequence[NodeName], floor: int = 0
     return out, {}
 
 
-def _cluster(rng: random.Random, nodes: int, per_rack: int) -> Capacity:
-    """``nodes`` 8-GPU nodes (a few CPU-only, a few labelled or tainted), partly used."""
+def _cluster(rng: random.Random, nodes: int, per_rack: int, odd: bool = False) -> Capacity:
+    """``nodes`` 8-GPU nodes (a few CPU-only, a few labelled or tainted), partly used;
+    ``odd``: a few more taints (one with a value, one NoExecute, one PreferNoSchedule, one
+    whose key is not a string) and a few cordoned nodes."""
     store = ClusterStore(levels=DEFAULT_LEVELS)
     for i in range(nodes):
         b = node(f"n{i:04d}").rack(f"r{i // per_rack}", f"b{i // (per_rack * 4)}")
@@ -75,6 +82,15 @@ def _cluster(rng: random.Random, nodes: int, per_rack: int) -> Capacity:
             b.label("pool", "a")
         if rng.random() < 0.1:
             b.taint("dedicated")
+        if odd and rng.random() < 0.2:
+            taints = b._obj["spec"].setdefault("taints", [])
+            taints.append(rng.choice([
+                {"key": "team", "value": "red", "effect": "NoSchedule"},
+                {"key": "team", "value": "blue", "effect": "NoExecute"},
+                {"key": "soft", "effect": "PreferNoSchedule"},
+                {"key": 7, "effect": "NoSchedule"}]))
+        if odd and rng.random() < 0.05:
+            b._obj["spec"]["unschedulable"] = True
         if rng.random() < 0.3:
             b.interconnect("nvlink-islands", 4)
         store.put_node(node_from_json(b.build()))
@@ -197,8 +213,8 @@ def test_members_pinned_by_name_or_selecting_few_nodes_land_where_the_scan_put_t
     oddly too."""
     rng = random.Random(2000 + seed)
     size, count = rng.choice([12, 40, 90]), rng.choice([3, 20, 60])
-    view = _cluster(rng, size, rng.choice([4, 10]))
     odd = seed % 2 == 1
+    view = _cluster(rng, size, rng.choice([4, 10]), odd=seed % 4 >= 2)
     hosts = sorted(view.nodes) if odd else sorted(
         n for n, rec in view.nodes.items()
         if view.free_gpus(n) >= 4 and not rec.blocking_taints())
@@ -210,11 +226,20 @@ def test_members_pinned_by_name_or_selecting_few_nodes_land_where_the_scan_put_t
             _pinned(rng, b, hosts, odd)
         elif kind < 0.5:
             _by_expression(rng, b, hosts, odd)
-        elif kind < 0.75:
+        if rng.random() < 0.3:  # tolerations: of a taint there, of one nowhere, of all
+            b._obj["spec"]["tolerations"] = rng.sample([
+                {"key": "dedicated", "operator": "Exists"},
+                {"key": "team", "operator": "Equal", "value": "red"},
+                {"key": "team", "operator": "Exists", "effect": "NoExecute"},
+                {"key": f"nowhere-{i}", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
+                {"operator": "Exists"}], rng.choice([1, 1, 2]))
+        if 0.5 <= kind < 0.75:
             host = rng.choice(hosts)
-            b.node_selector(rng.choice([{"kubernetes.io/hostname": host}, {"pool": "a"},
-                                        {"kubernetes.io/hostname": host},
-                                        {"pool": "b"} if odd else {}]))
+            choices: list[dict[str, str]] = [{"kubernetes.io/hostname": host}, {"pool": "a"},
+                                             {"kubernetes.io/hostname": host},
+                                             {"pool": "b"} if odd else {}]
+            b.node_selector(rng.choice(choices))
         members.append(Member(pod_from_json(b.build())))
     if rng.random() < 0.3:
         members[0] = Member(members[0].pod, frozenset(n for n in view.nodes
@@ -354,6 +379,14 @@ def test_a_gang_of_all_different_members_costs_no_more_than_the_scan(
     got = plan_gang(members, view, DEFAULT_LEVELS)
     shapes, calls["ok"] = calls["ok"], 0
     monkeypatch.setattr(planner, "_place", _place_by_scan)
+
+    real = eligible
+
+    def counting_eligible(*args: Any, **kw: Any) -> bool:  # the scan asks it afresh
+        calls["ok"] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setitem(globals(), "eligible", counting_eligible)
     want = plan_gang(members, view, DEFAULT_LEVELS)
     assert got == want and isinstance(got, planner.Plan)
     assert shapes <= calls["ok"] + size, (shapes, calls["ok"])
@@ -392,3 +425,42 @@ def test_a_thousand_members_each_asking_its_own_cpu_cost_a_pass_per_family(
     assert calls["score"] <= 4 * nodes + 4 * size, calls
     monkeypatch.setattr(planner, "_place", _place_by_scan)
     assert got == plan_gang(members, view, DEFAULT_LEVELS)
+
+
+@pytest.mark.parametrize("first", ["tolerating", "not"])
+def test_members_tolerating_differently_are_alike_only_where_the_nodes_taints_say(
+    first: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tolerations count by which of the nodes' taints (and the cordon) they tolerate: members
+    each tolerating its own taint that no node has are alike, but one tolerating the taint a
+    node has is not alike one that does not, whichever is planned first."""
+    store = ClusterStore(levels=DEFAULT_LEVELS)
+    for i in range(6):
+        nb = node(f"n{i}").gpus(8)
+        if i < 2:
+            nb.taint("dedicated")
+        if i == 5:
+            nb._obj["spec"]["unschedulable"] = True
+        store.put_node(node_from_json(nb.build()))
+        # The tainted nodes are the tightest: a member wrongly thought to tolerate them
+        # would go there.
+        store.put_pod(pod_from_json(pod(f"busy-{i}").gpu(5 if i in (0, 1, 5) else 4).on(f"n{i}")
+                                    .build()))
+    view = Capacity(store, Ledger())
+    members = []
+    for i in range(6):
+        b = pod(f"m-{i}").gang("m", 6).gpu(2 if (i < 3) == (first == "tolerating") else 1)
+        tolerations: list[dict[str, str]] = [
+            {"key": f"nowhere-{i}", "operator": "Exists", "effect": "NoSchedule"}]
+        if i < 3:
+            tolerations.append({"key": "dedicated", "operator": "Exists"})
+        if i == 5:
+            tolerations.append({"key": "node.kubernetes.io/unschedulable",
+                                "operator": "Exists"})
+        b._obj["spec"]["tolerations"] = tolerations
+        members.append(Member(pod_from_json(b.build())))
+    got, want = _both(members, view, monkeypatch)
+    assert got == want and isinstance(got, planner.Plan)
+    on = {k.split("/")[1]: n for k, n in got.assignments.items()}
+    assert all(on[f"m-{i}"] not in ("n0", "n1") for i in range(3, 6)), on
+    assert on["m-3"] != "n5" and on["m-4"] != "n5" and on["m-5"] == "n5", on
