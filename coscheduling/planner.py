@@ -9,8 +9,10 @@ it fills most tightly. Members of one family (the same constraints, candidates a
 count, whatever else they ask) rank the nodes alike, so they share one ranking of the nodes,
 kept in a heap (:class:`_Families`): a 1,000-member gang costs a pass over the nodes per
 family, not per member, even when every member asks a different CPU or memory request.
-Members that differ in their constraints (selectors, affinity, tolerations, candidates) are
-families of their own and still cost a pass over the nodes each.
+Members that differ in their constraints are families of their own, each ranking only the
+nodes it may use when its constraints name them (a pin) or pick them by label (in a gang of
+several constraints); tolerations count only by the nodes' taints they tolerate. Others
+(each its own ``NotIn`` expression, say) still cost a pass over the nodes each.
 """
 
 from __future__ import annotations
