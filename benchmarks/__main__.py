@@ -71,6 +71,15 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=stall.BIG,
                     help=f"stall: members of the big gang (default {stall.BIG}; 0 leaves "
                          "the big-gang phases out)")
+    ap.add_argument("--dra-nodes", type=int, default=stall.DRA_NODES,
+                    help=f"stall: nodes x 8 DRA GPUs of the DRA phases (default "
+                         f"{stall.DRA_NODES}; 0 leaves them out)")
+    ap.add_argument("--dra-list", type=int, default=stall.DRA_LIST,
+                    help=f"stall: items of the list the nested-macro selector iterates three "
+                         f"deep (default {stall.DRA_LIST}; 0 leaves that phase out)")
+    ap.add_argument("--stall-phases", default="baseline,big,different,dra",
+                    help="stall: which groups of phases run (comma-separated subset of "
+                         "baseline (idle, preemption, hostile), big, different, dra)")
     tp.add_argument("--stall", type=float, default=45.0,
                     help="give up on a scheduler's batch after this many seconds without a "
                          "new binding (default 45)")
@@ -251,12 +260,18 @@ def _victims(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
 
 def _stall(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
     nodes = 1000 if args.quick else 5000
-    print(f"\nEvent-loop stalls: verbs and /healthz while a {stall.GANG} x {stall.GANG_GPUS}-GPU "
-          f"gang searches for victims over {nodes} full nodes, then while {stall.HOSTILE} "
-          f"hostile pods arrive, then while {args.big}-member gangs are planned", flush=True)
+    groups = set(args.stall_phases.split(","))
+    print(f"\nEvent-loop stalls ({', '.join(sorted(groups))}): verbs and /healthz while a "
+          f"{stall.GANG} x {stall.GANG_GPUS}-GPU gang searches for victims over {nodes} full "
+          f"nodes, then while {stall.HOSTILE} hostile pods arrive, then while {args.big}-member "
+          f"gangs are planned, then while DRA gangs are planned", flush=True)
     measured = _commit()
     result = stall.run(nodes, gangs=1 if args.quick else 3, log=lambda s: print(s, flush=True),
-                       big=args.big)
+                       big=args.big if groups & {"big", "different"} else 0,
+                       different="different" in groups,
+                       dra_nodes=args.dra_nodes if "dra" in groups else 0,
+                       dra_list=args.dra_list, baseline="baseline" in groups,
+                       alike="big" in groups)
     (out / "stall.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
                                                 **result}, indent=2))
     print(f"\nLatency while the worst cases run ({nodes} nodes; one request at a time per "
@@ -268,6 +283,8 @@ def _stall(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
     print(f"slowest hostile pods (s): {result['hostile_slowest_s']}")
     for got in result["big_outcomes"]:
         print(f"big gang: {got}")
+    for got in result["dra_outcomes"]:
+        print(f"dra: {got}")
 
 
 def _whatif(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:

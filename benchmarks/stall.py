@@ -24,6 +24,13 @@ first with nothing else running (``idle``), then while a worst case runs:
   ``--max-gang-size``'s default) is planned whole by one call: its first member's
   ``/filter`` (its other members pending), or the admission review of its last member (the
   others pending), each with members of 1 GPU and of 8 GPUs.
+* ``all-different gang``: the same four gangs on a fresh cluster of the same shape, but every
+  member asks its own CPU request (1.000, 1.001, ... CPUs): no two members are alike.
+* ``dra``: on a cluster of its own, ``--dra-nodes`` nodes x 8 DRA GPUs (ResourceSlices as
+  NVIDIA's driver publishes them, no ``nvidia.com/gpu``), a 1-member gang asks through
+  ``/filter`` with (a) one claim whose selector nests three ``all`` macros over a
+  ``--dra-list``-item literal list, (b) 16 claims of 32 requests each (512 devices: no node
+  holds it), (c) one claim whose selector matches no device.
 
 Each row: the probe's p50 / p99 / max (ms) in that phase, and how long the worst case's own
 calls took. A stall shows as a p99 near the worst case's call time; a loop that yields keeps
@@ -42,7 +49,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -66,6 +73,12 @@ BIG = 1000
 """Members of the big gang: ``--max-gang-size``'s default (app/cli.py)."""
 BIG_GANGS = (("filter", 1), ("filter", 8), ("webhook", 1), ("webhook", 8))
 """The big-gang phases: the call that plans the gang, and each member's GPUs."""
+DRA_NODES = 300
+"""Nodes of the DRA cluster (x 8 DRA GPUs)."""
+DRA_LIST = 15
+"""Items of the literal list the nested-macro selector iterates three deep."""
+DRA_CASES = ("nested all", "16 claims x 32 requests", "selector matches nothing")
+"""The DRA phases, in order: each a 1-member gang asking through ``/filter``."""
 
 TABLE_COLUMNS = (("phase", "phase"), ("probe", "probe"), ("n", "requests"),
                  ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("max_ms", "max ms"),
@@ -127,40 +140,110 @@ def fill(nodes: int, gangs: int, probes: int, seed: int = 1) -> list[dict[str, A
     return pods
 
 
-def big_gang(via: str, gpus: int, size: int) -> tuple[str, list[dict[str, Any]]]:
-    """The big gang of a phase: its name and every member (``size`` of them)."""
-    name = f"big-{via}-{gpus}"
+def big_gang(via: str, gpus: int, size: int, different: bool = False
+             ) -> tuple[str, list[dict[str, Any]]]:
+    """The big gang of a phase: its name and every member (``size`` of them); ``different``:
+    member ``i`` asks 1 + i/1000 CPUs, so no two members are alike."""
+    name = f"{'diff' if different else 'big'}-{via}-{gpus}"
     pods = []
     for i in range(size):
         p = _member(name, i)
         p["metadata"]["annotations"]["lockstep.dev/min-member"] = str(size)
         p["spec"]["containers"][0]["resources"]["requests"] = {
-            "nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}
+            "nvidia.com/gpu": str(gpus), "cpu": f"{1000 + i}m" if different else "1",
+            "memory": "1Gi"}
         pods.append(p)
     return name, pods
 
 
-def fill_big(nodes: int, probes: int, size: int) -> list[dict[str, Any]]:
+def fill_big(nodes: int, probes: int, size: int, different: bool = False
+             ) -> list[dict[str, Any]]:
     """The big-gang cluster's pods: one 4-GPU pod on every other node, each big gang's
     members pending (all but the last one of a gang planned by the webhook), the probes'."""
     pods = running_pods(nodes)
     for via, gpus in BIG_GANGS:
-        members = big_gang(via, gpus, size)[1]
+        members = big_gang(via, gpus, size, different)[1]
         pods += members[:-1] if via == "webhook" else members
     return pods + [_probe_pod(i) for i in range(probes)]
 
 
-def build(nodes: int, gangs: int, probes: int, api: str, big: int = 0) -> Any:
+def nested_selector(items: int) -> str:
+    """Three ``all`` macros nested over a literal list of ``items`` numbers: items^3
+    evaluations per device, from an expression of a hundred characters."""
+    xs = "[" + ",".join(str(i) for i in range(1, items + 1)) + "]"
+    return f"{xs}.all(a, {xs}.all(b, {xs}.all(c, a + b + c > 0)))"
+
+
+def dra_cluster(nodes: int) -> list[dict[str, Any]]:
+    """``nodes`` DRA nodes: 8 GPUs each in a ResourceSlice, none as ``nvidia.com/gpu``."""
+    from testbed import dra
+
+    out = []
+    for n in cluster_nodes(nodes, gpus=0):
+        del n["status"]["allocatable"]["nvidia.com/gpu"]
+        n["metadata"]["annotations"] = {dra.DRA_GPUS: "8"}
+        out.append(n)
+    return out
+
+
+def dra_objects(items: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The DRA phases' claim templates and their pending 1-member gangs, in
+    ``DRA_CASES``' order."""
+    from testbed import dra
+
+    nested = dra.claim_template("nested", namespace="bench",
+                                selectors=[nested_selector(items)])
+    many = dra.claim_template("many", namespace="bench")
+    many["spec"]["spec"]["devices"]["requests"] = [
+        {"name": f"r{j}", "exactly": {"deviceClassName": dra.DEVICE_CLASS, "count": 1}}
+        for j in range(32)]
+    none = dra.claim_template("none", namespace="bench", selectors=[
+        f"device.attributes['{dra.DRIVER}'].productName == 'no such GPU'"])
+    pods = []
+    for case, claims in zip(DRA_CASES, (["nested"], ["many"] * 16, ["none"]), strict=True):
+        p = _member(_dra_gang(case), 0)
+        p["metadata"]["annotations"]["lockstep.dev/min-member"] = "1"
+        p["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "1", "memory": "1Gi"},
+            "claims": [{"name": f"c{k}"} for k in range(len(claims))]}
+        p["spec"]["resourceClaims"] = [{"name": f"c{k}", "resourceClaimTemplateName": t}
+                                       for k, t in enumerate(claims)]
+        pods.append(p)
+    return [nested, many, none], pods
+
+
+def _dra_gang(case: str) -> str:
+    return "dra-" + "-".join(case.split()[:2])
+
+
+def build(nodes: int, gangs: int, probes: int, api: str, big: int = 0,
+          different: bool = False, dra: bool = False, dra_list: int = 1) -> Any:
     """The Lockstep service the server runs (imports the app only in the server process);
-    ``big``: the big-gang cluster with gangs of that many members."""
+    ``big``: the big-gang cluster with gangs of that many members (each member its own CPU
+    request when ``different``); ``dra``: the DRA cluster of ``nodes`` nodes, its nested
+    selector over a list of ``dra_list`` items."""
     from app.kube import KubeClient, KubeConfig
     from app.service import Lockstep
     from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+    from coscheduling.devices.wire import class_from_json, slice_from_json, template_from_json
 
     core = Coscheduler(Settings())
-    for n in cluster_nodes(nodes):
-        core.upsert(ingest.NODES, node_from_json(n))
-    for p in fill_big(nodes, probes, big) if big else fill(nodes, gangs, probes):
+    if dra:
+        from testbed import dra as driver
+
+        for n in dra_cluster(nodes):
+            core.upsert(ingest.NODES, node_from_json(n))
+            if (published := driver.slice_for_node(n)) is not None:
+                core.upsert(ingest.RESOURCE_SLICES, slice_from_json(published))
+        core.upsert(ingest.DEVICE_CLASSES, class_from_json(driver.device_class()))
+        templates, pending = dra_objects(dra_list)
+        for t in templates:
+            core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(t))
+    else:
+        for n in cluster_nodes(nodes):
+            core.upsert(ingest.NODES, node_from_json(n))
+        pending = fill_big(nodes, probes, big, different) if big else fill(nodes, gangs, probes)
+    for p in pending + ([_probe_pod(i) for i in range(probes)] if dra else []):
         core.upsert_pod(pod_from_json(p))
     service = Lockstep(core, KubeClient(KubeConfig(api)))
     for res in service.cache.resources.values():
@@ -173,13 +256,17 @@ def serve(argv: list[str]) -> None:
     for name in ("--nodes", "--gangs", "--probes", "--port"):
         ap.add_argument(name, type=int, required=True)
     ap.add_argument("--big", type=int, default=0)
+    ap.add_argument("--different", action="store_true")
+    ap.add_argument("--dra", action="store_true")
+    ap.add_argument("--dra-list", type=int, default=1)
     ap.add_argument("--api", required=True)
     args = ap.parse_args(argv)
     import uvicorn
 
     from app.process import extender_app
 
-    service = build(args.nodes, args.gangs, args.probes, args.api, args.big)
+    service = build(args.nodes, args.gangs, args.probes, args.api, args.big, args.different,
+                    args.dra, args.dra_list)
     app = extender_app(service)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
                             access_log=False)
@@ -388,14 +475,14 @@ def _wait_up(client: httpx.Client, server: subprocess.Popen[bytes], timeout: flo
 class _Server:
     """A benchmark server in a process of its own, talking to the stub API server."""
 
-    def __init__(self, nodes: int, gangs: int, stub: ThreadingHTTPServer, big: int = 0
-                 ) -> None:
+    def __init__(self, nodes: int, gangs: int, stub: ThreadingHTTPServer, big: int = 0,
+                 *extra: str) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.stall", "--nodes", str(nodes), "--gangs",
              str(gangs), "--probes", "20000", "--port", str(self.port), "--big", str(big),
-             "--api", f"http://127.0.0.1:{stub.server_address[1]}"])
+             "--api", f"http://127.0.0.1:{stub.server_address[1]}", *extra])
 
     def close(self) -> None:
         self.proc.terminate()
@@ -403,90 +490,156 @@ class _Server:
 
 
 def run(nodes: int = 5000, gangs: int = 3, hostile: int = HOSTILE, idle_seconds: float = 3.0,
-        log: Callable[[str], None] = lambda _: None, big: int = BIG) -> dict[str, Any]:
+        log: Callable[[str], None] = lambda _: None, big: int = BIG, different: bool = True,
+        dra_nodes: int = DRA_NODES, dra_list: int = DRA_LIST, baseline: bool = True,
+        alike: bool = True) -> dict[str, Any]:
     """Serve, measure idle, then during each worst case; rows as ``TABLE_COLUMNS``.
-    ``big`` = 0 leaves the big-gang phases out."""
+    ``big`` = 0 leaves the big-gang phases out, ``different`` = False the all-different
+    ones, ``dra_nodes`` = 0 the DRA ones and ``dra_list`` = 0 the nested-macro one;
+    ``baseline`` = False leaves out idle, preemption and hostile, ``alike`` = False the big
+    gangs of alike members."""
     stub = ThreadingHTTPServer(("127.0.0.1", 0), _StubAPI)
     threading.Thread(target=stub.serve_forever, daemon=True).start()
-    server = _Server(nodes, gangs, stub)
     names = [n["metadata"]["name"] for n in cluster_nodes(nodes)]
     big_out: list[dict[str, Any]] = []
+    dra_out: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    slowest: list[tuple[float, str]] = []
+    alive = True
+    SEARCHES.clear()
+    server: _Server | None = None
     try:
-        with httpx.Client(base_url=server.base, timeout=120) as client:
-            _wait_up(client, server.proc, 300)
-            probes = _Probes(server.base, names, names[-FREE_NODES:])
-            log(f"  server up: {nodes} nodes; idle for {idle_seconds:g} s")
-            rows = _rows("idle", *probes.during(lambda: _sleep(idle_seconds)))
-            log(f"  preemption: {gangs} gang(s) of {GANG} x {GANG_GPUS} GPUs search for victims")
-            SEARCHES.clear()
-            rows += _rows("preemption", *probes.during(lambda: _preempt(client, names, gangs)))
-            log(f"  searches (wall s, outcome): {SEARCHES}")
-            log(f"  hostile: {hostile} pods through the webhook and /filter")
-            failures: list[str] = []
-            slowest: list[tuple[float, str]] = []
-            rows += _rows("hostile", *probes.during(
-                lambda: _hostile(client, names, hostile, failures, slowest)))
-            alive = client.get("/healthz").status_code == 200
-        if big:
-            server.close()
-            server = _Server(nodes, 0, stub, big)
-            rows += _big_phases(server, names, big, big_out, log)
+        if baseline:
+            server = _Server(nodes, gangs, stub)
+            with httpx.Client(base_url=server.base, timeout=120) as client:
+                _wait_up(client, server.proc, 300)
+                probes = _Probes(server.base, names, names[-FREE_NODES:])
+                log(f"  server up: {nodes} nodes; idle for {idle_seconds:g} s")
+                rows = _rows("idle", *probes.during(lambda: _sleep(idle_seconds)))
+                log(f"  preemption: {gangs} gang(s) of {GANG} x {GANG_GPUS} GPUs search for "
+                    "victims")
+                rows += _rows("preemption", *probes.during(
+                    lambda: _preempt(client, names, gangs)))
+                log(f"  searches (wall s, outcome): {SEARCHES}")
+                log(f"  hostile: {hostile} pods through the webhook and /filter")
+                rows += _rows("hostile", *probes.during(
+                    lambda: _hostile(client, names, hostile, failures, slowest)))
+                alive = client.get("/healthz").status_code == 200
+        for kind, wanted in (("big", big if alike else 0),
+                             ("different", big if different else 0)):
+            if wanted:
+                if server is not None:
+                    server.close()
+                extra = ("--different",) if kind == "different" else ()
+                server = _Server(nodes, 0, stub, big, *extra)
+                rows += _big_phases(server, names, big, big_out, log, kind == "different")
+        if dra_nodes:
+            if server is not None:
+                server.close()
+            server = _Server(dra_nodes, 0, stub, 0, "--dra", "--dra-list", str(max(dra_list, 1)))
+            dra_names = [n["metadata"]["name"] for n in cluster_nodes(dra_nodes)]
+            cases = DRA_CASES if dra_list else DRA_CASES[1:]
+            rows += _dra_phases(server, dra_names, cases, dra_out, log)
         for row in rows:
             if row["failed"]:
                 log(f"  {row['phase']} {row['probe']}: {row['errors']} failed, first: "
                     f"{row['failed']}")
     finally:
-        server.close()
+        if server is not None:
+            server.close()
         stub.shutdown()
         stub.server_close()
     return {"nodes": nodes, "gangs": gangs, "gang": f"{GANG} x {GANG_GPUS} GPUs",
             "searches": list(SEARCHES),
             "hostile": hostile, "hostile_5xx": failures,
             "hostile_slowest_s": slowest, "alive_after": alive, "big": big,
-            "big_outcomes": big_out, "rows": rows}
+            "big_outcomes": big_out, "dra_nodes": dra_nodes, "dra_list": dra_list,
+            "dra_outcomes": dra_out, "rows": rows}
 
 
 def _big_phases(server: _Server, names: list[str], big: int, out: list[dict[str, Any]],
-                log: Callable[[str], None]) -> list[dict[str, Any]]:
+                log: Callable[[str], None], different: bool = False) -> list[dict[str, Any]]:
     """Each big gang planned by one call (``BIG_GANGS``), with the probes going."""
     rows: list[dict[str, Any]] = []
     with httpx.Client(base_url=server.base, timeout=300) as client:
         _wait_up(client, server.proc, 300)
         probes = _Probes(server.base, names, names[-FREE_NODES:])
         for via, gpus in BIG_GANGS:
-            phase = f"big gang {via} {gpus}gpu"
+            phase = f"{'all-different' if different else 'big'} gang {via} {gpus}gpu"
             by = "its first member's /filter" if via == "filter" else "its last member's review"
-            log(f"  {phase}: a {big}-member gang of {gpus}-GPU members, planned by {by}")
+            each = ", each its own CPU request" if different else ""
+            log(f"  {phase}: a {big}-member gang of {gpus}-GPU members{each}, planned by {by}")
             rows += _rows(phase, *probes.during(
-                functools.partial(_big, client, names, via, gpus, big, out)))
+                functools.partial(_big, client, names, via, gpus, big, out, different)))
             log(f"    outcome: {out[-1]}")
     return rows
 
 
-def _big(client: httpx.Client, names: list[str], via: str, gpus: int, size: int,
+def _dra_phases(server: _Server, names: list[str], cases: Sequence[str],
+                out: list[dict[str, Any]], log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Each DRA case's 1-member gang asks through ``/filter``, with the probes going."""
+    rows: list[dict[str, Any]] = []
+    pods = dict(zip(DRA_CASES, dra_objects(1)[1], strict=True))
+    with httpx.Client(base_url=server.base, timeout=3600) as client:
+        _wait_up(client, server.proc, 300)
+        probes = _Probes(server.base, names, names[-FREE_NODES:])
+        for case in cases:
+            phase = f"dra {case}"
+            log(f"  {phase}: a 1-member gang on {len(names)} nodes x 8 DRA GPUs")
+            rows += _rows(phase, *probes.during(functools.partial(
+                _ask, client, names, pods[case], {"case": case}, out)))
+            log(f"    outcome: {out[-1]}")
+    return rows
+
+
+def _ask(client: httpx.Client, names: list[str], member: dict[str, Any], about: dict[str, Any],
          out: list[dict[str, Any]], timeout: float = 300.0) -> list[float]:
-    """The call that plans the big gang, asked again (as kube-scheduler and the API server
-    retry) while the answer says its plan is being computed; the calls' times."""
-    name, members = big_gang(via, gpus, size)
+    """``member``'s ``/filter``, asked again while the answer says its plan is being
+    computed or its gang is searching for victims (in slices, between calls); the calls'
+    times, and ``about`` with the outcome appended to ``out``."""
     calls: list[float] = []
     start = time.perf_counter()
     while True:
         t = time.perf_counter()
-        if via == "filter":
-            r = _post(client, "/filter", orjson.dumps(
-                {"Pod": members[0], "Nodes": None, "NodeNames": names}))
-        else:
-            r = _post(client, "/mutate/pods", _review(members[-1], f"uid-{name}"))
+        r = _post(client, "/filter", orjson.dumps(
+            {"Pod": member, "Nodes": None, "NodeNames": names}))
+        calls.append(time.perf_counter() - t)
+        if r.status_code != 200:
+            raise RuntimeError(f"/filter for {member['metadata']['name']}: {r.status_code} "
+                               f"{r.text[:200]}")
+        if (PLANNING not in r.text and SEARCHING not in r.text) \
+                or time.perf_counter() - start > timeout:
+            break
+        time.sleep(0.05)
+    out.append({**about, "calls": len(calls), "wall_s": round(time.perf_counter() - start, 3),
+                "outcome": _outcome(r.json())})
+    return calls
+
+
+def _big(client: httpx.Client, names: list[str], via: str, gpus: int, size: int,
+         out: list[dict[str, Any]], different: bool = False, timeout: float = 300.0
+         ) -> list[float]:
+    """The call that plans the big gang, asked again (as kube-scheduler and the API server
+    retry) while the answer says its plan is being computed; the calls' times."""
+    name, members = big_gang(via, gpus, size, different)
+    if via == "filter":
+        return _ask(client, names, members[0], {"gang": name, "via": via, "gpus": gpus,
+                                                "members": size}, out)
+    calls: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        r = _post(client, "/mutate/pods", _review(members[-1], f"uid-{name}"))
         calls.append(time.perf_counter() - t)
         if r.status_code != 200:
             raise RuntimeError(f"{via} for {name}: {r.status_code} {r.text[:200]}")
         if PLANNING not in r.text or time.perf_counter() - start > timeout:
             break
         time.sleep(0.05)
-    text = _outcome(r.json()) if via == "filter" else _review_outcome(r.json())
     out.append({"gang": name, "via": via, "gpus": gpus, "members": size,
                 "calls": len(calls), "wall_s": round(time.perf_counter() - start, 3),
-                "outcome": text})
+                "outcome": _review_outcome(r.json())})
     return calls
 
 

@@ -5,9 +5,14 @@ never changes the live state, so a failed plan needs no undo. It tries the tight
 level first (one node, one clique, one rack, ...), widening only when no single domain holds
 the whole gang, and among fitting domains it picks the one left with the fewest free GPUs
 (the least fragmentation). Inside a domain, members are placed largest first, each on the node
-it fills most tightly. Alike members (same spec and candidates) share one ranking of the
-nodes, kept in a heap (:class:`_Shapes`), so a 1,000-member gang costs a pass over the nodes
-per shape, not per member; a gang whose members all differ still costs members x nodes.
+it fills most tightly. Members of one family (the same constraints, candidates and GPU
+count, whatever else they ask) rank the nodes alike, so they share one ranking of the nodes,
+kept in a heap (:class:`_Families`): a 1,000-member gang costs a pass over the nodes per
+family, not per member, even when every member asks a different CPU or memory request.
+Members that differ in their constraints are families of their own, each ranking only the
+nodes it may use when its constraints name them (a pin) or pick them by label (in a gang of
+several constraints); tolerations count only by the nodes' taints they tolerate. Others
+(each its own ``NotIn`` expression, say) still cost a pass over the nodes each.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import functools
 import heapq
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .devices.book import DeviceRoom, Want, own_wants
 from .devices.demand import ClaimNeed
@@ -102,16 +107,91 @@ def _devices_needed(needs: Sequence[tuple[ClaimNeed, ...] | None]) -> int:
     return total
 
 
-def _signature(pod: PodRecord, problem: str | None) -> tuple[object, ...]:
-    """Members with equal signatures are eligible on the same nodes. An affinity over a
+def _signature(pod: PodRecord, problem: str | None,
+               taints: Sequence[Mapping[str, Any]] | None) -> tuple[object, ...]:
+    """Members with equal signatures are eligible on the same nodes (eligibility never reads
+    the requests: members asking different amounts share one memo). An affinity over a
     limit is never rendered (its ``repr`` alone would grow with the pod): such a member is
-    eligible nowhere, whatever else it says."""
+    eligible nowhere, whatever else it says. Given ``taints`` (every distinct blocking taint
+    on the nodes, and the cordon's), tolerations count only by which of those they
+    tolerate: members tolerating each their own taint that no node has are alike."""
     return (
-        tuple(sorted(pod.requests.items())),
         tuple(sorted(pod.node_selector.items())),
         repr(pod.required_affinity) if problem is None else ("over a limit",),
-        pod.tolerations,
+        pod.tolerations if taints is None else tuple(
+            i for i, t in enumerate(taints) if _tolerates(pod, t)),
     )
+
+
+CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+"""The taint a cordoned node stands for (:func:`~.eligibility.eligible` asks for it)."""
+
+
+def _tolerates(pod: PodRecord, taint: Mapping[str, Any]) -> bool:
+    """As :func:`~.eligibility.eligible` decides, taint by taint."""
+    if taint is CORDON:
+        return any(t.tolerates(CORDON) for t in pod.tolerations)
+    return pod.tolerates_all((dict(taint),))
+
+
+def _present_taints(view: CapacityView) -> list[Mapping[str, Any]]:
+    """Every distinct blocking taint of the nodes, and :data:`CORDON` when a node is
+    cordoned: one pass over the nodes. A taint whose fields are not strings is kept apart
+    (it is tolerated only by wildcards, as ``records._tolerated`` reads it)."""
+    seen: dict[object, Mapping[str, Any]] = {}
+    cordoned = False
+    for rec in view.nodes.values():
+        cordoned = cordoned or rec.unschedulable
+        for t in rec.blocking_taints():
+            fields = (t.get("key"), t.get("value"), t.get("effect"))
+            plain = all(v is None or isinstance(v, str) for v in fields)
+            seen.setdefault(fields if plain else id(t), t)
+    return [*seen.values(), *([CORDON] if cordoned else [])]
+
+
+def _only_nodes(terms: Sequence[object],
+                labelled: Callable[[str, str], frozenset[NodeName]] | None
+                ) -> frozenset[NodeName] | None:
+    """The only nodes required node-affinity ``terms`` can match, when each term narrows
+    them: by ``metadata.name`` (Lockstep's pin, ``gating.pin_term``) or, given ``labelled``
+    (the nodes carrying a label), by an ``In`` expression; None when some term may match any
+    node. A superset of the nodes :func:`~.eligibility.eligible` passes, read as it reads the
+    terms (ORed; one that is not a mapping, or whose lists are not lists, matches nothing).
+    Its cost is bounded by the affinity limits, checked first."""
+    if not terms:
+        return None
+    out: set[NodeName] = set()
+    for t in terms:
+        if not isinstance(t, Mapping):
+            continue  # matches nothing
+        exprs, fields = t.get("matchExpressions") or (), t.get("matchFields") or ()
+        if not isinstance(exprs, list | tuple) or not isinstance(fields, list | tuple):
+            continue  # matches nothing
+        allowed: set[NodeName] | None = None
+        for f in fields:
+            if isinstance(f, Mapping) and f.get("key") == "metadata.name" \
+                    and f.get("operator") == "In":
+                allowed = _narrow(allowed, {NodeName(v) for v in _values(f)})
+        if labelled is not None:
+            for e in exprs:
+                if isinstance(e, Mapping) and e.get("operator") == "In" \
+                        and isinstance(key := e.get("key"), str):
+                    allowed = _narrow(allowed, {n for v in _values(e)
+                                                for n in labelled(key, v)})
+        if allowed is None:
+            return None
+        out |= allowed
+    return frozenset(out)
+
+
+def _values(req: Mapping[str, object]) -> list[str]:
+    """A requirement's values as :func:`~.eligibility.match_expression` reads them."""
+    raw = req.get("values") or ()
+    return [str(v) for v in raw] if isinstance(raw, list | tuple) else []
+
+
+def _narrow(allowed: set[NodeName] | None, by: set[NodeName]) -> set[NodeName]:
+    return by if allowed is None else allowed & by
 
 
 def _size_key(m: Member) -> tuple[int, int, int, str]:
@@ -122,6 +202,12 @@ def _size_key(m: Member) -> tuple[int, int, int, str]:
 TIES_TRIED = 8
 """Equally tight domains tried before taking the best of them (bounds the work on clusters
 with thousands of identical racks)."""
+
+
+CONSTRAINTS_INDEXED = 3
+"""Distinct constraints (selector, affinity, tolerations) in a gang from which the nodes are
+indexed by label (one pass over every node's labels), so a family whose selector or affinity
+picks out a few nodes by label ranks those, not every node."""
 
 
 class _Context:
@@ -165,9 +251,42 @@ class _Context:
 
         # Eligibility is the same for members with the same spec: one memo per spec.
         memo: dict[tuple[object, ...], dict[NodeName, bool]] = {}
+        taints = _present_taints(view) if len(
+            {m.pod.tolerations for m in todo}) >= CONSTRAINTS_INDEXED else None
         self._elig: list[dict[NodeName, bool]] = [
-            memo.setdefault(_signature(m.pod, p), {})
+            memo.setdefault(_signature(m.pod, p, taints), {})
             for m, p in zip(todo, self.problems, strict=True)]
+        # A member pinned by name (a restarted Lockstep re-admits a gang from its members'
+        # pins) may use its pinned node alone: it is checked there, not on every node (1,000
+        # pinned members were 5 million checks at 5,000 nodes, 16 s in one call). So may a
+        # member whose selector or affinity labels pick out few nodes, when the gang's members
+        # are constrained differently (each its own hostname: 1,000 of them were 4 to 18 s).
+        self._by_label: dict[tuple[str, str], frozenset[NodeName]] | None = None
+        indexed = len(memo) >= CONSTRAINTS_INDEXED
+        self.only: list[frozenset[NodeName] | None] = [  # None: any node
+            self._possible(m.pod, indexed) if p is None else None
+            for m, p in zip(todo, self.problems, strict=True)]
+
+    def _possible(self, pod: PodRecord, indexed: bool) -> frozenset[NodeName] | None:
+        """The only nodes ``pod`` may be eligible on, when its affinity names them or (when
+        ``indexed``) its selector's or affinity's labels pick them out; None: any node."""
+        out = _only_nodes(pod.required_affinity, self.labelled if indexed else None)
+        if indexed:
+            for k, v in pod.node_selector.items():
+                got = self.labelled(k, v)
+                out = got if out is None else out & got
+        return out
+
+    def labelled(self, key: str, value: str) -> frozenset[NodeName]:
+        """The nodes whose label ``key`` is ``value`` (an index built in one pass over every
+        node's labels, at most once per planning call)."""
+        if self._by_label is None:
+            index: dict[tuple[str, str], set[NodeName]] = {}
+            for n, rec in self.view.nodes.items():
+                for kv in rec.labels.items():
+                    index.setdefault(kv, set()).add(n)
+            self._by_label = {kv: frozenset(ns) for kv, ns in index.items()}
+        return self._by_label.get((key, value), frozenset())
 
     @property
     def over_budget(self) -> bool:
@@ -254,7 +373,9 @@ class _Context:
                self.problems[i] is not None)
         got = self._sets.get(key)
         if got is None:
-            got = self._sets[key] = frozenset(n for n in self.names if self.ok(i, n))
+            only = self.only[i]
+            pool = self.names if only is None else only & self.view.nodes.keys()
+            got = self._sets[key] = frozenset(n for n in pool if self.ok(i, n))
         return got
 
     def could_hold(self, nodes: Sequence[NodeName], gpus: int,
@@ -321,26 +442,44 @@ def _place_any(ctx: _Context, nodes: Sequence[NodeName]) -> _Placed | None:
     return None
 
 
-def _rank(ctx: _Context, req: Resources, n: NodeName, f: Resources,
+def _rank(ctx: _Context, gpus: int, n: NodeName, f: Resources,
           extra: Sequence[int]) -> tuple[float, ...]:
-    """How well a member asking ``req`` fits node ``n`` with ``f`` free (lower is better):
-    GPU members the tightest node, then the best-scored; CPU-only members (launchers)
-    nodes without GPUs, then the tightest."""
+    """How well a member asking ``gpus`` GPUs fits node ``n`` with ``f`` free (lower is
+    better): GPU members the tightest node, then the best-scored; CPU-only members (launchers)
+    nodes without GPUs, then the tightest in CPU. The order of the nodes depends on the GPUs
+    asked alone: a CPU-only member's own CPU request would shift every node's rank alike (the
+    rank was free minus asked), so it is left out, and members asking different CPU or memory
+    share one order (:class:`_Families`)."""
     view = ctx.view
-    gpus = req.get(GPU, 0)
     if gpus:
         used = [*view.gpu_pods_on(n), *extra]
         score = explain_score(view.nodes[n], gpus, f.get(GPU, 0), used, ctx.layout(n)).total
         return (f.get(GPU, 0) - gpus, -score)
-    return (view.nodes[n].allocatable.get(GPU, 0), f.get("cpu", 0) - req.get("cpu", 0))
+    return (view.nodes[n].allocatable.get(GPU, 0), f.get("cpu", 0))
 
 
-class _Shapes:
-    """Members alike (same requests, constraints and candidates) are one shape: each shape
-    ranks the nodes once, in a heap, and a member takes the heap's best. Placing a member
-    changes one node, so only that node is ranked again (for each shape): the work is
-    shapes x nodes plus members x shapes, not members x nodes (a 1,000-member gang spread
-    over 5,000 nodes was 5 million rankings, ~20 s on the event loop)."""
+def _floor(requests: Sequence[Resources]) -> Resources:
+    """The least of each resource that every one of ``requests`` asks for: a node short of
+    it holds none of them (and never will: free capacity only shrinks while planning)."""
+    out = {k: v for k, v in requests[0].items() if v > 0}
+    for r in requests[1:]:
+        out = {k: min(v, r.get(k, 0)) for k, v in out.items() if r.get(k, 0) > 0}
+    return out
+
+
+_Entry = tuple[tuple[float, ...], NodeName, int]
+
+
+class _Families:
+    """Members of one family (same constraints and candidates, same GPUs asked) rank the
+    nodes in the same order (:func:`_rank`): each family ranks the nodes once, in a heap, and
+    a member takes the first node of the heap that holds all it asks. Members alike in
+    everything take the heap's top; members that differ only in CPU or memory (a gang of
+    all-different members) walk past the nodes too short for them, which the members after
+    them may still use. Placing a member changes one node, so only that node is ranked again
+    (for each family): the work is families x nodes plus members x families, not members x
+    nodes (a 1,000-member gang spread over 5,000 nodes was 5 million rankings, ~20 s on the
+    event loop when alike, ~60 s when each member asked a different CPU request)."""
 
     def __init__(self, ctx: _Context, nodes: Sequence[NodeName]) -> None:
         self.ctx = ctx
@@ -349,89 +488,143 @@ class _Shapes:
         self.extra: dict[NodeName, list[int]] = {}
         self.placed: dict[NodeName, int] = {}
         """Members placed on each node so far: a heap entry of an older count is stale."""
-        self.heaps: dict[tuple[int, int], tuple[int, list[tuple[tuple[float, ...],
-                                                                NodeName, int]]]] = {}
+        self.heaps: dict[tuple[int, int, int], tuple[int, Resources, list[_Entry]]] = {}
+        """Each family's first member, the floor of its members' requests, and its heap."""
         self._covers: dict[int, bool] = {}
-        self.shape_of = [self._shape(i) for i in range(len(ctx.todo))]
-        self.left = Counter(self.shape_of)
-        """Members of each shape still to place: a shape with none left is ranked no more
-        (a gang of all-different members costs what the scan did, not members x shapes)."""
+        self._open: set[tuple[int, int, int]] = set()
+        """Families with a heap whose members may use any node."""
+        self._on: dict[NodeName, set[tuple[int, int, int]]] = {}
+        """Families with a heap whose members may use some nodes only (pinned by name, or a
+        selector few nodes match: ``_Context.only``), by those nodes: placing a member on a
+        node ranks it again for these and the open ones alone."""
+        self._node_set: frozenset[NodeName] | None = None
+        self.family_of = [self._family(i) for i in range(len(ctx.todo))]
+        self.left = Counter(self.family_of)
+        """Members of each family still to place: a family with none left is ranked no more
+        (a gang of all-different constraints costs what the scan did, not members x
+        families)."""
+        self._floors = self._suffix_floors()
 
-    def _shape(self, i: int) -> tuple[int, int]:
-        """Member ``i``'s shape: its eligibility memo (one per spec) and its candidates,
-        which count only when they leave some of ``nodes`` out."""
+    def _family(self, i: int) -> tuple[int, int, int]:
+        """Member ``i``'s family: its eligibility memo (one per constraints), its candidates,
+        which count only when they leave some of ``nodes`` out, and its GPUs."""
+        gpus = self.ctx.todo[i].pod.requests.get(GPU, 0)
         cands = self.ctx.todo[i].candidates
         if cands is None:
-            return (id(self.ctx._elig[i]), 0)
+            return (id(self.ctx._elig[i]), 0, gpus)
         covers = self._covers.get(id(cands))
         if covers is None:
             covers = self._covers[id(cands)] = cands.issuperset(self.nodes)
-        return (id(self.ctx._elig[i]), 0 if covers else id(cands))
+        return (id(self.ctx._elig[i]), 0 if covers else id(cands), gpus)
 
-    def _entry(self, i: int, n: NodeName) -> tuple[tuple[float, ...], NodeName, int] | None:
-        """Node ``n``'s heap entry for member ``i``'s shape, None when it does not fit."""
+    def _suffix_floors(self) -> list[Resources]:
+        """For each member, the floor (:func:`_floor`) of its family's members from it on:
+        the members placed in order, a node short of it serves none of those left."""
+        out: list[Resources] = [{}] * len(self.family_of)
+        last: dict[tuple[int, int, int], Resources] = {}
+        for i in range(len(self.family_of) - 1, -1, -1):
+            fam = self.family_of[i]
+            req = self.ctx.todo[i].pod.requests
+            got = last.get(fam)
+            out[i] = last[fam] = _floor([req] if got is None else [req, got])
+        return out
+
+    def _entry(self, i: int, n: NodeName, floor: Resources) -> _Entry | None:
+        """Node ``n``'s heap entry for member ``i``'s family, None when it holds none of the
+        family's members left (it does not hold ``floor``)."""
         if not self.ctx.ok(i, n):
             return None
         f = self.free.get(n)
         if f is None:
             f = self.free[n] = self.ctx.free(n)
-        req = self.ctx.todo[i].pod.requests
-        if not fits(req, f):
+        if not fits(floor, f):
             return None
-        return (_rank(self.ctx, req, n, f, self.extra.get(n, ())), n, self.placed.get(n, 0))
+        gpus = self.family_of[i][2]
+        return (_rank(self.ctx, gpus, n, f, self.extra.get(n, ())), n, self.placed.get(n, 0))
 
     def best(self, i: int) -> NodeName | None:
-        """The node member ``i`` fills best, as a scan of every node would find it."""
-        shape = self.shape_of[i]
-        got = self.heaps.get(shape)
+        """The node member ``i`` fills best, as a scan of every node would find it: the
+        first of its family's heap that holds its requests. Nodes too short for it but not
+        for a member after it are put back; those short for every member left are dropped."""
+        fam = self.family_of[i]
+        floor = self._floors[i]
+        got = self.heaps.get(fam)
         if got is None:
-            heap = [e for n in self.nodes if (e := self._entry(i, n)) is not None]
+            only = self.ctx.only[i]
+            pool: Iterable[NodeName] = self.nodes
+            if only is None:
+                self._open.add(fam)
+            else:
+                if self._node_set is None:
+                    self._node_set = frozenset(self.nodes)
+                pool = only & self._node_set
+                for n in only:
+                    self._on.setdefault(n, set()).add(fam)
+            heap = [e for n in pool if (e := self._entry(i, n, floor)) is not None]
             heapq.heapify(heap)
-            got = self.heaps[shape] = (i, heap)
-        heap = got[1]
-        while heap and heap[0][2] != self.placed.get(heap[0][1], 0):
-            heapq.heappop(heap)  # ranked before a member was placed there
-        return heap[0][1] if heap else None
+            got = self.heaps[fam] = (i, floor, heap)
+        heap = got[2]
+        req = self.ctx.todo[i].pod.requests
+        skipped: list[_Entry] = []
+        found: NodeName | None = None
+        while heap:
+            e = heapq.heappop(heap)
+            n = e[1]
+            if e[2] != self.placed.get(n, 0):
+                continue  # ranked before a member was placed there
+            f = self.free[n]
+            if fits(req, f):
+                found = n
+                skipped.append(e)
+                break
+            if fits(floor, f):
+                skipped.append(e)  # too short for this member, not for all after it
+        for e in skipped:
+            heapq.heappush(heap, e)
+        return found
 
     def take(self, i: int, n: NodeName) -> None:
-        """Member ``i`` is placed on ``n``: ``n`` is ranked again for every shape. Free
-        capacity only shrinks, so a node that did not fit a shape never will."""
+        """Member ``i`` is placed on ``n``: ``n`` is ranked again for every family. Free
+        capacity only shrinks, so a node that held no member of a family never will."""
         req = self.ctx.todo[i].pod.requests
         self.free[n] = sub(self.free[n], req)
         if req.get(GPU, 0):
             self.extra.setdefault(n, []).append(req[GPU])
         self.placed[n] = self.placed.get(n, 0) + 1
-        shape = self.shape_of[i]
-        self.left[shape] -= 1
-        if not self.left[shape]:
-            self.heaps.pop(shape, None)
-        for first, heap in self.heaps.values():
-            e = self._entry(first, n)
+        fam = self.family_of[i]
+        self.left[fam] -= 1
+        if not self.left[fam] and self.heaps.pop(fam, None) is not None:
+            self._open.discard(fam)
+            for n_only in self.ctx.only[i] or ():
+                self._on[n_only].discard(fam)
+        for other in (*self._open, *self._on.get(n, ())):
+            first, floor, heap = self.heaps[other]
+            e = self._entry(first, n, floor)
             if e is not None:
                 heapq.heappush(heap, e)
 
 
 def _place(ctx: _Context, nodes: Sequence[NodeName], floor: int = 0) -> _Placed | None:
     """Each member, largest first, on the node it fills most tightly. A member without DRA
-    claims takes its shape's best node (:class:`_Shapes`); one with claims the best node
+    claims takes its family's best node (:class:`_Families`); one with claims the best node
     whose devices, with every earlier member's, can still be matched (earlier members may
     move to other devices: matching.py), so it ranks every node it fits."""
-    shapes = _Shapes(ctx, nodes)
+    families = _Families(ctx, nodes)
     out: dict[PodKey, NodeName] = {}
     trial = ctx.room.trial() if ctx.room is not None else None
     for i, m in enumerate(ctx.todo):
         needs = ctx.needs[i]
         n: NodeName | None = None
         if needs is None:
-            n = shapes.best(i)
+            n = families.best(i)
         elif trial is not None:
             if ctx.over_budget:
                 return None
-            ranked = _ranked(ctx, i, nodes, shapes.free, shapes.extra)
+            ranked = _ranked(ctx, i, nodes, families.free, families.extra)
             n = next((c for _, c in ranked if trial.add(m.key, needs, c, floor)), None)
         if n is None:
             return None
-        shapes.take(i, n)
+        families.take(i, n)
         out[ctx.keys[i]] = n
     return out, (trial.planned() if trial is not None else {})
 
@@ -449,7 +642,7 @@ def _ranked(ctx: _Context, i: int, nodes: Sequence[NodeName], free: dict[NodeNam
         if f is None:
             f = free[n] = ctx.free(n)
         if fits(req, f):
-            out.append((_rank(ctx, req, n, f, extra_gpu.get(n, ())), n))
+            out.append((_rank(ctx, req.get(GPU, 0), n, f, extra_gpu.get(n, ())), n))
     out.sort()
     return out
 

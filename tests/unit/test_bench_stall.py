@@ -10,10 +10,13 @@ from benchmarks import stall
 
 
 def test_the_probes_answer_through_a_victim_search_hostile_pods_and_big_gangs() -> None:
-    got = stall.run(nodes=64, gangs=1, hostile=15, idle_seconds=0.3, big=10)
+    got = stall.run(nodes=64, gangs=1, hostile=15, idle_seconds=0.3, big=10, dra_nodes=4,
+                    dra_list=2)
     rows = {(r["phase"], r["probe"]): r for r in got["rows"]}
-    big = [f"big gang {via} {gpus}gpu" for via, gpus in stall.BIG_GANGS]
-    assert set(rows) == {(ph, p) for ph in ("idle", "preemption", "hostile", *big)
+    big = [f"{kind} gang {via} {gpus}gpu" for kind in ("big", "all-different")
+           for via, gpus in stall.BIG_GANGS]
+    dra = [f"dra {case}" for case in stall.DRA_CASES]
+    assert set(rows) == {(ph, p) for ph in ("idle", "preemption", "hostile", *big, *dra)
                          for p in stall.PROBES}
     for (phase, probe), r in rows.items():
         assert r["n"] >= 1 and r["errors"] == 0 and r["failed"] == [], (phase, probe, r)
@@ -26,10 +29,32 @@ def test_the_probes_answer_through_a_victim_search_hostile_pods_and_big_gangs() 
     # No hostile pod makes the webhook or the filter verb fail, and the server lives on.
     assert got["hostile_5xx"] == [] and got["alive_after"]
     # Each big gang was planned whole by its one call: admitted, or its last member pinned.
-    outcomes = {(b["via"], b["gpus"]): b["outcome"] for b in got["big_outcomes"]}
-    assert set(outcomes) == set(stall.BIG_GANGS)
-    for (via, _), text in outcomes.items():
+    outcomes = {(b["gang"], b["via"], b["gpus"]): b["outcome"] for b in got["big_outcomes"]}
+    assert {k[1:] for k in outcomes} == set(stall.BIG_GANGS) and len(outcomes) == 8
+    for (_, via, _), text in outcomes.items():
         assert text.startswith("admitted onto" if via == "filter" else "pinned to"), text
+    # Each DRA gang was answered: the nested selector's fits (its expression is true), the
+    # other two do not fit anywhere.
+    dra_out = {d["case"]: d["outcome"] for d in got["dra_outcomes"]}
+    assert list(dra_out) == list(stall.DRA_CASES)
+    assert dra_out["nested all"].startswith("admitted onto"), dra_out
+    assert not dra_out["16 claims x 32 requests"].startswith("admitted"), dra_out
+    assert not dra_out["selector matches nothing"].startswith("admitted"), dra_out
+
+
+def test_the_all_different_gangs_ask_each_their_own_cpu_and_the_dra_gangs_their_claims(
+) -> None:
+    name, members = stall.big_gang("filter", 1, 5, different=True)
+    assert name == "diff-filter-1"
+    cpus = [m["spec"]["containers"][0]["resources"]["requests"]["cpu"] for m in members]
+    assert cpus == ["1000m", "1001m", "1002m", "1003m", "1004m"]
+    templates, pods = stall.dra_objects(15)
+    assert stall.nested_selector(15).count(".all(") == 3
+    assert templates[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] == [
+        {"cel": {"expression": stall.nested_selector(15)}}]
+    assert len(templates[1]["spec"]["spec"]["devices"]["requests"]) == 32
+    assert [len(p["spec"]["resourceClaims"]) for p in pods] == [1, 16, 1]
+    assert all(p["metadata"]["annotations"]["lockstep.dev/min-member"] == "1" for p in pods)
 
 
 def test_every_hostile_shape_is_distinct_and_named_uniquely() -> None:
