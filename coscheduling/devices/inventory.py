@@ -16,7 +16,8 @@ from ..eligibility import match_expression
 from ..records import PodKey
 from .budget import Budget
 from .model import Claim, ClaimKey, ClaimTemplate, Device, DeviceClass, DeviceId, DeviceSlice
-from .selectors import Budget, Selectors
+from .selectors import Budget as StepBudget
+from .selectors import Selectors
 
 __all__ = ["VERDICTS_KEPT", "DeviceInventory", "PlannedDevices"]
 
@@ -256,7 +257,7 @@ class DeviceInventory:
         return self._allocated
 
     def matches(self, device: Device, expressions: Iterable[str], *,
-                budget: Budget | None = None) -> bool:
+                budget: StepBudget | None = None) -> bool:
         """All ``expressions`` hold for ``device``; ``budget``: steps a plan lets all of its
         evaluations take together (``selectors.Budget``)."""
         return all(self.selectors.matches(e, device, budget=budget) for e in expressions)
