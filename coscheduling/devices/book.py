@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from .budget import Budget
-from .demand import ClaimNeed, Need, pod_demand
+from .demand import DEFERRED, DEFERRED_REASON, ClaimNeed, Need, pod_demand
 from .inventory import DeviceInventory, PlannedDevices
 from .matching import JointTrial
 from .model import ClaimKey, DeviceId
@@ -100,10 +100,13 @@ class DeviceRoom:
     _scan: DeviceScan | None = None
 
     def demand(self, pod: PodRecord) -> tuple[ClaimNeed, ...] | str | None:
-        """None for a pod without claims; else its claims, or why they cannot be planned."""
+        """None for a pod without claims; else its claims, or why they cannot be planned
+        (:data:`~coscheduling.devices.demand.DEFERRED_REASON` when compiling their selectors
+        spent the call's budget: the plan is over budget and says so)."""
         if not pod.claims:
             return None
-        return pod_demand(self.inv, pod)
+        got = pod_demand(self.inv, pod, self.budget)
+        return DEFERRED_REASON if got is DEFERRED else got
 
     def held(self) -> Mapping[DeviceId, PodKey]:
         if self._held is None:
