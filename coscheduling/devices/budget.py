@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import selectors
+from .celcost import MAX_STEPS
 
 __all__ = ["BUDGET", "COMPILE", "EVALUATION", "LOOKUP", "STEP", "TOKEN", "Budget"]
 
@@ -88,8 +89,12 @@ class Budget:
 
     def cel_steps(self) -> selectors.Budget:
         """The ``selectors.Budget`` for the next evaluation: what is left, in steps, once
-        the evaluation's own cost is paid (none when the budget is spent)."""
-        self.cel.steps = max(0, self.left - EVALUATION) // STEP
+        the evaluation's own cost is paid; but the call's first evaluation may take its
+        full ``MAX_STEPS`` whatever is left (at most one evaluation over the budget, about
+        50 ms), so every call keeps one more result than the last: were it cut short at the
+        same point each time, a gang would be stopped at its budget for ever."""
+        self.cel.steps = (MAX_STEPS if self.evaluations == 0
+                          else max(0, self.left - EVALUATION) // STEP)
         return self.cel
 
     def evaluated(self, evaluations: int, steps: int) -> None:

@@ -210,3 +210,23 @@ def test_a_claim_asking_for_a_class_over_a_limit_is_invalid_naming_the_class(
         render(d.unresolvable)
     core.upsert(ingest.DEVICE_CLASSES, class_from_json(device_class()))
     assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 1.0).passed == ["n0"]
+
+
+def test_a_call_too_poor_for_an_evaluation_still_keeps_one_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the device model starved of budget: when what a call has left buys fewer
+    steps than an evaluation takes, the evaluation was cut at the same point on every try
+    and nothing was kept, so the gang was stopped at its budget for ever. Now a call's
+    first evaluation runs in full (at most one evaluation over the budget), so every try
+    keeps one more result."""
+    monkeypatch.setattr("coscheduling.devices.budget.STEP", 4_000)  # 50 steps a call
+    core = gpus(1)
+    core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(requests(
+        "t", 1, f'device.attributes["{DRIVER}"].productName == "H100"')))
+    m = member(core, "m", "g", 1, ["t"])
+    answers = [plan(core, [m]) for _ in range(4)]
+    assert isinstance(answers[0], NoFit)
+    assert "planned again on the next try" in render_nofit(answers[0])
+    assert isinstance(answers[-1], Plan), [render_nofit(a) for a in answers
+                                            if isinstance(a, NoFit)]
