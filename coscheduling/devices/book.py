@@ -136,8 +136,8 @@ class DeviceRoom:
 
     def could(self, want: Want, node: NodeName) -> bool:
         """``node`` has the free devices ``want`` asks for: in all, and for each selector
-        set (evaluated once per device signature). Cheap next to a trial, which builds a
-        unit per device asked for."""
+        set (evaluated once per what the selectors read of a device). Cheap next to a
+        trial, which builds a unit per device asked for."""
         scan = self.scan()
         free = scan.free(node)
         if sum(n for _, n in want) > len(free):
