@@ -20,6 +20,7 @@ from .actions import FilterDecision, NoticeKind, Unparked
 from .corestate import CoreState
 from .devices.align import align
 from .devices.book import record
+from .devices.budget import Budget as DeviceBudget
 from .devices.demand import CLAIMS_FIELD, pod_demand
 from .eligibility import eligible
 from .enqueue import queue_gate
@@ -220,9 +221,12 @@ def claims_problem(st: CoreState, g: Gang, live: Sequence[PodRecord]
                    ) -> InvalidDeclaration | None:
     """A member whose DRA claims cannot be planned (an unknown class or template, a
     selector that does not compile, a number over its limit): the gang is invalid until it
-    is fixed, with the reason naming the field. Looked at again when devices change."""
+    is fixed, with the reason naming the field. Looked at again when devices change.
+    Compiling the members' selectors shares one work budget: what it leaves uncompiled is
+    compiled by the next calls (a member deferred so is no problem; the plan says why)."""
+    budget = DeviceBudget()
     for p in live:
-        if p.claims and isinstance(why := pod_demand(st.devices, p), str):
+        if p.claims and isinstance(why := pod_demand(st.devices, p, budget), str):
             return InvalidDeclaration(InvalidGang(g.key, f"{p.key} {CLAIMS_FIELD}", "", why))
     return None
 

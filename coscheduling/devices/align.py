@@ -22,7 +22,7 @@ from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from .book import held_devices
 from .budget import Budget
-from .demand import ClaimNeed, pod_demand
+from .demand import DEFERRED, DEFERRED_REASON, ClaimNeed, pod_demand
 from .firstfit import first_fit
 from .inventory import DeviceInventory, PlannedDevices
 from .matching import JointTrial
@@ -50,6 +50,8 @@ def align(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
     claims = pod_demand(inv, pod)
     if isinstance(claims, str):
         return claims
+    if claims is DEFERRED:
+        return DEFERRED_REASON
     shared = _chosen_claims(inv, pod.key)
     claims = _known(claims, shared)
     n = nodes.get(node)
@@ -82,12 +84,13 @@ def _rematch(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
                if p != key and not pd.chosen and p in pods
                and (pd.node == node or any(d in taken for _, d in pd.devices))}
     keep = {d: p for d, p in held.items() if p not in movable and p != key}
-    trial = JointTrial(inv, nodes, {**keep, **dict.fromkeys(taken, key)}, Budget())
+    budget = Budget()
+    trial = JointTrial(inv, nodes, {**keep, **dict.fromkeys(taken, key)}, budget)
     for p, pd in sorted(movable.items()):
-        claims = pod_demand(inv, pods[p])
-        if not isinstance(claims, str):
+        claims = pod_demand(inv, pods[p], budget)
+        if isinstance(claims, tuple):
             claims = _known(claims, _by_claim(ff))  # a claim it shares with ``key``
-        if isinstance(claims, str) or not trial.add(p, claims, NodeName(pd.node)):
+        if not isinstance(claims, tuple) or not trial.add(p, claims, NodeName(pd.node)):
             return next((d for _, d in pd.devices if d in taken), None)
     out = trial.planned()
     out[key] = PlannedDevices(node, ff, chosen=True)
@@ -126,7 +129,7 @@ def spared(inv: DeviceInventory, nodes: Mapping[NodeName, NodeRecord],
     Nothing is changed: the pod may go elsewhere."""
     held = held_devices(inv, reservation)
     claims = pod_demand(inv, pod)
-    if not held or isinstance(claims, str):
+    if not held or not isinstance(claims, tuple):
         return None
     n = nodes.get(node)
     ff = first_fit(inv, claims, node, n.labels if n is not None else {}, _chosen(inv))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from .budget import Budget
-from .demand import ClaimNeed, Need, pod_demand
+from .demand import DEFERRED, DEFERRED_REASON, ClaimNeed, Need, pod_demand
 from .inventory import DeviceInventory, PlannedDevices
 from .matching import JointTrial
 from .model import ClaimKey, DeviceId
@@ -104,10 +104,13 @@ class DeviceRoom:
     _scan: DeviceScan | None = None
 
     def demand(self, pod: PodRecord) -> tuple[ClaimNeed, ...] | str | None:
-        """None for a pod without claims; else its claims, or why they cannot be planned."""
+        """None for a pod without claims; else its claims, or why they cannot be planned
+        (:data:`~coscheduling.devices.demand.DEFERRED_REASON` when compiling their selectors
+        spent the call's budget: the plan is over budget and says so)."""
         if not pod.claims:
             return None
-        return pod_demand(self.inv, pod)
+        got = pod_demand(self.inv, pod, self.budget)
+        return DEFERRED_REASON if got is DEFERRED else got
 
     def held(self) -> Mapping[DeviceId, PodKey]:
         if self._held is None:
@@ -138,8 +141,8 @@ class DeviceRoom:
 
     def could(self, want: Want, node: NodeName) -> bool:
         """``node`` has the free devices ``want`` asks for: in all, and for each selector
-        set (evaluated once per device signature). Cheap next to a trial, which builds a
-        unit per device asked for."""
+        set (evaluated once per what the selectors read of a device). Cheap next to a
+        trial, which builds a unit per device asked for."""
         scan = self.scan()
         free = scan.free(node)
         if sum(n for _, n in want) > len(free):

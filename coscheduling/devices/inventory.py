@@ -16,14 +16,10 @@ from ..eligibility import match_expression
 from ..records import PodKey
 from .budget import Budget
 from .model import Claim, ClaimKey, ClaimTemplate, Device, DeviceClass, DeviceId, DeviceSlice
-from .selectors import Budget as StepBudget
+from .selectors import Budget as CelBudget
 from .selectors import Selectors
 
-__all__ = ["VERDICTS_KEPT", "DeviceInventory", "PlannedDevices"]
-
-VERDICTS_KEPT = 200_000
-"""Selector verdicts kept per (expression, device signature), and signatures numbered; all
-are dropped past this (the memory is bounded, whatever the slices publish)."""
+__all__ = ["DeviceInventory", "PlannedDevices"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +67,6 @@ class DeviceInventory:
     _local: dict[str, list[Device]] | None = None
     _network: list[DeviceSlice] | None = None
     _allocated: dict[DeviceId, ClaimKey] | None = None
-    _verdicts: dict[tuple[int, str], bool] = field(default_factory=dict)
-    """Whether an expression selects a device signature (its number in ``_signatures``)."""
-    _signatures: dict[tuple[object, ...], int] = field(default_factory=dict)
-    _signature_of: dict[DeviceId, int] = field(default_factory=dict)
-    """Each device's signature number; rebuilt as devices change (a slice republished)."""
-    _forgotten: int = 0
-    """Times the verdicts were dropped (signature numbers are given again after)."""
 
     # ------------------------------------------------------------------ writes
 
@@ -122,7 +111,6 @@ class DeviceInventory:
         self._network = None
         self._by_id = None
         self._counters = None
-        self._signature_of.clear()
         self.epoch += 1
 
     # ------------------------------------------------------------------ reads
@@ -186,68 +174,50 @@ class DeviceInventory:
 
     def selects(self, device: Device, expressions: Sequence[str],
                 budget: Budget | None = None) -> bool:
-        """:meth:`matches`, with each expression evaluated once per device *signature*:
-        its driver, attributes and capacities, all that CEL sees of a device
-        (``selectors._activation``), so identical GPUs share one evaluation. Verdicts are
-        kept across plans. Each evaluation is charged to ``budget``; once it is spent, a
-        device whose verdict is not known counts as not selected (the plan is over budget
-        and says so)."""
-        sig = self._signature(device)
-        for e in expressions:
-            got = self._verdicts.get((sig, e))
-            if got is None:
-                if budget is not None and not budget.evaluate():
-                    return False
-                got = self.matches(device, (e,))
-                if len(self._verdicts) >= VERDICTS_KEPT:
-                    self._forget_verdicts()
-                    sig = self._signature(device)
-                self._verdicts[(sig, e)] = got
-            if not got:
-                return False
-        return True
+        """:meth:`matches`, charged to a planning call's ``budget`` (:meth:`select`)."""
+        if budget is None:
+            return self.matches(device, expressions)
+        return bool(self.select((device,), tuple(expressions), budget))
 
     def select(self, devices: Sequence[Device], expressions: tuple[str, ...],
                budget: Budget | None = None) -> list[Device]:
-        """The ``devices`` :meth:`selects` takes, in order: one look-up per device once
-        its signature's verdict on all ``expressions`` is known."""
-        verdicts = self._verdicts
+        """The ``devices`` every one of ``expressions`` takes, in order, charged to a
+        planning call's ``budget``: a result ``Selectors`` keeps (per expression and what it
+        reads of a device, ``Program.key``: the GPUs of one model share it whatever their
+        ``uuid``) is a look-up, an evaluation is charged its steps, a compile its tokens.
+        The evaluator is handed the steps the call has left; once they are spent a device
+        whose result is not known counts as not selected (nothing is kept; the plan is over
+        budget and says so)."""
+        if budget is None:
+            return [d for d in devices if self.matches(d, expressions)]
+        sel = self.selectors
+        progs = []
+        for e in expressions:
+            compiles, tokens = sel.compiles, sel.tokens
+            prog = sel.program(e)  # compiled already unless dropped from the cache since
+            budget.compiled(sel.compiles - compiles, sel.tokens - tokens)
+            if isinstance(prog, str):
+                return []  # refused: selects nothing (the claim says why)
+            progs.append((e, prog))
         out: list[Device] = []
-        seen: dict[int, bool] = {}
-        era = self._forgotten
+        hits = 0
         for d in devices:
-            if era != self._forgotten:  # numbers were given again: forget this call's too
-                seen.clear()
-                era = self._forgotten
-            sig = self._signature_of.get(d.id)
-            got = seen.get(sig) if sig is not None else None
-            if got is None:
-                got = self.selects(d, expressions, budget)
-                sig = self._signature_of.get(d.id)
-                if sig is not None and (budget is None or not budget.spent
-                                        or all((sig, e) in verdicts for e in expressions)):
-                    seen[sig] = got
-            if got:
+            for e, prog in progs:
+                got = sel.known(e, prog, d)
+                if got is None:
+                    budget.looked_up(hits)
+                    hits = 0
+                    evaluations, steps = sel.evaluations, sel.steps
+                    got = sel.matches(e, d, budget=budget.cel_steps())
+                    budget.evaluated(sel.evaluations - evaluations, sel.steps - steps)
+                else:
+                    hits += 1
+                if not got:
+                    break
+            else:
                 out.append(d)
+        budget.looked_up(hits)
         return out
-
-    def _forget_verdicts(self) -> None:
-        self._forgotten += 1
-        self._verdicts.clear()
-        self._signatures.clear()
-        self._signature_of.clear()
-
-    def _signature(self, device: Device) -> int:
-        got = self._signature_of.get(device.id)
-        if got is None:
-            if len(self._signatures) >= VERDICTS_KEPT:
-                self._forget_verdicts()
-            # Values with their types: True == 1 in Python, not in CEL.
-            key = (device.driver, tuple((d, i, type(v), v) for d, i, v in device.attributes),
-                   device.capacity)
-            got = self._signatures.setdefault(key, len(self._signatures))
-            self._signature_of[device.id] = got
-        return got
 
     def allocated(self) -> Mapping[DeviceId, ClaimKey]:
         """Every device some claim's ``status.allocation`` holds, with the claim."""
@@ -257,7 +227,7 @@ class DeviceInventory:
         return self._allocated
 
     def matches(self, device: Device, expressions: Iterable[str], *,
-                budget: StepBudget | None = None) -> bool:
+                budget: CelBudget | None = None) -> bool:
         """All ``expressions`` hold for ``device``; ``budget``: steps a plan lets all of its
         evaluations take together (``selectors.Budget``)."""
         return all(self.selectors.matches(e, device, budget=budget) for e in expressions)

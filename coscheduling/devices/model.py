@@ -92,6 +92,9 @@ class DeviceClass:
     name: str
     selectors: tuple[str, ...] = ()
     """CEL expressions (``spec.selectors[].cel.expression``), all of which must hold."""
+    problem: str | None = None
+    """Why the selectors were refused at the wire (a limit, naming the field): a claim
+    asking for the class is invalid with this reason (and the class selects nothing)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,9 @@ charged to the call's one :class:`~coscheduling.devices.budget.Budget`.
 A plan tries a member on many nodes, and the same node again in each wider topology
 domain; the devices a node reaches, which of them a selector set takes and which are free
 do not change within the call, so every trial of the call (``DeviceRoom.trial``) shares
-one scan. Selectors are evaluated once per device signature (``DeviceInventory.selects``):
-300 nodes of identical GPUs cost one evaluation per expression, not 2,400.
+one scan. Selectors are evaluated once per expression and what it reads of a device
+(``DeviceInventory.select`` over ``Selectors``' cache): 300 nodes of one GPU model cost one
+evaluation per expression, not 2,400, whatever each GPU's ``uuid``.
 """
 
 from __future__ import annotations

@@ -294,10 +294,22 @@ class Selectors:
         """Steps they took."""
         self.overruns = 0
         """Evaluations stopped at ``MAX_STEPS`` (each refuses its expression from then on)."""
+        self.compiles = 0
+        """Expressions parsed (cache misses within ``MAX_TOKENS``), for a caller's budget."""
+        self.tokens = 0
+        """Their tokens: a parse takes about 0.1 ms a token on the event loop."""
 
     @property
     def program_bytes(self) -> int:
         return self._program_bytes
+
+    def compiled(self, expression: str) -> Program | str | None:
+        """The program or refusal kept for ``expression``; None when it is not compiled yet
+        (nothing is parsed here: a caller with a budget decides whether to pay for it)."""
+        got = self._programs.get(expression)
+        if got is not None:
+            self._programs.move_to_end(expression)
+        return got
 
     def program(self, expression: str) -> Program | str:
         """The compiled program, or why it does not compile (a string naming the limit)."""
@@ -322,8 +334,11 @@ class Selectors:
     def _compile(self, expression: str) -> Program | str:
         if len(expression) > MAX_EXPRESSION_CHARS:
             return f"{len(expression)} characters, at most {MAX_EXPRESSION_CHARS}"
-        if count_tokens(expression) > MAX_TOKENS:
+        tokens = count_tokens(expression)
+        if tokens > MAX_TOKENS:
             return f"more than {MAX_TOKENS} tokens, at most {MAX_TOKENS}"
+        self.compiles += 1
+        self.tokens += tokens
         try:
             env = _environment()
             ast = env.compile(expression)
@@ -345,6 +360,15 @@ class Selectors:
         runner = env.program(ast, functions=_FUNCTIONS)
         return Program(ast, runner, cost, PROGRAM_BASE_BYTES + cost.nodes * NODE_BYTES,
                        reads(ast))
+
+    def known(self, expression: str, prog: Program, device: Device) -> bool | None:
+        """The result kept for ``device`` under ``expression`` (compiled as ``prog``), or
+        None when it is not known: a look-up, nothing is evaluated."""
+        key = (expression, prog.key(device))
+        got = self._results.get(key)
+        if got is not None:
+            self._results.move_to_end(key)
+        return got
 
     def matches(self, expression: str, device: Device, *, budget: Budget | None = None) -> bool:
         """Whether ``device`` satisfies ``expression``. An expression that does not compile,

@@ -247,8 +247,9 @@ def class_from_json(obj: Mapping[str, Any]) -> DeviceClass:
     c: _DeviceClass = _read(_DeviceClass, obj, "DeviceClass")
     exprs, problem = _expressions(c.spec.selectors, "spec.selectors")
     problem = problem or _too_many_tokens(exprs, "spec.selectors")
-    # A class over a limit selects nothing (an impossible selector), never everything.
-    return DeviceClass(c.metadata.name, exprs if problem is None else ("false",))
+    # A class over a limit selects nothing (an impossible selector), never everything, and
+    # says why: a claim asking for it is invalid with ``problem`` (``demand``).
+    return DeviceClass(c.metadata.name, exprs if problem is None else ("false",), problem)
 
 
 def _attr_value(a: _Attribute) -> int | bool | str | None:

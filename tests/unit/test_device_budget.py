@@ -3,8 +3,8 @@
 A 1-member gang with 16 claims x 32 requests (each within the API's limits) on 200 nodes of
 8 GPUs built 512 units on every node it tried (0.7-1.3 s per filter call); a selector that
 matches nothing was evaluated on every device of 300 nodes (1.0-1.6 s, again for each new
-selector). Work is counted here, not timed: selector evaluations (calls into ``Selectors``,
-so the bound holds with its result cache cold), units built (``JointTrial._add_units``) and
+selector). Work is counted here, not timed: selector evaluations (runs of a program in
+``Selectors``, each test with its caches cold), units built (``JointTrial._add_units``) and
 the budget's own counters.
 """
 
@@ -18,9 +18,9 @@ import pytest
 from app.render import render, render_nofit
 from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
 from coscheduling.devices import budget as budget_module
-from coscheduling.devices import inventory as inventory_module
+from coscheduling.devices import selectors as selectors_module
 from coscheduling.devices.book import DeviceRoom
-from coscheduling.devices.budget import BUDGET, EVALUATION
+from coscheduling.devices.budget import BUDGET, COMPILE, EVALUATION, STEP, TOKEN
 from coscheduling.devices.inventory import DeviceInventory
 from coscheduling.devices.matching import JointTrial
 from coscheduling.devices.selectors import Selectors
@@ -32,13 +32,15 @@ from tests.internals import state_of
 from tests.unit.test_devices import DRIVER, device_class, gpu_slice
 
 NEVER = f'device.attributes["{DRIVER}"].productName == "B200"'
+UUID = f'device.attributes["{DRIVER}"].uuid == "none"'
+"""Matches no GPU, and reads each one's own ``uuid``."""
 
 
-def gpus(nodes: int, *, distinct: bool = False, models: list[str] | None = None
-         ) -> Coscheduler:
+def gpus(nodes: int, *, distinct: bool = False, models: list[str] | None = None,
+         preemption: bool = True) -> Coscheduler:
     """``nodes`` nodes of 8 H100s (or ``models``). ``distinct``: each device carries its own
     ``uuid`` attribute, as NVIDIA's driver publishes, so no two share a signature."""
-    core = Coscheduler(Settings(backoff_seconds=10))
+    core = Coscheduler(Settings(backoff_seconds=10, preemption=preemption))
     for i in range(nodes):
         core.upsert(ingest.NODES, node_from_json(node(f"n{i}").build()))
         s = gpu_slice(f"n{i}", models or ["H100"] * 8)
@@ -76,18 +78,17 @@ class Work:
         self.evaluations = 0
         self.unit_builds = 0
         self.rooms: list[DeviceRoom] = []
-        matches, add_units = Selectors.matches, JointTrial._add_units
+        evaluate, add_units = Selectors._evaluate, JointTrial._add_units
 
-        def counting_matches(sel: Selectors, expression: str, device: Any, **kw: Any
-                             ) -> bool:
+        def counting_evaluate(sel: Selectors, *args: Any) -> Any:
             self.evaluations += 1
-            return matches(sel, expression, device, **kw)
+            return evaluate(sel, *args)
 
         def counting_add_units(trial: JointTrial, *args: Any) -> bool:
             self.unit_builds += 1
             return add_units(trial, *args)
 
-        monkeypatch.setattr(Selectors, "matches", counting_matches)
+        monkeypatch.setattr(Selectors, "_evaluate", counting_evaluate)
         monkeypatch.setattr(JointTrial, "_add_units", counting_add_units)
 
     def watch(self, core: Coscheduler, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,19 +147,24 @@ def test_a_selector_matching_nothing_is_evaluated_once_per_device_signature(
     assert isinstance(got, NoFit) and "DRA claims ask for 1 devices" in render_nofit(got)
     assert work.evaluations <= 2, work.evaluations  # class and request, one signature
     assert work.unit_builds == 0, work.unit_builds
-    assert work.spent() <= 3 * 2_400 + 2 * EVALUATION, work.rooms[0].budget
+    # 2,400 devices listed and walked, each verdict looked up (class, request), the two
+    # selectors compiled and evaluated once.
+    assert work.spent() <= 4 * 2_400 + 2 * (COMPILE + 20 * TOKEN) + 2 * (
+        EVALUATION + 100 * STEP), work.rooms[0].budget
     assert not any(r.budget.spent for r in work.rooms)
 
 
 def test_selectors_on_devices_that_all_differ_stop_at_the_budget_and_say_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With a ``uuid`` per device no two devices share a signature: 2,400 devices x 2
-    expressions cost more than one call's budget. Each call evaluates at most its budget's
-    worth, says so on the gang, and the verdicts it paid for are kept: a few calls later
-    the honest answer (no device matches) is given, each call bounded."""
+    """With a ``uuid`` per device, read by the selector, no two devices share a verdict:
+    2,400 evaluations cost more than one call's budget. Each call evaluates at most its
+    budget's worth, says so on the gang, and the verdicts it paid for are kept: a few calls
+    later the honest answer (no device matches) is given, each call bounded. (A selector
+    that does not read the ``uuid`` is answered for all of them at once:
+    ``test_device_charges``.)"""
     core = gpus(300, distinct=True)
-    core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(requests("t", 1, NEVER)))
+    core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(requests("t", 1, UUID)))
     m = member(core, "m", "g", 1, ["t"])
     work = Work(monkeypatch)
     calls = 0
@@ -168,14 +174,15 @@ def test_selectors_on_devices_that_all_differ_stop_at_the_budget_and_say_so(
         got = plan(core, [m])
         calls += 1
         assert isinstance(got, NoFit)
-        assert work.evaluations - before <= BUDGET // EVALUATION + 1, work.evaluations
+        assert work.evaluations - before <= BUDGET // (EVALUATION + 10 * STEP) + 1, \
+            work.evaluations
         texts.append(render_nofit(got))
         if "work budget" not in texts[-1]:
             break
     assert "DRA device planning stopped at its work budget" in texts[0]
     assert "planned again on the next try" in texts[0]
     assert "work budget" not in texts[-1] and "DRA claims ask for 1 devices" in texts[-1]
-    assert calls <= 2 * 2_400 // (BUDGET // EVALUATION) + 2, calls
+    assert calls <= 2_400 // (BUDGET // (EVALUATION + 100 * STEP)) + 2, calls
 
 
 def test_a_plan_over_budget_is_a_reason_on_the_gang_not_a_stall(
@@ -238,9 +245,9 @@ def test_the_pre_checks_never_change_a_plan_that_fits_the_budget(
 def test_verdicts_stay_right_when_the_kept_ones_are_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Verdicts are kept per (expression, device signature) up to a bound, then dropped
-    and numbered again: a selection straddling the drop is still exact."""
-    monkeypatch.setattr(inventory_module, "VERDICTS_KEPT", 3)
+    """Verdicts are kept per (expression, what it reads of a device) up to a bound, the
+    least recently used dropped first: a selection straddling drops is still exact."""
+    monkeypatch.setattr(selectors_module, "RESULTS_CACHED", 3)
     inv = DeviceInventory()
     models = ["H100", "A100", "B200", "H100", "L40", "A100", "B200", "H100"]
     inv.put_slice(slice_from_json(gpu_slice("n0", models)))

@@ -13,11 +13,17 @@ the allocation. A foreign scheduler allocates a claim now and then behind Lockst
 (the core learns of it only from the watch). The app clears the allocations the core queues
 (preconditioned on the claim's resourceVersion), and time advances past gangs' deadlines.
 
+Planning may be starved: the selector caches drop everything (programs and results) and
+each planning call's work budget buys one compile or one CEL evaluation at a time, so plans
+stop at their budget and go on at the next try.
+
 After every step: ``check_invariants`` (rules 1-16: rules 15 and 16 on the API server's
-claims, as far as the watch has delivered them), no device is allocated twice, and a parked
-member never holds a device outside its gang's reservation. A what-if of two gangs in one
-manifest, at any step, plans no device for two of its members, nor one a claim has or an
-admitted gang holds, and leaves the core's holds as they were.
+claims, as far as the watch has delivered them), no device is allocated twice, a parked
+member never holds a device outside its gang's reservation, and no gang is declared invalid
+(every claim here is valid: one whose selectors are not compiled yet, or a plan stopped at
+its budget, is a wait, never an invalid claim). A what-if of two gangs in one manifest, at
+any step, plans no device for two of its members, nor one a claim has or an admitted gang
+holds, and leaves the core's holds as they were.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -52,8 +59,10 @@ from coscheduling import (
     pod_from_json,
     pod_key,
 )
+from coscheduling.devices import budget as budget_module
 from coscheduling.devices.book import held_devices
 from coscheduling.devices.model import DeviceId
+from coscheduling.devices.selectors import Selectors
 from coscheduling.devices.wire import (
     claim_from_json,
     class_from_json,
@@ -73,8 +82,17 @@ GANGS = {"p": ("any", "any"), "q": ("any", "h100"), "r": ("h100",), "s": ("any",
 SHARED = "default/s-shared"
 SETTINGS = Settings(defaults=GangDefaults(timeout_seconds=20, max_timeout_seconds=60),
                     backoff_seconds=5)
-EXAMPLES = 300
+EXAMPLES = 500
 seen: dict[str, int] = {}
+NORMAL = {"STEP": budget_module.STEP, "TOKEN": budget_module.TOKEN}
+STARVED = {"STEP": 4_000, "TOKEN": 40_000}
+"""Per-step and per-token charges under which a planning call's budget buys about 50 CEL
+steps (less than one evaluation of this model's selectors, 60-75 steps) or one compile."""
+
+
+def set_charges(charges: dict[str, int]) -> None:
+    for k, v in charges.items():
+        setattr(budget_module, k, v)
 
 
 def saw(what: str) -> None:
@@ -257,6 +275,7 @@ class DeviceModel(RuleBasedStateMachine):
                 continue  # no claim yet: the plugin's PreFilter waits for it
             d = self.core.filter(pod_from_json(obj), self._candidates(key), self.now)
             saw(f"filter:{type(d.unresolvable).__name__}" if d.unresolvable else "filter:ok")
+            self._valid(d.unresolvable)
             self._answered()
             if d.passed:
                 self._prebind_and_bind(key, d.passed[0], lag)
@@ -343,28 +362,56 @@ class DeviceModel(RuleBasedStateMachine):
     def cluster_settles(self, data: st.DataObject) -> None:
         """Liveness: with every claim made and the watch caught up, a few rounds of
         kube-scheduler's cycles leave no member of an admitted gang waiting for devices
-        (``DevicesNotReady``): members are ordered through the filter, never deadlocked."""
+        (``DevicesNotReady``): members are ordered through the filter, never deadlocked;
+        and none is still stopped at the planning budget, however starved the calls."""
         if data.draw(st.integers(0, 3)):
             return  # rarer than the other rules: it settles everything it touches
         self.settle()
+
+    def _valid(self, why: object) -> None:
+        if type(why).__name__ == "InvalidDeclaration":
+            raise InvariantBroken(f"a gang of valid claims declared invalid: {why}")
+        if "work budget" in repr(why):
+            saw("over budget")
+
+    @rule(data=st.data())
+    def planning_starved(self, data: st.DataObject) -> None:
+        """Load comes and goes: the selector caches drop everything they kept, and each
+        planning call affords about one compile or evaluation (or its usual budget)."""
+        if data.draw(st.integers(0, 7)):
+            return  # rarer than the other rules
+        starved = data.draw(st.booleans())
+        state_of(self.core).devices.selectors = Selectors()
+        set_charges(STARVED if starved else NORMAL)
+        saw("starved" if starved else "fed")
+
+    def teardown(self) -> None:
+        set_charges(NORMAL)
 
     def settle(self) -> None:
         self.controller_makes_claims()
         self.watch_catches_up()
         waiting: set[PodKey] = set()
+        starved: set[PodKey] = set()
         for _ in range(4):
-            waiting = set()
+            waiting, starved = set(), set()
             for gang in sorted(GANGS):
                 for key in sorted(k for k in self.pods if k.startswith(f"default/{gang}-")):
                     obj = self.pods[key]
                     if obj["spec"].get("nodeName") or key in self.parked:
                         continue
                     d = self.core.filter(pod_from_json(obj), self._candidates(key), self.now)
+                    self._valid(d.unresolvable)
                     self._answered()
                     if d.passed:
                         self._prebind_and_bind(key, d.passed[0], lag=False)
                     elif type(d.unresolvable).__name__ == "DevicesNotReady":
                         waiting.add(key)
+                    elif "work budget" in repr(d.unresolvable):
+                        starved.add(key)
+        if starved:  # each call keeps what it paid for: a few tries answer in full
+            raise InvariantBroken(f"members still stopped at the planning budget after the "
+                                  f"cluster settled: {sorted(starved)}")
         if waiting:
             raise InvariantBroken(f"members waiting for devices after the cluster settled: "
                                   f"{sorted(waiting)}")
@@ -378,12 +425,19 @@ class DeviceModel(RuleBasedStateMachine):
             return [NodeName(results[0]["pool"])]
         return [NodeName(n) for n in sorted(NODES) if self._first_fit(key, n)]
 
+    def _holds_devices(self) -> bool:
+        core = state_of(self.core)
+        return bool(core.devices.planned or core.devices.allocated())
+
+    @precondition(_holds_devices)
     @rule(sizes=st.tuples(st.integers(1, 3), st.integers(1, 3)),
           tmpls=st.tuples(st.sampled_from(["any", "h100"]), st.sampled_from(["any", "h100"])))
     def what_if(self, sizes: tuple[int, int], tmpls: tuple[str, str]) -> None:
         """Two gangs in one manifest (issue 41, defect 9: the second was planned on the live
-        devices, the first's included): each device the what-if plans goes to one member,
-        and none is allocated or held by an admitted gang (no unit preempts here: every
+        devices, the first's included), asked while the core holds or a claim has devices
+        (the state where double-booking can happen; an idle cluster's case is the unit
+        test's, and asking at every step crowded out the runs that reach expiry): each
+        device the what-if plans goes to one member, and none is allocated or held by an admitted gang (no unit preempts here: every
         pod has priority 0). The core's holds are unchanged."""
         objs = []
         for g, size, tmpl in zip(("wa", "wb"), sizes, tmpls, strict=True):
@@ -447,7 +501,8 @@ def test_the_device_model_keeps_its_promises() -> None:
             providers.CONSTANTS_CACHE.cache.clear()
     got = {k: v - before.get(k, 0) for k, v in seen.items() if v > before.get(k, 0)}
     for transition in ("bound", "Park", "filter:DevicesNotReady", "unreserve", "expired",
-                       "dealloc:cleared", "foreign", "settled", "what-if:fits-now+waits"):
+                       "dealloc:cleared", "foreign", "settled", "what-if:fits-now+waits",
+                       "starved", "over budget"):
         assert got.get(transition), f"the device model never reached {transition}: {got}"
 
 
