@@ -435,10 +435,10 @@ class DeviceModel(RuleBasedStateMachine):
     def what_if(self, sizes: tuple[int, int], tmpls: tuple[str, str]) -> None:
         """Two gangs in one manifest (issue 41, defect 9: the second was planned on the live
         devices, the first's included), asked while the core holds or a claim has devices
-        (the state where double-booking can happen; an idle cluster's case is the unit
-        test's, and asking at every step crowded out the runs that reach expiry): each
-        device the what-if plans goes to one member, and none is allocated or held by an admitted gang (no unit preempts here: every
-        pod has priority 0). The core's holds are unchanged."""
+        (where double-booking can happen; an idle cluster is the unit test's case, and asking
+        at every step crowded out the runs that reach expiry): each device the what-if plans
+        goes to one member, and none is allocated or held by an admitted gang (no unit
+        preempts here: every pod has priority 0). The core's holds are unchanged."""
         objs = []
         for g, size, tmpl in zip(("wa", "wb"), sizes, tmpls, strict=True):
             for i in range(size):
