@@ -29,8 +29,9 @@ After each edit:
   ``leaseDuration`` (15 s) has gone by since each candidate saw it, plus up to two jittered
   retry periods and the new leader's rebuild. :data:`RECOVERY` (15 + 2 + 10 s for restarts
   on a loaded machine) bounds them all; the time taken is printed;
-* then both Locksteps answer ``/healthz`` within 1 s, a normal gang binds within 20 s, and the
-  API server called the webhook without failing open;
+* then, once every process runs again and both Locksteps are ready (a Lockstep that lost the
+  lead comes back as a standby: a few seconds), both answer ``/healthz`` within 1 s, a normal
+  gang binds within 20 s, and the API server called the webhook without failing open;
 
 and, for the edit to the leader's own hostname: from ``renewDeadline`` + 1 s after it (and
 before the Lease can pass, at 15 s), that replica's Lockstep does not act, however often the
