@@ -79,6 +79,10 @@ class Hostile:
     failures: list[str] = field(default_factory=list)
     invalid: list[tuple[str, str]] = field(default_factory=list)
     """(pod name, text the field must be named by): gangs that must be reported invalid."""
+    refusals: list[str] = field(default_factory=list)
+    """What the API server refused and its first words, for a summary."""
+    pods: list[str] = field(default_factory=list)
+    """Pods created by the batch running (``run_batches(..., cleanup=True)`` deletes them)."""
 
     def check(self, ok: bool, what: str) -> None:
         if ok:
@@ -87,9 +91,12 @@ class Hostile:
             self.failures.append(what)
 
 
-def default_install(cluster: ClusterFactory, k8s: str | None = None) -> Cluster:
-    """Lockstep as deployed: its webhook on, its own certificate (``test_webhook``)."""
-    c = cluster("tiny-3x2", lockstep=False, volcano=k8s is None, **({"k8s": k8s} if k8s else {}))
+def default_install(cluster: ClusterFactory, k8s: str | None = None,
+                    topology: str = "tiny-3x2", volcano: bool | None = None) -> Cluster:
+    """Lockstep as deployed: its webhook on, its own certificate (``test_webhook``).
+    ``volcano``: its CRDs served (default: on 1.34, where the Volcano batch runs)."""
+    c = cluster(topology, lockstep=False, volcano=k8s is None if volcano is None else volcano,
+                **({"k8s": k8s} if k8s else {}))
     c.lockstep_url = c.bed.start_lockstep(extra_args=("--backoff=3",), webhook=True,
                                           webhook_certs="own")
     c.bed.start_scheduler(SCHEDULER_CONFIG, name="lockstep-scheduler",
@@ -109,8 +116,10 @@ def create_pod(c: Cluster, h: Hostile, obj: dict[str, Any], must_name: str | Non
             h.failures.append(f"API server answered {e.status} for pod "
                               f"{obj['metadata']['name']}: {str(e)[:200]}")
         h.refused += 1
+        h.refusals.append(f"pod {obj['metadata']['name']}: {e.status} {str(e)[:160]}")
         return
     h.created += 1
+    h.pods.append(obj["metadata"]["name"])
     if must_name is not None:
         h.invalid.append((obj["metadata"]["name"], must_name))
 
@@ -131,6 +140,8 @@ def create_raw(c: Cluster, h: Hostile, path: str, body: dict[str, Any],
         h.created += 1
         return True
     h.refused += 1
+    h.refusals.append(f"{path.rsplit('/', 1)[1]} {body['metadata'].get('name')}: "
+                      f"{r.status_code} {r.text[:300]}")
     return False
 
 
@@ -296,8 +307,11 @@ def upstream_batch(c: Cluster, h: Hostile) -> None:
 # ------------------------------------------------------------------------------ the checks
 
 
-def healthy_and_binding(c: Cluster, h: Hostile, batch: str) -> None:
-    """``/healthz`` within 1 s, a normal gang bound within 20 s, the webhook answered."""
+def healthy_and_binding(c: Cluster, h: Hostile, batch: str,
+                        claim_template: str | None = None) -> None:
+    """``/healthz`` within 1 s, a normal gang bound within 20 s, the webhook answered.
+    ``claim_template``: the normal gang's members claim a DRA GPU each from it (else one
+    ``nvidia.com/gpu`` each)."""
     assert c.lockstep_url
     t = time.monotonic()
     try:
@@ -307,7 +321,8 @@ def healthy_and_binding(c: Cluster, h: Hostile, batch: str) -> None:
     h.check(ok and time.monotonic() - t < 1.0, f"{batch}: /healthz did not answer 200 in 1 s")
     names = [f"ok-{batch}-0", f"ok-{batch}-1"]
     for n in names:
-        obj = pod(n).gang(f"ok-{batch}", 2).gpu(1).build()
+        b = pod(n).gang(f"ok-{batch}", 2)
+        obj = (b.claim(template=claim_template) if claim_template else b.gpu(1)).build()
         obj["metadata"]["namespace"] = c.ns
         c.kube.create_pod(obj)
     try:
@@ -351,15 +366,24 @@ def reported_invalid(c: Cluster, h: Hostile) -> None:
 
 
 def run_batches(c: Cluster, h: Hostile, batches: dict[str, Callable[[Cluster, Hostile], None]],
-                capsys: pytest.CaptureFixture[str]) -> None:
+                capsys: pytest.CaptureFixture[str], claim_template: str | None = None,
+                cleanup: bool = False) -> None:
+    """``claim_template``: the normal gang's DRA claims; ``cleanup``: each batch's pods are
+    deleted after its checks (its other objects stay)."""
     for batch, make in batches.items():
         before = len(h.failures)
+        t0 = time.monotonic()
         make(c, h)
-        healthy_and_binding(c, h, batch)
+        made = time.monotonic() - t0
+        healthy_and_binding(c, h, batch, claim_template)
         reported_invalid(c, h)
+        if cleanup:
+            c.delete(*h.pods)
+        h.pods.clear()
         with capsys.disabled():
             print(f"\n  hostile batch {batch}: {h.created} created, {h.refused} refused so far; "
-                  f"{len(h.failures) - before} failed check(s)", flush=True)
+                  f"{len(h.failures) - before} failed check(s); made in {made:.1f} s, "
+                  f"checked in {time.monotonic() - t0 - made:.1f} s", flush=True)
     pid = c.bed.procs["lockstep"].pid
     h.check(pid == c.extra["pid"] and c.bed.procs["lockstep"].alive(),
             "Lockstep is not the process that started (it exited or was restarted)")
