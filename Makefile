@@ -35,9 +35,13 @@ unit: $(STAMP)
 e2e: $(STAMP) bins
 	$(VPY) -m pytest tests/e2e -q
 
-# The whole suite: lint, unit tests and the end-to-end tests on the real test bed.
+# The whole suite: lint, unit tests and the end-to-end tests on the real test bed. The unit
+# tests run on both cores (pytest-xdist: they are CPU-bound and share nothing); the
+# end-to-end tests one at a time, as each bed's timing checks (a gang bound within 20 s,
+# /healthz within 1 s) assume the machine to themselves.
 test: $(STAMP) bins lint
-	$(VPY) -m pytest tests -q -ra
+	$(VPY) -m pytest tests/unit -q -ra -n 2
+	$(VPY) -m pytest tests/e2e -q -ra
 
 # The gang core's model-based test with a bigger budget than `make test` gives it
 # (tests/unit/test_model.py; FUZZ_EXAMPLES runs of up to FUZZ_STEPS random steps). Each run
@@ -60,11 +64,18 @@ fuzz-verbs: $(STAMP)
 	LOCKSTEP_FUZZ_VERBS_EXAMPLES=$(FUZZ_VERBS_EXAMPLES) \
 		$(VPY) -m pytest tests/unit/test_fuzz_verbs.py -q -s -p no:cacheprovider
 
-# The long churn soak (tests/e2e/test_churn.py): SOAK_SECONDS of churn (default 600), then
-# draining; LOCKSTEP_CHURN_SEED=n replays a seed. Counts go to run/churn-summary-soak.json.
+# The long runs of what `make test` runs short:
+# - the churn soak (tests/e2e/test_churn.py): SOAK_SECONDS of churn (default 600), then
+#   draining; LOCKSTEP_CHURN_SEED=n replays a seed. Counts go to run/churn-summary-soak.json;
+# - plain pods beside gangs (tests/e2e/test_plain_pods.py): PLAIN_REPEATS runs of every order
+#   (make test: 8) and MIXED_SOAK_SECONDS of the mixed stream (make test: 40).
 SOAK_SECONDS ?= 600
+PLAIN_REPEATS ?= 20
+MIXED_SOAK_SECONDS ?= 300
 soak: $(STAMP) bins
 	LOCKSTEP_SOAK_SECONDS=$(SOAK_SECONDS) $(VPY) -m pytest tests/e2e/test_churn.py -q -s -k soak
+	LOCKSTEP_PLAIN_REPEATS=$(PLAIN_REPEATS) LOCKSTEP_MIXED_SOAK_SECONDS=$(MIXED_SOAK_SECONDS) \
+		$(VPY) -m pytest tests/e2e/test_plain_pods.py -q -s
 
 demo: $(STAMP) bins
 	$(VPY) -m testbed.demo

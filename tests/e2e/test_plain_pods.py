@@ -23,6 +23,7 @@ first written for: both must give the same outcome.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -33,7 +34,10 @@ from testbed.workloads import pod, podgroup
 
 from .conftest import Cluster, ClusterFactory, settle
 
-REPEATS = 20
+REPEATS = int(os.environ.get("LOCKSTEP_PLAIN_REPEATS") or 8)
+"""Runs of each order per variant: 8 in ``make test`` (72 runs over the three variants, about
+2 min), 20 in ``make soak``, which sets ``LOCKSTEP_PLAIN_REPEATS``. Every run must end the same
+way; more repeats only give a rarer race more chances to show."""
 HIGH, LOW = ("e2e-high", 100000), ("e2e-low", 10)
 ORDERS = ("plain-first", "gang-first", "interleaved")
 
@@ -146,9 +150,10 @@ def every_order(c: Cluster, topology: str, shape: dict[str, str], keep_nodes: in
     c.recorder.assert_gang_invariants(None)
 
 
-MIXED_SHORT_SECONDS = 60.0
-"""The mixed soak's length in ``make test``; ``make soak`` runs it for ``LOCKSTEP_SOAK_SECONDS``
-(``LOCKSTEP_MIXED_SOAK_SECONDS`` overrides, e.g. 300)."""
+MIXED_SHORT_SECONDS = 40.0
+"""The mixed soak's length in ``make test`` (60 s until issue 41's CI budget; the test still
+asks for at least 2 gangs and 10 plain pods completed); ``make soak`` runs it for
+``LOCKSTEP_MIXED_SOAK_SECONDS`` (300 s there), else ``LOCKSTEP_SOAK_SECONDS``."""
 MID = ("e2e-mid", 1000)
 UPPER = ("e2e-upper", 5000)
 """Plain pods in the soak are of UPPER or HIGH priority, gangs of LOW or MID: every plain pod
@@ -214,8 +219,6 @@ def mixed_soak(c: Cluster, seconds: float, seed: int = 23) -> dict[str, Any]:
 
 
 def soak_seconds() -> float:
-    import os
-
     raw = os.environ.get("LOCKSTEP_MIXED_SOAK_SECONDS") or os.environ.get(
         "LOCKSTEP_SOAK_SECONDS")
     return float(raw) if raw else MIXED_SHORT_SECONDS
