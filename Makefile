@@ -35,13 +35,14 @@ unit: $(STAMP)
 e2e: $(STAMP) bins
 	$(VPY) -m pytest tests/e2e -q
 
-# The whole suite: lint, unit tests and the end-to-end tests on the real test bed. The unit
-# tests run on both cores (pytest-xdist: they are CPU-bound and share nothing); the
-# end-to-end tests one at a time, as each bed's timing checks (a gang bound within 20 s,
-# /healthz within 1 s) assume the machine to themselves.
+# The whole suite: lint, unit tests and the end-to-end tests on the real test bed, each on
+# two pytest-xdist workers. The unit tests are CPU-bound and share nothing. The end-to-end
+# tests mostly wait (a bed's start, watches, kube-scheduler's queue): one at a time they kept
+# the 2-core machine at a load average near 1 for over 30 minutes. Each bed has its own ports
+# and directory; --dist loadfile keeps one file's tests on one worker, in order.
 test: $(STAMP) bins lint
 	$(VPY) -m pytest tests/unit -q -ra -n 2
-	$(VPY) -m pytest tests/e2e -q -ra
+	$(VPY) -m pytest tests/e2e -q -ra -n 2 --dist loadfile
 
 # The gang core's model-based test with a bigger budget than `make test` gives it
 # (tests/unit/test_model.py; FUZZ_EXAMPLES runs of up to FUZZ_STEPS random steps). Each run
