@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..records import RecordError
-from ..resources import QuantityError, parse_quantity
+from ..resources import MAX_QUANTITY, QuantityError, parse_quantity
 from .celcost import count_tokens
 from .model import (
     MAX_ALTERNATIVES,
@@ -276,12 +276,30 @@ def _device(d: _Device, driver: str, pool: str) -> Device:
     caps = []
     for name, c in sorted(d.capacity.items()):
         try:
-            caps.append((*_qualify(name, driver), parse_quantity(c.value, milli=True)))
+            caps.append((*_qualify(name, driver), _capacity(c.value)))
         except QuantityError as e:
             raise RecordError(f"ResourceSlice.spec.devices.capacity.{name}", str(e)) from None
     consumes = tuple((c.counterSet, name, _milli(v.value, "consumesCounters"))
                      for c in d.consumesCounters for name, v in sorted(c.counters.items()))
     return Device(driver, pool, d.name, tuple(attrs), tuple(caps), consumes)
+
+
+def _capacity(value: str | int) -> int:
+    """A device capacity in millis. The API server accepts a capacity beyond int64 millis
+    (``8Ei``, int64's maximum) and a negative one (``-1``); refusing them dropped the
+    whole slice, so kube-scheduler saw devices Lockstep never planned. A capacity is only
+    compared (CEL's ``compareTo`` and friends), never added up, so one beyond the limit
+    saturates at :data:`MAX_QUANTITY` with its sign; text that is no quantity still raises."""
+    neg = value < 0 if isinstance(value, int) else value.strip().startswith("-")
+    if neg:
+        value = -value if isinstance(value, int) else value.strip()[1:]
+    try:
+        milli = parse_quantity(value, milli=True)
+    except QuantityError as e:
+        if not e.reason.startswith("above the limit"):
+            raise
+        milli = MAX_QUANTITY
+    return -milli if neg else milli
 
 
 def _milli(value: str | int, where: str) -> int:

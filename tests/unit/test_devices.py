@@ -44,6 +44,7 @@ from coscheduling.reasons import (
     WaitingForMembers,
 )
 from coscheduling.records import RecordError
+from coscheduling.resources import MAX_QUANTITY
 from tests.builders import node, pod
 from tests.internals import state_of
 from tests.invariants import InvariantBroken, check_invariants
@@ -105,6 +106,29 @@ def test_slice_attributes_are_qualified_by_the_driver_and_capacity_is_a_quantity
     assert d.attribute("resource.kubernetes.io/pcieRoot") == "pci0"
     assert dict(((dom, i), v) for dom, i, v in d.capacity)[(DRIVER, "memory")] \
         == 80 * 2**30 * 1000
+
+
+@pytest.mark.parametrize(("value", "milli"), [
+    ("9223372036854775807", MAX_QUANTITY), ("8Ei", MAX_QUANTITY),
+    ("9223372036854775808", MAX_QUANTITY), (2**63 - 1, MAX_QUANTITY), ("-1", -1000),
+    (-2, -2000), ("-8Ei", -MAX_QUANTITY),
+])
+def test_a_capacity_the_api_server_accepts_beyond_int64_or_negative_keeps_its_slice(
+        value: object, milli: int) -> None:
+    """The API server accepts these capacities (issue 41's hostile DRA suite); refusing them
+    dropped the whole slice, so kube-scheduler saw devices Lockstep never planned. Beyond
+    int64 millis the value saturates (comparisons with any real quantity keep their sign)."""
+    obj = gpu_slice("n0", ["H100", "H100"])
+    obj["spec"]["devices"][0]["capacity"]["odd"] = {"value": value}
+    s = slice_from_json(obj)
+    assert len(s.devices) == 2
+    caps = dict(((dom, i), v) for dom, i, v in s.devices[0].capacity)
+    assert caps[(DRIVER, "odd")] == milli
+    assert caps[(DRIVER, "memory")] == 80 * 2**30 * 1000
+    sel = Selectors()
+    op = ">" if milli > 0 else "<"
+    expr = f'device.capacity["{DRIVER}"].odd.compareTo(quantity("1Ti")) {op} 0'
+    assert sel.matches(expr, s.devices[0])
 
 
 @pytest.mark.parametrize(("count", "problem"), [
