@@ -133,6 +133,25 @@ def _both(members: list[Member], view: Capacity, monkeypatch: pytest.MonkeyPatch
     return got, want
 
 
+def _count_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the planner's eligibility checks (``ok``) and node scores (``score``) from now
+    on: the work bounds below are on these, not on time."""
+    calls = {"ok": 0, "score": 0}
+    ok = planner._Context.ok
+
+    def counting_ok(self: Any, i: int, n: Any) -> bool:
+        calls["ok"] += 1
+        return ok(self, i, n)
+
+    def counting_score(*args: Any, **kw: Any) -> Any:
+        calls["score"] += 1
+        return explain_score(*args, **kw)
+
+    monkeypatch.setattr(planner._Context, "ok", counting_ok)
+    monkeypatch.setattr(planner, "explain_score", counting_score)
+    return calls
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_shapes_place_every_member_where_the_scan_did(
     seed: int, monkeypatch: pytest.MonkeyPatch
@@ -276,14 +295,7 @@ def test_a_thousand_pinned_members_are_each_checked_on_their_node_alone(
                     {"matchFields": [{"key": "metadata.name", "operator": "In",
                                       "values": [roomy[i % len(roomy)]]}]}]}}}
         members.append(Member(pod_from_json(b.build())))
-    calls = {"ok": 0}
-    ok = planner._Context.ok
-
-    def counting_ok(self: Any, i: int, n: Any) -> bool:
-        calls["ok"] += 1
-        return ok(self, i, n)
-
-    monkeypatch.setattr(planner._Context, "ok", counting_ok)
+    calls = _count_work(monkeypatch)
     got = plan_gang(members, view, DEFAULT_LEVELS)
     assert isinstance(got, planner.Plan) and len(got.assignments) == size
     assert all(got.assignments[m.key] == roomy[i % len(roomy)]
@@ -327,19 +339,7 @@ def test_the_work_for_a_thousand_alike_members_does_not_grow_as_members_x_nodes(
     view = _cluster(random.Random(3), nodes, 20)
     members = [Member(pod_from_json(pod(f"w-{i}").gang("w", size).gpu(1).cpu("1").build()))
                for i in range(size)]
-    calls = {"ok": 0, "score": 0}
-    ok = planner._Context.ok
-
-    def counting_ok(self: Any, i: int, n: Any) -> bool:
-        calls["ok"] += 1
-        return ok(self, i, n)
-
-    def counting_score(*args: Any, **kw: Any) -> Any:
-        calls["score"] += 1
-        return explain_score(*args, **kw)
-
-    monkeypatch.setattr(planner._Context, "ok", counting_ok)
-    monkeypatch.setattr(planner, "explain_score", counting_score)
+    calls = _count_work(monkeypatch)
     got = plan_gang(members, view, DEFAULT_LEVELS)
     assert isinstance(got, planner.Plan) and len(got.assignments) == size
     # Before: every member ranked every node of each domain tried, 400,000 checks and
@@ -368,14 +368,7 @@ def test_a_gang_of_all_different_members_costs_no_more_than_the_scan(
         else:  # two members at most on a node with room for two
             b.node_selector({"kubernetes.io/hostname": roomy[i % len(roomy)]})
         members.append(Member(pod_from_json(b.build())))
-    calls = {"ok": 0}
-    ok = planner._Context.ok
-
-    def counting_ok(self: Any, i: int, n: Any) -> bool:
-        calls["ok"] += 1
-        return ok(self, i, n)
-
-    monkeypatch.setattr(planner._Context, "ok", counting_ok)
+    calls = _count_work(monkeypatch)
     got = plan_gang(members, view, DEFAULT_LEVELS)
     shapes, calls["ok"] = calls["ok"], 0
     monkeypatch.setattr(planner, "_place", _place_by_scan)
@@ -404,19 +397,7 @@ def test_a_thousand_members_each_asking_its_own_cpu_cost_a_pass_per_family(
     members = [Member(pod_from_json(pod(f"w-{i}").gang("w", size).gpu(1 + i % 2)
                                     .cpu(f"{1000 + i}m").memory(f"{1 + i % 7}Gi").build()))
                for i in range(size)]
-    calls = {"ok": 0, "score": 0}
-    ok = planner._Context.ok
-
-    def counting_ok(self: Any, i: int, n: Any) -> bool:
-        calls["ok"] += 1
-        return ok(self, i, n)
-
-    def counting_score(*args: Any, **kw: Any) -> Any:
-        calls["score"] += 1
-        return explain_score(*args, **kw)
-
-    monkeypatch.setattr(planner._Context, "ok", counting_ok)
-    monkeypatch.setattr(planner, "explain_score", counting_score)
+    calls = _count_work(monkeypatch)
     got = plan_gang(members, view, DEFAULT_LEVELS)
     assert isinstance(got, planner.Plan) and len(got.assignments) == size
     # Two families (1 and 2 GPUs); before: 1,000 shapes, each ranking every node of each
