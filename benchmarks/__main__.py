@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, print readable tables, write JSON.
 
 ``python -m benchmarks [verbs] [placement] [throughput] [memory] [client] [preemption]
-[victims] [stall] [whatif] [failover]
+[victims] [stall] [whatif] [failover] [creates]
 [--quick]``; results go
 to bench-results/. ``throughput`` takes its own options (``--nodes``, ``--gangs``, ``--size``,
 ``--gpus``, ``--shape mixed``, ``--profile``; see ``--help``), and so does ``memory``
@@ -21,6 +21,7 @@ from typing import Any
 
 from . import (
     client,
+    creates,
     failover,
     memory,
     placement,
@@ -33,7 +34,7 @@ from . import (
 )
 
 BENCHMARKS = ("verbs", "placement", "throughput", "memory", "client", "preemption", "victims",
-              "stall", "whatif", "failover")
+              "stall", "whatif", "failover", "creates")
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
@@ -155,6 +156,8 @@ def main() -> None:
         _whatif(args, out, meta)
     if "failover" in args.which:
         _failover(args, out, meta)
+    if "creates" in args.which:
+        _creates(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
@@ -316,6 +319,23 @@ def _failover(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None
                                                    **result}, indent=2))
     print("\nFrom the leader killed to the next gang bound (goal: p95 <= lease duration + 2 s)")
     print(table(result["rows"], failover.TABLE_COLUMNS))
+
+
+def _creates(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
+    from testbed.bins import ensure_bins
+
+    ensure_bins()
+    nodes = args.nodes or (200 if args.quick else 1000)
+    gangs = args.gangs or (20 if args.quick else 100)
+    print(f"\nCreate latency: {gangs} gangs x {args.size} pods through Lockstep's webhook and "
+          f"without it, {nodes} nodes", flush=True)
+    measured = _commit()
+    result = creates.run(nodes, gangs, args.size, serial_gangs=5 if args.quick else 20)
+    (out / "creates.json").write_text(json.dumps({**meta, **measured, "argv": sys.argv[1:],
+                                                  **result}, indent=2))
+    print("\nPod creates through the webhook and without it (client latency; the webhook's "
+          "time per create from the API server's metrics)")
+    print(table(result["rows"], creates.TABLE_COLUMNS))
 
 
 def _memory(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
