@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from coscheduling import QuantityError, RecordError, pod_from_json
+from coscheduling import PodKey, PodRecord, QuantityError, RecordError, pod_from_json, pod_key
 
 from .errors import BadRequest, error_body
 from .render import render
@@ -71,7 +71,14 @@ def _invalid(e: ValidationError, prefix: str = "") -> BadRequest:
     return BadRequest(status, "; ".join(parts), fields)
 
 
-def _pod(args: ExtenderArgs) -> Any:
+def _pod(args: ExtenderArgs,
+         cached: Callable[[PodKey], PodRecord | None] | None = None) -> Any:
+    """The call's pod as a record. When the core holds the very version the call carries
+    (same UID and resourceVersion, and no node of its own: the watch delivered it before
+    kube-scheduler asked), that record is the answer, decoded once by the watch: the
+    API server serves one object per resourceVersion, so it is the pod the call describes."""
+    if cached is not None and (rec := _held_version(args.Pod, cached)) is not None:
+        return rec
     try:
         validate_shape(args.Pod)
     except ValidationError as e:
@@ -82,6 +89,23 @@ def _pod(args: ExtenderArgs) -> Any:
         raise BadRequest(422, f"{e.field_path}: {e.reason}", [e.field_path]) from None
     except QuantityError as e:
         raise BadRequest(422, f"Pod.spec resources: {e}", ["Pod.spec"]) from None
+
+
+def _held_version(obj: dict[str, Any], cached: Callable[[PodKey], PodRecord | None]
+                  ) -> PodRecord | None:
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return None
+    name, ns = meta.get("name"), meta.get("namespace") or "default"
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    if not (isinstance(name, str) and isinstance(ns, str) and isinstance(uid, str) and uid
+            and isinstance(rv, str) and rv.isascii() and rv.isdigit() and len(rv) < 20):
+        return None
+    rec = cached(pod_key(ns, name))
+    if rec is None or rec.uid != uid or rec.resource_version != int(rv) \
+            or rec.node_name is not None or spec.get("nodeName"):
+        return None
+    return rec
 
 
 def _names(args: ExtenderArgs) -> list[str]:
@@ -286,7 +310,7 @@ class VerbsApp:
     async def _filter(self, scope: Scope, receive: Receive) -> tuple[int, bytes, bytes]:
         done = self._timed("filter")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
-        pod, names = _pod(args), _names(args)
+        pod, names = _pod(args, self.service.core.pod), _names(args)
         if not self.service.acting and not await self.service.await_acting():
             # A replica that does not act decides nothing (a filter may reserve, nominate
             # or preempt): kube-scheduler retries the pod, by then calling the leader.
@@ -319,7 +343,8 @@ class VerbsApp:
         done = self._timed("prioritize")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
         names = _names(args)
-        body = _host_priorities(names, self.service.prioritize(_pod(args), names))
+        pod = _pod(args, self.service.core.pod)
+        body = _host_priorities(names, self.service.prioritize(pod, names))
         done()
         return 200, body, JSON
 

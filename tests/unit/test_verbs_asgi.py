@@ -177,3 +177,33 @@ async def test_not_ready_while_the_webhook_server_is_not_listening(
     service.webhook_listening = False  # --webhook-port given, its server still starting
     r = await client.get("/readyz")
     assert r.status_code == 503 and "webhook server not listening" in r.text
+
+
+async def test_a_filter_of_the_version_the_watch_delivered_reuses_its_record(
+    service: Lockstep, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watch decoded the pod already: a call carrying the same UID and resourceVersion
+    is answered from that record, not decoded again; any other version is decoded."""
+    import app.verbs as verbs
+
+    obj = pod("web").gpu(1).build()
+    obj["metadata"] |= {"uid": "u-1", "resourceVersion": "41"}
+    service.core.upsert_pod(pod_from_json(obj))
+    decoded: list[str] = []
+
+    def counting(o: Any) -> Any:
+        decoded.append(o["metadata"]["resourceVersion"])
+        return pod_from_json(o)
+
+    monkeypatch.setattr(verbs, "pod_from_json", counting)
+    for rv, want in (("41", []), ("42", ["42"])):
+        decoded.clear()
+        call = {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv}}
+        r = await client.post("/filter", json={"Pod": call, "NodeNames": ["n0", "n1"]})
+        assert r.status_code == 200 and r.json()["NodeNames"] == ["n0", "n1"]
+        assert decoded == want
+    # The held version with a node of its own is not the record the core holds: decoded.
+    big = {**obj, "spec": {**obj["spec"], "nodeName": "n2"}}
+    decoded.clear()
+    r = await client.post("/filter", json={"Pod": big, "NodeNames": ["n0"]})
+    assert r.status_code == 200 and decoded == ["41"]
