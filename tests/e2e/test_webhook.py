@@ -190,12 +190,11 @@ def test_gang_pods_get_the_gate_plain_pods_and_other_schedulers_do_not(
         assert not live["spec"].get("nodeName"), name
         assert any(cond.get("reason") == "SchedulingGated"
                    for cond in live["status"].get("conditions") or ()), name
-    # What Lockstep was asked: the CEL match condition and the namespace selector kept the
-    # other scheduler's pod and kube-system's away from it.
+    # What Lockstep was asked: the CEL match conditions and the namespace selector kept the
+    # plain pod, the other scheduler's pod and kube-system's away from it.
     after = decisions(c)
     delta = {k: d for k in after if (d := after[k] - before.get(k, 0.0))}
-    assert delta == {"gated": len(gang_pods) + 1, "already-gated": 1, "node-name-set": 1,
-                     "no-gang": 1}, delta
+    assert delta == {"gated": len(gang_pods) + 1, "already-gated": 1, "node-name-set": 1}, delta
     assert failed_open_since_start(c) == 0
 
 

@@ -96,8 +96,9 @@ def test_webhook_never_blocks_pod_creation_and_sees_only_lockstep_pods() -> None
     assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""],
                               "apiVersions": ["v1"], "resources": ["pods"],
                               "scope": "Namespaced"}]
-    assert [c["expression"] for c in hook["matchConditions"]] == [
-        "object.spec.schedulerName == 'lockstep'"]
+    assert [c["name"] for c in hook["matchConditions"]] == ["lockstep-scheduler",
+                                                            "declares-a-gang"]
+    assert hook["matchConditions"][0]["expression"] == "object.spec.schedulerName == 'lockstep'"
     (excluded,) = hook["namespaceSelector"]["matchExpressions"]
     assert excluded["key"] == "kubernetes.io/metadata.name"
     assert excluded["operator"] == "NotIn"
@@ -262,3 +263,54 @@ def test_the_lease_rbac_is_the_one_lease_and_nothing_more() -> None:
     assert rules == {(("create",), ()), (("get", "update"), ("lockstep-scheduler",))}
     assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"]
                for r in role["rules"])
+
+
+def _gang_condition() -> Any:
+    import celpy
+
+    hook = webhook_docs()["MutatingWebhookConfiguration"]["webhooks"][0]
+    (expr,) = [c["expression"] for c in hook["matchConditions"] if c["name"] == "declares-a-gang"]
+    env = celpy.Environment()
+    prog = env.program(env.compile(expr))
+    return lambda obj: bool(prog.evaluate({"object": celpy.json_to_cel(obj)}))
+
+
+def _pods_declaring() -> list[tuple[str, dict[str, Any]]]:
+    """A pod per key and path every convention declares a gang by, each with the value set,
+    empty, and absent; plus pods with no metadata maps at all."""
+    from coscheduling.gating import declaring_keys
+
+    annotations, labels, paths = declaring_keys()
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("bare", {"metadata": {}, "spec": {}}),
+        ("other keys", {"metadata": {"labels": {"app": "x"}, "annotations": {"a": "b"}},
+                        "spec": {"schedulerName": "lockstep"}}),
+    ]
+    for field, keys in (("annotations", annotations), ("labels", labels)):
+        for k in keys:
+            for v in ("g", ""):
+                out.append((f"{field} {k}={v!r}", {"metadata": {field: {k: v}}, "spec": {}}))
+    for path in paths:
+        for v in ("g", ""):
+            obj: dict[str, Any] = {"metadata": {}}
+            node = obj
+            for step in path[:-1]:
+                node = node.setdefault(step, {})
+            node[path[-1]] = v
+            out.append((f"{'.'.join(path)}={v!r}", obj))
+        out.append((f"{'.'.join(path[:-1])} without {path[-1]}",
+                    {"metadata": {}, "spec": {path[1]: {}}}))
+    return out
+
+
+def test_the_webhook_is_sent_exactly_the_pods_that_declare_a_gang() -> None:
+    """The API server asks the webhook only about pods its CEL condition picks: exactly the
+    pods ``declares_gang`` says name a gang, by every convention's keys (a convention added
+    without its key here would have its pods created ungated, never pinned)."""
+    from coscheduling.gating import declares_gang
+
+    condition = _gang_condition()
+    cases = _pods_declaring()
+    assert sum(declares_gang(obj) for _, obj in cases) >= 10
+    for name, obj in cases:
+        assert condition(obj) == declares_gang(obj), name
