@@ -37,22 +37,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal, Protocol, TypeVar
 
 import orjson
-from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coscheduling import GANG_GATE, declares_gang, unpinned_terms
 
-from .errors import BadRequest
+from .errors import BadRequest, error_body
 from .pinning import CreationPlacer
-from .rest import add_error_handlers, json_response
 from .service import Lockstep
 
 __all__ = [
@@ -60,11 +60,13 @@ __all__ = [
     "CLAIMS_PATH",
     "MAX_BODY",
     "WEBHOOK_PATH",
+    "Admission",
     "AdmissionReview",
     "Decision",
     "Held",
     "Placer",
     "PodPart",
+    "WebhookApp",
     "admission_router",
     "create_webhook_app",
     "decide",
@@ -81,6 +83,8 @@ docs/dra.md)."""
 """Where the API server sends pod reviews (``clientConfig`` in ``deploy/webhook/``)."""
 MAX_BODY = 8 * 1024 * 1024
 """The API server sends at most its own 3 MiB request limit plus the review's envelope."""
+
+log = logging.getLogger("lockstep.webhook")
 
 
 class Decision(Enum):
@@ -319,22 +323,118 @@ def review_response(uid: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- HTTP
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
-async def _body(request: Request) -> bytes:
-    length = request.headers.get("content-length")
+JSON = b"application/json"
+TEXT = b"text/plain; charset=utf-8"
+
+
+def _too_big(length: str | bytes | None) -> BadRequest | None:
+    if isinstance(length, bytes):
+        length = length.decode("latin-1")
     if length is not None and length.isdigit() and int(length) > MAX_BODY:
-        raise BadRequest(413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte "
-                        "limit", ["body"])
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise BadRequest(413, f"request body exceeds the {MAX_BODY}-byte limit", ["body"])
-        chunks.append(chunk)
+        return BadRequest(413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte "
+                          "limit", ["body"])
+    return None
+
+
+def _joined(chunks: list[bytes]) -> bytes:
     body = b"".join(chunks)
     if not body:
         raise BadRequest(400, "empty request body: expected an AdmissionReview", ["body"])
     return body
+
+
+def _over() -> BadRequest:
+    return BadRequest(413, f"request body exceeds the {MAX_BODY}-byte limit", ["body"])
+
+
+async def _body(request: Request) -> bytes:
+    if (big := _too_big(request.headers.get("content-length"))) is not None:
+        raise big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _over()
+        chunks.append(chunk)
+    return _joined(chunks)
+
+
+async def _read(scope: Scope, receive: Receive) -> bytes:
+    """The request body as :func:`_body` reads it, from ASGI messages; a client that hangs
+    up before it is sent raises ``ConnectionAbortedError``."""
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length" and (big := _too_big(value)) is not None:
+            raise big
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionAbortedError
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _over()
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return _joined(chunks)
+
+
+class Admission:
+    """The two admission routes as plain functions of the request body: the status and the
+    JSON answer. The webhook's own app (:class:`WebhookApp`) and the extender's FastAPI app
+    (:func:`admission_router`) both call them.
+
+    ``acting`` false (a standby, or a leader still rebuilding its view): every member is
+    gated, never pinned, since a pin reserves from a ledger that may be stale; the leader
+    admits and lifts it (``docs/failover.md``)."""
+
+    def __init__(self, scheduler_names: frozenset[str], decisions: Counter,
+                 placer: Placer | None = None,
+                 acting: Callable[[], bool] = lambda: True,
+                 narrow: Callable[[str, dict[str, Any]], list[dict[str, Any]]] | None = None
+                 ) -> None:
+        self.scheduler_names = scheduler_names
+        self.placer = placer
+        self.acting = acting
+        self.narrow = narrow
+        self._counted = {d: decisions.labels(d.value) for d in Decision}
+
+    async def pods(self, body: bytes) -> tuple[int, bytes]:
+        """``POST /mutate/pods``: the AdmissionReview answering ``body``, or a 4xx."""
+        try:
+            review = _validate(AdmissionReview, body)
+            decision, patch = await settle(decide(review, self.scheduler_names,
+                                                  self.placer if self.acting() else None))
+        except BadRequest as e:
+            self._counted[Decision.MALFORMED].inc()
+            return e.status, error_body(e.message, e.fields)
+        self._counted[decision].inc()
+        return 200, orjson.dumps(review_response(review.request.uid, patch))
+
+    def malformed(self, e: BadRequest) -> tuple[int, bytes]:
+        """A pod review whose body could not be read (empty, too big): counted, answered."""
+        self._counted[Decision.MALFORMED].inc()
+        return e.status, error_body(e.message, e.fields)
+
+    async def claims(self, body: bytes) -> tuple[int, bytes]:
+        """``POST /mutate/resourceclaims``: the claim narrowed to its gang's plan, or not."""
+        try:
+            review = _validate(AdmissionReview, body)
+        except BadRequest as e:
+            return e.status, error_body(e.message, e.fields)
+        req = review.request
+        patch: list[dict[str, Any]] = []
+        # A standby's plans may be stale: it narrows nothing (the leader's bind check and
+        # first fit handle an unnarrowed claim).
+        if self.narrow is not None and req.operation == "CREATE" and not req.dry_run \
+                and req.kind.kind == "ResourceClaim" and req.obj is not None and self.acting():
+            patch = self.narrow(req.namespace, req.obj)
+        return 200, orjson.dumps(review_response(req.uid, patch))
 
 
 def admission_router(scheduler_names: frozenset[str], decisions: Counter,
@@ -342,59 +442,126 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter,
                      acting: Callable[[], bool] = lambda: True,
                      narrow: Callable[[str, dict[str, Any]], list[dict[str, Any]]] | None = None
                      ) -> APIRouter:
-    """``POST /mutate/pods`` and ``POST /mutate/resourceclaims``; ``decisions`` counts pod
-    answers by :class:`Decision`.
-
-    ``acting`` false (a standby, or a leader still rebuilding its view): every member is
-    gated, never pinned, since a pin reserves from a ledger that may be stale; the leader
-    admits and lifts it (``docs/failover.md``)."""
+    """``POST /mutate/pods`` and ``POST /mutate/resourceclaims`` on a FastAPI app (the
+    extender's port): :class:`Admission` behind FastAPI's routing."""
     router = APIRouter()
+    admission = Admission(scheduler_names, decisions, placer, acting, narrow)
 
     @router.post(CLAIMS_PATH)
     async def mutate_claims(request: Request) -> Response:
         try:
-            review = _validate(AdmissionReview, await _body(request))
+            body = await _body(request)
         except BadRequest as e:
-            return json_response({"error": e.message, "fields": e.fields}, e.status)
-        req = review.request
-        patch: list[dict[str, Any]] = []
-        # A standby's plans may be stale: it narrows nothing (the leader's bind check and
-        # first fit handle an unnarrowed claim).
-        if narrow is not None and req.operation == "CREATE" and not req.dry_run \
-                and req.kind.kind == "ResourceClaim" and req.obj is not None and acting():
-            patch = narrow(req.namespace, req.obj)
-        return json_response(review_response(req.uid, patch))
+            return Response(error_body(e.message, e.fields), e.status, media_type=_JSON)
+        status, answer = await admission.claims(body)
+        return Response(answer, status, media_type=_JSON)
 
     @router.post(WEBHOOK_PATH)
     async def mutate_pods(request: Request) -> Response:
         try:
-            review = _validate(AdmissionReview, await _body(request))
-            decision, patch = await settle(decide(review, scheduler_names,
-                                                  placer if acting() else None))
+            body = await _body(request)
         except BadRequest as e:
-            decisions.labels(Decision.MALFORMED.value).inc()
-            return json_response({"error": e.message, "fields": e.fields}, e.status)
-        decisions.labels(decision.value).inc()
-        return json_response(review_response(review.request.uid, patch))
+            status, answer = admission.malformed(e)
+        else:
+            status, answer = await admission.pods(body)
+        return Response(answer, status, media_type=_JSON)
 
     return router
 
 
-def create_webhook_app(service: Lockstep) -> FastAPI:
-    """The app of the webhook's own (TLS) port: the admission route and ``/healthz`` only,
-    so the extender verbs and debug endpoints stay on the extender's loopback port."""
-    app = FastAPI(title="Lockstep webhook", version="0.1.0", redirect_slashes=False,
-                  openapi_url=None, docs_url=None, redoc_url=None)
-    app.include_router(admission_router(service.core.settings.scheduler_names,
-                                        service.metrics.webhook, CreationPlacer(service),
-                                        service.acting_now, service.core.narrow_claim))
+_JSON = "application/json"
 
-    add_error_handlers(app)
 
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        if service.failed is not None:
-            return PlainTextResponse(f"failed: {service.failed!r}", 500)
-        return PlainTextResponse("ok")
+class WebhookApp:
+    """The app of the webhook's own (TLS) port, a plain ASGI app as :class:`app.verbs.VerbsApp`
+    is: the admission routes and ``/healthz`` only, so the extender verbs and debug endpoints
+    stay on the extender's loopback port. FastAPI's middleware, routing and response objects
+    cost about as much per review as the answer itself.
 
-    return app
+    Every other path is a 404 naming ``path``, another method a 405 naming ``method``, in the
+    shape of every 4xx (``app.errors.error_body``)."""
+
+    def __init__(self, service: Lockstep) -> None:
+        self.service = service
+        self.admission = Admission(service.core.settings.scheduler_names,
+                                   service.metrics.webhook, CreationPlacer(service),
+                                   service.acting_now, service.core.narrow_claim)
+        self._routes: dict[str, tuple[tuple[str, ...],
+                                      Callable[[Scope, Receive], Awaitable[_Answer]]]] = {
+            WEBHOOK_PATH: (("POST",), self._pods),
+            CLAIMS_PATH: (("POST",), self._claims),
+            "/healthz": (("GET", "HEAD"), self._healthz),
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        route = self._routes.get(scope["path"])
+        method = scope["method"]
+        if route is None:
+            await _send(send, 404, error_body("Not Found", ["path"]), JSON)
+            return
+        methods, handler = route
+        if method not in methods:
+            await _send(send, 405, error_body("Method Not Allowed", ["method"]), JSON,
+                        extra=((b"allow", ", ".join(methods).encode()),))
+            return
+        try:
+            status, body, content_type = await handler(scope, receive)
+        except ConnectionAbortedError:  # the client left before its body arrived
+            return
+        except Exception as e:  # a bug: answer it, log it, keep serving
+            log.exception("%s %s", method, scope["path"])
+            status, body, content_type = 500, error_body(f"internal error: {e!r}", []), JSON
+        await _send(send, status, b"" if method == "HEAD" else body, content_type,
+                    length=len(body))
+
+    async def _pods(self, scope: Scope, receive: Receive) -> _Answer:
+        try:
+            body = await _read(scope, receive)
+        except BadRequest as e:
+            return (*self.admission.malformed(e), JSON)
+        return (*await self.admission.pods(body), JSON)
+
+    async def _claims(self, scope: Scope, receive: Receive) -> _Answer:
+        try:
+            body = await _read(scope, receive)
+        except BadRequest as e:
+            return e.status, error_body(e.message, e.fields), JSON
+        return (*await self.admission.claims(body), JSON)
+
+    async def _healthz(self, scope: Scope, receive: Receive) -> _Answer:
+        if self.service.failed is not None:
+            return 500, f"failed: {self.service.failed!r}".encode(), TEXT
+        return 200, b"ok", TEXT
+
+
+_Answer = tuple[int, bytes, bytes]
+
+
+async def _send(send: Send, status: int, body: bytes, content_type: bytes, *,
+                length: int | None = None, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", content_type),
+        (b"content-length", b"%d" % (len(body) if length is None else length)), *extra]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """uvicorn's lifespan protocol, when it is on: nothing to start or stop."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def create_webhook_app(service: Lockstep) -> WebhookApp:
+    """The app of the webhook's own (TLS) port (:class:`WebhookApp`)."""
+    return WebhookApp(service)
