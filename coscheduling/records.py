@@ -14,8 +14,9 @@ Parsing is pure (dict in, record out) so the core can be tested without an API s
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NewType
 
@@ -39,6 +40,7 @@ __all__ = [
     "pod_from_json",
     "pod_key",
     "priority_class_from_json",
+    "status_only",
 ]
 
 GANG_GATE = "lockstep.dev/gang"
@@ -224,8 +226,24 @@ class PodRecord:
         return all(_tolerated(self.tolerated, taint) for taint in taints)
 
 
+def status_only(old: PodRecord, new: PodRecord) -> bool:
+    """Whether ``new`` is ``old`` bound where it was, with only what the kubelet reports of
+    a running pod changed: a phase that has not ended (Pending to Running), ``started``,
+    and the fields no record keeps (podIP, conditions other than Unschedulable, ...).
+
+    Every other field is compared, by the dataclass's own list (a field added later is
+    compared too): the gang rules decide nothing by those two, so such an event changes nothing
+    they decide (``ingest.upsert_pod`` stores it and skips re-deciding the gang)."""
+    return (old.node_name is not None and old.phase not in _FINISHED
+            and new.phase not in _FINISHED and _GANG_FIELDS(old) == _GANG_FIELDS(new))
+
+
 _FINISHED = frozenset({"Succeeded", "Failed"})
 """The phases of a pod that ended (:attr:`PodRecord.terminal`)."""
+
+_GANG_FIELDS = operator.attrgetter(*(
+    f.name for f in fields(PodRecord) if f.compare and f.name not in ("phase", "started")))
+"""Every field equality compares but the two :func:`status_only` lets change."""
 
 _ANY = "\0any"
 """An ``Exists`` toleration's value in the index: no taint value is spelled so."""
