@@ -22,13 +22,16 @@ from coscheduling import (
     NodeName,
     Settings,
     ingest,
+    membership,
     node_from_json,
     pod_from_json,
     pod_key,
 )
 from coscheduling import ingest as ingest_module
 from coscheduling.actions import Bound
-from coscheduling.records import PodKey, status_only
+from coscheduling.corestate import CoreState
+from coscheduling.podgroup import Membership
+from coscheduling.records import PodKey, PodRecord, status_only
 from tests.builders import node, pod
 from tests.internals import state_of
 
@@ -108,7 +111,8 @@ def _step(t: Twin, op: tuple[int, int, int], now: float) -> None:
         def cycle(core: Coscheduler) -> None:
             p = core.pods[key]
             core.filter(p, [NodeName(n) for n in NODES], now)
-            planned = core.plans().get(core.gang_of(key) or "", {}).get(key)
+            gang = core.gang_of(key)
+            planned = core.plans().get(gang, {}).get(key) if gang is not None else None
             target = planned if planned is not None and x % 5 else NODES[x % len(NODES)]
             d = core.bind(key, NodeName(target), now, p.uid)
             binds = {key: d.node} if isinstance(d, BindNow) else \
@@ -195,8 +199,12 @@ def test_a_record_handed_back_to_be_resolved_is_never_short(monkeypatch: pytest.
     key = pod_key("default", PODS[0])
     s = state_of(t.fast)
     calls: list[PodKey] = []
-    real = ingest_module.resolve_pod
-    monkeypatch.setattr(ingest_module, "resolve_pod",
-                        lambda st_, p: calls.append(p.key) or real(st_, p))
+    real = membership.resolve_pod
+
+    def counted(st_: CoreState, p: PodRecord) -> Membership:
+        calls.append(p.key)
+        return real(st_, p)
+
+    monkeypatch.setattr(ingest_module, "resolve_pod", counted)
     ingest.upsert_pod(s, s.store.pods[key])
     assert calls == [key]
