@@ -391,16 +391,7 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
-    tolerations = tuple(
-        Toleration(
-            key=t.get("key") or None,
-            operator=t.get("operator") or "Equal",
-            value=t.get("value"),
-            effect=t.get("effect") or None,
-        )
-        for t in spec.get("tolerations") or ()
-        if isinstance(t, Mapping)
-    )
+    tolerations = _tolerations(spec.get("tolerations"))
     node = spec.get("nodeName")
     gates = [g.get("name") for g in spec.get("schedulingGates") or () if isinstance(g, Mapping)]
     return PodRecord(
@@ -430,6 +421,25 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
         claims=_claims(spec, status),
     )
+
+
+def _tolerations(raw: Any) -> tuple[Toleration, ...]:
+    """A pod's tolerations. Pods share a few short lists (the API server's two defaults),
+    so a short list's records are made once and shared: a watch event of such a pod costs
+    a tuple lookup, not a record per toleration."""
+    if not raw:
+        return ()
+    fields_ = tuple((t.get("key") or None, t.get("operator") or "Equal", t.get("value"),
+                     t.get("effect") or None) for t in raw if isinstance(t, Mapping))
+    if len(fields_) <= _SHARED_TOLERATIONS:
+        return _shared_tolerations(fields_)
+    return tuple(Toleration(*f) for f in fields_)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared_tolerations(fields_: tuple[tuple[Any, str, Any, Any], ...]
+                        ) -> tuple[Toleration, ...]:
+    return tuple(Toleration(*f) for f in fields_)
 
 
 def _claims(spec: Mapping[str, Any], status: object) -> tuple[PodClaim, ...]:
