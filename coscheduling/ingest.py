@@ -30,7 +30,7 @@ from .enqueue import queue_freed, wake_queued
 from .gang import Gang
 from .gang_admission import reconcile
 from .gating import pinned_node
-from .membership import refresh_spec, resolve_pod
+from .membership import declares_alike, refresh_spec, resolve_pod
 from .podgroup import GangKey, GangSpec, InvalidGang, gang_of
 from .preemption.book import PreemptorId
 from .preemption.budgets import Budget
@@ -252,11 +252,13 @@ def upsert_pod(st: CoreState, pod: PodRecord, *, watched: bool = False) -> None:
         st.forget_gone(change.replaced.uid)
         _pod_left(st, change.replaced)
     old = change.old
-    # Resolved from fields status_only compares, and the objects whose events resolve
-    # every pod naming them again (_reresolve, _reresolve_workload): the stored answer.
-    same = (watched and old is not None and pod.key in st.membership
-            and status_only(old, pod))
-    membership = st.membership[pod.key] if same else resolve_pod(st, pod)
+    # A membership is resolved from the fields declares_alike compares and the objects
+    # whose events resolve every pod naming them again (_reresolve, _reresolve_workload):
+    # a watch event that left those fields alike keeps the stored answer.
+    kept = old if watched and pod.key in st.membership else None
+    same = kept is not None and status_only(kept, pod)
+    membership = st.membership[pod.key] if same or (
+        kept is not None and declares_alike(kept, pod)) else resolve_pod(st, pod)
     old_gang = gang_of(st.membership.get(pod.key))
     new_gang = gang_of(membership)
     st.membership[pod.key] = membership
