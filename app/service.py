@@ -424,6 +424,9 @@ class Lockstep:
     def send_queued(self) -> None:
         """Act on what the core queued: parked calls to answer, Events, requeue nudges,
         gates to lift and victims to evict; wake the deadline timer."""
+        if not self.core.queued():
+            self.kick.set()
+            return
         for unparked in self.core.drain_unparked():
             text = render(unparked.reason)
             for k in unparked.pods:

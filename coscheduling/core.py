@@ -279,6 +279,13 @@ class Coscheduler:
 
     # ------------------------------------------------------------------ what the app acts on
 
+    def queued(self) -> bool:
+        """Whether anything waits to be drained: the app asks after every event and verb,
+        and most queue nothing (one check, not six drains)."""
+        o = self._outbox
+        return bool(o.notices or o.requeue or o.unparked or o.lift or o.evictions
+                    or o.deallocate)
+
     def drain_notices(self) -> list[Notice]:
         return self._outbox.drain_notices()
 

@@ -30,13 +30,13 @@ from .enqueue import queue_freed, wake_queued
 from .gang import Gang
 from .gang_admission import reconcile
 from .gating import pinned_node
-from .membership import refresh_spec, resolve_pod
+from .membership import declares_alike, refresh_spec, resolve_pod
 from .podgroup import GangKey, GangSpec, InvalidGang, gang_of
 from .preemption.book import PreemptorId
 from .preemption.budgets import Budget
 from .preemption.carry import displaced, nominated_pod_done, victims_gone
 from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
-from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
+from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass, status_only
 from .topology import NumaZones
 
 __all__ = [
@@ -239,7 +239,11 @@ def _reresolve_workload(st: CoreState, key: GangKey) -> None:
 # ---------------------------------------------------------------------- pods
 
 
-def upsert_pod(st: CoreState, pod: PodRecord) -> None:
+def upsert_pod(st: CoreState, pod: PodRecord, *, watched: bool = False) -> None:
+    """The pod came or changed. ``watched``: it is a watch event (not the stored record
+    handed back to be resolved again), so one that changes only a bound member's running
+    status (:func:`~coscheduling.records.status_only`) is stored without re-deciding its
+    gang: its membership, the gang's spec and phase are what they were."""
     pod = _with_assumption(st, pod)
     if pod.uid and st.provisional:
         st.provisional.pop(pod.key, None)  # pinned at creation, and now created
@@ -248,7 +252,13 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
         st.forget_gone(change.replaced.uid)
         _pod_left(st, change.replaced)
     old = change.old
-    membership = resolve_pod(st, pod)
+    # A membership is resolved from the fields declares_alike compares and the objects
+    # whose events resolve every pod naming them again (_reresolve, _reresolve_workload):
+    # a watch event that left those fields alike keeps the stored answer.
+    kept = old if watched and pod.key in st.membership else None
+    same = kept is not None and status_only(kept, pod)
+    membership = st.membership[pod.key] if same or (
+        kept is not None and declares_alike(kept, pod)) else resolve_pod(st, pod)
     old_gang = gang_of(st.membership.get(pod.key))
     new_gang = gang_of(membership)
     st.membership[pod.key] = membership
@@ -260,8 +270,9 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
         g = st.gangs.get(new_gang)
         if g is None:
             g = st.gangs[new_gang] = Gang(new_gang, st.ledger)
+            same = False
         g.members.add(pod.key)
-        pin = pinned_node(pod.required_affinity)
+        pin = pinned_node(pod.required_affinity) if not same else None
         if pin is not None and g.plan.get(pod.key) not in (None, pin):
             # Its gate came off with a pin decided on an older plan: the slot must
             # follow the pin (re-placed on it below, or the gang gives all back).
@@ -278,8 +289,11 @@ def upsert_pod(st: CoreState, pod: PodRecord) -> None:
                       + (f"bound to {pod.node_name}" if pod.node_name else "finishing"))
             g.drop_slot(pod.key)
             g.binding.discard(pod.key)
-        refresh_spec(st, g)
-        reconcile(st, g)
+        if not same:
+            # A status-only event leaves every member's fields these read as they were
+            # when the gang was last reconciled (bound, same node, still counted).
+            refresh_spec(st, g)
+            reconcile(st, g)
         if isinstance(membership, GangSpec) and membership.capped_from is not None \
                 and old is None:
             st.notice(NoticeKind.TIMEOUT_CAPPED, g.key, (pod.key,), detail=(
@@ -399,7 +413,7 @@ def watched_pod(st: CoreState, pod: PodRecord) -> None:
     a member whose bind is parked."""
     st.pods_revision = max(st.pods_revision, pod.resource_version)
     if not _superseded(st, pod):
-        upsert_pod(st, pod)
+        upsert_pod(st, pod, watched=True)
 
 
 def learn_newer(st: CoreState, pod: PodRecord) -> bool:

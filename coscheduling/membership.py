@@ -28,6 +28,7 @@ from .records import PodKey, PodRecord
 __all__ = [
     "bound_count",
     "countable",
+    "declares_alike",
     "departed",
     "meets_quorum",
     "part_of",
@@ -47,6 +48,19 @@ def resolve_pod(st: CoreState, pod: PodRecord) -> Membership:
         return m
     return combine(m, resolve_upstream(pod, store.upstream, store.workloads,
                                        settings.defaults, settings.levels))
+
+
+def declares_alike(old: PodRecord, new: PodRecord) -> bool:
+    """Whether :func:`resolve_pod` must answer the same for ``new`` as for ``old`` against
+    the same objects: equal in every field of the pod it reads (the conventions read a
+    pod's labels and annotations, its scheduler, and Kubernetes' own gang API its
+    ``schedulingGroup`` and ``workloadRef``, all in its namespace). A convention that comes
+    to read another field must be added here (``tests/unit/test_status_events.py`` checks
+    the watch's way against resolving every event)."""
+    return (old.scheduler_name == new.scheduler_name and old.namespace == new.namespace
+            and old.scheduling_group == new.scheduling_group
+            and old.workload_ref == new.workload_ref
+            and old.labels == new.labels and old.annotations == new.annotations)
 
 
 def refresh_spec(st: CoreState, g: Gang) -> None:

@@ -14,8 +14,9 @@ Parsing is pure (dict in, record out) so the core can be tested without an API s
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NewType
 
@@ -39,6 +40,7 @@ __all__ = [
     "pod_from_json",
     "pod_key",
     "priority_class_from_json",
+    "status_only",
 ]
 
 GANG_GATE = "lockstep.dev/gang"
@@ -194,22 +196,23 @@ class PodRecord:
         init=False, default=frozenset(), compare=False, repr=False)
     """The tolerations as a set (:func:`_toleration_index`), so checking a node's taints
     costs the same however many tolerations the pod lists."""
+    key: PodKey = field(init=False, default=PodKey(""), compare=False, repr=False)
+    """``namespace/name``, built once: the core reads it a few dozen times per event (a
+    property building the string each time was ~4% of Lockstep's CPU in a burst). Records
+    are not edited in place (``dataclasses.replace`` makes a new one, built again)."""
 
     def __post_init__(self) -> None:
         self.tolerated = _toleration_index(self.tolerations)
-
-    @property
-    def key(self) -> PodKey:
-        return pod_key(self.namespace, self.name)
+        self.key = pod_key(self.namespace, self.name)
 
     @property
     def terminal(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
+        return self.phase in _FINISHED
 
     @property
     def active(self) -> bool:
         """A member that counts toward its gang: not deleting, not finished, not gated."""
-        return not self.deleting and not self.terminal and not self.gated
+        return not (self.deleting or self.gated or self.phase in _FINISHED)
 
     @property
     def holds_capacity(self) -> bool:
@@ -222,6 +225,25 @@ class PodRecord:
         and this runs for every node)."""
         return all(_tolerated(self.tolerated, taint) for taint in taints)
 
+
+def status_only(old: PodRecord, new: PodRecord) -> bool:
+    """Whether ``new`` is ``old`` bound where it was, with only what the kubelet reports of
+    a running pod changed: a phase that has not ended (Pending to Running), ``started``,
+    and the fields no record keeps (podIP, conditions other than Unschedulable, ...).
+
+    Every other field is compared, by the dataclass's own list (a field added later is
+    compared too): the gang rules decide nothing by those two, so such an event changes nothing
+    they decide (``ingest.upsert_pod`` stores it and skips re-deciding the gang)."""
+    return (old.node_name is not None and old.phase not in _FINISHED
+            and new.phase not in _FINISHED and _GANG_FIELDS(old) == _GANG_FIELDS(new))
+
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+"""The phases of a pod that ended (:attr:`PodRecord.terminal`)."""
+
+_GANG_FIELDS = operator.attrgetter(*(
+    f.name for f in fields(PodRecord) if f.compare and f.name not in ("phase", "started")))
+"""Every field equality compares but the two :func:`status_only` lets change."""
 
 _ANY = "\0any"
 """An ``Exists`` toleration's value in the index: no taint value is spelled so."""
@@ -369,16 +391,7 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
-    tolerations = tuple(
-        Toleration(
-            key=t.get("key") or None,
-            operator=t.get("operator") or "Equal",
-            value=t.get("value"),
-            effect=t.get("effect") or None,
-        )
-        for t in spec.get("tolerations") or ()
-        if isinstance(t, Mapping)
-    )
+    tolerations = _tolerations(spec.get("tolerations"))
     node = spec.get("nodeName")
     gates = [g.get("name") for g in spec.get("schedulingGates") or () if isinstance(g, Mapping)]
     return PodRecord(
@@ -408,6 +421,25 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
         claims=_claims(spec, status),
     )
+
+
+def _tolerations(raw: Any) -> tuple[Toleration, ...]:
+    """A pod's tolerations. Pods share a few short lists (the API server's two defaults),
+    so a short list's records are made once and shared: a watch event of such a pod costs
+    a tuple lookup, not a record per toleration."""
+    if not raw:
+        return ()
+    fields_ = tuple((t.get("key") or None, t.get("operator") or "Equal", t.get("value"),
+                     t.get("effect") or None) for t in raw if isinstance(t, Mapping))
+    if len(fields_) <= _SHARED_TOLERATIONS:
+        return _shared_tolerations(fields_)
+    return tuple(Toleration(*f) for f in fields_)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared_tolerations(fields_: tuple[tuple[Any, str, Any, Any], ...]
+                        ) -> tuple[Toleration, ...]:
+    return tuple(Toleration(*f) for f in fields_)
 
 
 def _claims(spec: Mapping[str, Any], status: object) -> tuple[PodClaim, ...]:

@@ -154,7 +154,8 @@ def resource_list(raw: Mapping[str, Any] | None) -> Resources:
     for name in raw:
         if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
             raise QuantityError(f"{str(name)[:24]}...", "not a resource name")
-    return {name: parse_quantity(q, milli=(name == CPU)) for name, q in raw.items()}
+    return {name: _parse_str(q, name == CPU) if type(q) is str else _parse_any(q, name == CPU)
+            for name, q in raw.items()}
 
 
 def add(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
@@ -207,7 +208,8 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     """
     total: Resources = {}
     for c in spec.get("containers") or ():
-        total = add(total, _container_requests(c))
+        for name, amount in _container_requests(c).items():
+            total[name] = total.get(name, 0) + amount
     sidecars: Resources = {}
     init_peak: Resources = {}
     for c in spec.get("initContainers") or ():
