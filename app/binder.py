@@ -39,7 +39,11 @@ from .parked import ParkedCalls
 from .poster import Poster
 from .render import render
 
-__all__ = ["Binder", "error_text"]
+__all__ = ["SWEEP_GAP", "Binder", "error_text"]
+
+SWEEP_GAP = 0.05
+"""The deadline timer's sweeps are at least this far apart (seconds): a gang times out, a
+backoff ends, a parked call is answered at most this late."""
 
 log = logging.getLogger("lockstep")
 
@@ -168,7 +172,13 @@ class Binder:
 
     async def expire_loop(self) -> None:
         """The deadline timer: time out gangs at their deadline (answering their parked
-        calls), end backoffs; woken early by ``kick`` when something new is parked."""
+        calls), end backoffs; woken early by ``kick`` when something new is parked.
+
+        A sweep reads every gang (its next deadline, then what expired), and every event
+        and verb kicks it: in a burst that was a sweep per loop turn, hundreds a second,
+        each growing with the gangs the cluster holds. Sweeps are at least
+        :data:`SWEEP_GAP` apart: a kick during the gap is not lost (the next deadline is
+        read after it), and nothing falls due more than the gap late."""
         while True:
             now = self.clock()
             nxt = self.core.next_deadline()
@@ -184,3 +194,4 @@ class Binder:
                     self.metrics.bind_errors.labels("TimedOut").inc()
                 self.first_seen.pop(exp.gang, None)
             self.after_change()
+            await asyncio.sleep(SWEEP_GAP)

@@ -189,6 +189,32 @@ async def test_deadline_answers_parked_binds_with_the_reason(
     assert api.bindings() == []
 
 
+async def test_kicks_in_a_burst_coalesce_into_sweeps_at_least_a_gap_apart(
+    service: Lockstep, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every event and verb kicks the deadline timer; a sweep reads every gang, so a burst
+    of kicks must not become a sweep each (it was one per loop turn)."""
+    from app.binder import SWEEP_GAP
+
+    sweeps: list[float] = []
+    expire = service.core.expire
+
+    def counting(now: float) -> Any:
+        sweeps.append(now)
+        return expire(now)
+
+    monkeypatch.setattr(service.core, "expire", counting)
+    timer = asyncio.ensure_future(service.binder.expire_loop())
+    kicks, start = 0, asyncio.get_running_loop().time()
+    while asyncio.get_running_loop().time() - start < 6 * SWEEP_GAP:
+        service.kick.set()
+        kicks += 1
+        await asyncio.sleep(0)
+    timer.cancel()
+    assert kicks > 100
+    assert 2 <= len(sweeps) <= 8, len(sweeps)
+
+
 async def test_debug_endpoints(client: httpx.AsyncClient, service: Lockstep) -> None:
     a0 = pod("a0").gang("a", min_member=2).gpu(1).build()
     service.core.upsert_pod(pod_from_json(a0))
