@@ -249,7 +249,7 @@ def upsert_pod(st: CoreState, pod: PodRecord, *, watched: bool = False) -> None:
 
 
 def upsert_pods(st: CoreState, pods: Sequence[PodRecord],
-                resolved: Mapping[PodKey, Membership] | None = None) -> None:
+                known: tuple[PodRecord, Membership] | None = None) -> None:
     """Each of ``pods`` came or changed, as :func:`upsert_pod` one after another leaves
     them, each gang they touch decided (its spec refreshed, its phase reconciled) once at
     the end rather than once per pod: the members of a gang pinned at creation together
@@ -258,13 +258,20 @@ def upsert_pods(st: CoreState, pods: Sequence[PodRecord],
     Only a record that changes nothing those passes read but its own required affinity is
     taken this way (:func:`_counted_again`: a member pinned at creation, already counted
     with the same membership, its pin on its planned node); any other is upserted the
-    full way at its turn, the gangs gathered so far decided first. ``resolved``: the
-    memberships of some of ``pods`` resolved by the caller from the same declaration
-    against the objects as they are (the placer's own review), not resolved again."""
+    full way at its turn, the gangs gathered so far decided first.
+
+    ``known``: a record and the membership the caller resolved for it against the objects
+    as they are (the placer's own review). Upserting pods changes none of the objects a
+    membership is resolved against, so a pod that declares alike (:func:`declares_alike`)
+    the last record resolved has its membership, not resolved again (a gang's members
+    created from one template all do)."""
     gather: dict[GangKey, Gang] = {}
     for pod in pods:
-        m = resolved[pod.key] if resolved is not None and pod.key in resolved \
-            else resolve_pod(st, pod)
+        if known is not None and declares_alike(known[0], pod):
+            m = known[1]
+        else:
+            m = resolve_pod(st, pod)
+            known = (pod, m)
         g = _counted_again(st, pod, m)
         if g is not None:
             gather.setdefault(g.key, g)

@@ -197,11 +197,11 @@ def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
         else:
             st.creation_answers[r.key] = placed
     # The arrivals' bookkeeping, as if the watch had shown them, the gang decided once for
-    # all of them. ``rec``'s membership is the one this review resolved: its declaration
-    # is the pinned record's, and nothing since (holds, entries, the plan) changed the
-    # objects a membership is resolved against. A held review's is resolved again: a
-    # PodGroup may have changed while it was held.
-    upsert_pods(st, pins, {rec.key: m})
+    # all of them. ``m`` is what this review resolved against the objects as they are:
+    # nothing since (holds, entries, the plan) changed them, so it is every pinned
+    # record's that declares alike (``rec``'s own pinned record does; a held review
+    # counted under a PodGroup that changed since resolves to the new one).
+    upsert_pods(st, pins, (rec, m))
     return mine
 
 

@@ -1,6 +1,7 @@
 """The members of a gang pinned at creation together are counted as one batch
 (``ingest.upsert_pods`` from ``creation.placer``): each gang they touch is decided once, not
-once per member, and the review's own membership is not resolved again.
+once per member, and a member declaring alike the review (resolved already) is not resolved
+again.
 
 The proof is a comparison: the same reviews, watch events and time, in the same order,
 through a core as shipped and through a core that upserts every pinned member on its own
@@ -51,7 +52,7 @@ PODS = [f"{g}-{i}" for g in GANGS for i in range(5)]
 
 
 def one_by_one(st_: CoreState, pods: Sequence[PodRecord],
-               resolved: dict[PodKey, Membership] | None = None) -> None:
+               known: tuple[PodRecord, Membership] | None = None) -> None:
     """How the placer counted pinned members before: one full upsert each."""
     for p in pods:
         ingest_module.upsert_pod(st_, p)
@@ -211,10 +212,11 @@ def test_seeded_runs_batch_pins_and_leave_the_state_one_by_one_leaves(
     assert batched > 200
 
 
-def test_a_gang_of_eight_pinned_together_is_decided_once_and_resolved_seven_times(
+def test_a_gang_of_eight_pinned_together_is_decided_once_and_not_resolved_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The work bound: the review completing a quorum of 8 reconciles its gang once for
-    the 8 pins (was 8 times) and resolves only the 7 held reviews again (was 8)."""
+    the 8 pins (was 8 times) and resolves none of them again (was 8): they declare alike
+    the review, resolved already."""
     core = Coscheduler(Settings())
     for n in NODES:
         core.upsert(ingest.NODES, node_from_json(node(n).gpus(4).build()))
@@ -243,7 +245,7 @@ def test_a_gang_of_eight_pinned_together_is_decided_once_and_resolved_seven_time
     assert isinstance(placed, PinAtCreation)
     assert all(isinstance(a, PinAtCreation) for a in core.drain_creation_answers().values())
     assert reconciled == ["default/g"]
-    assert sorted(resolved) == [pod_key("default", f"w{i}") for i in range(7)]
+    assert resolved == []
 
 
 def test_held_reviews_whose_podgroup_changed_meanwhile_are_counted_the_full_way(
