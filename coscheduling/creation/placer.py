@@ -46,7 +46,7 @@ from ..corestate import CoreState, HeldReviews
 from ..gang import Gang, GangPhase
 from ..gang_admission import try_admit
 from ..gating import pinned_node, pinned_terms
-from ..ingest import delete_pod, upsert_pod
+from ..ingest import delete_pod, upsert_pods
 from ..membership import countable, meets_quorum, resolve_pod
 from ..podgroup import GangKey, GangSpec
 from ..records import NodeName, PodKey, PodRecord
@@ -111,7 +111,7 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
     live = st.live(g) if g is not None else []
     under_review = list(hold.pods.values()) if hold is not None else []
     if meets_quorum(st, spec, countable(spec, [*live, *under_review, rec])):
-        return _admit_quorum(st, g, spec, rec, now)
+        return _admit_quorum(st, g, spec, rec, m, now)
     return _hold(st, spec, rec, len(live) + len(under_review) + 1, now)
 
 
@@ -157,8 +157,9 @@ def _hold(st: CoreState, spec: GangSpec, rec: PodRecord, have: int, now: float
 
 
 def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
-                  now: float) -> Placement:
-    """The quorum exists (members, reviews held and ``rec``): plan the gang whole now."""
+                  m: GangSpec, now: float) -> Placement:
+    """The quorum exists (members, reviews held and ``rec``): plan the gang whole now.
+    ``m``: the membership ``rec`` declares, resolved by this review."""
     hold = st.holds.pop(spec.key, None)
     st.slow_gangs.pop(spec.key, None)  # a job recreated under its name may come in a burst
     reviews = [*(hold.pods.values() if hold is not None else ()), rec]
@@ -181,6 +182,7 @@ def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
         return gate
     mine: Answer = GateAtCreation("its gang was admitted with the members that exist; "
                                      "an extra")
+    pins: list[PodRecord] = []
     for r in reviews:
         node = outcome.get(r.key)
         if node is None:
@@ -188,11 +190,18 @@ def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
             _leave(st, g, r.key)
             placed: Answer = GateAtCreation("an extra beyond its gang's plan")
         else:
-            placed = _pin(st, g, r, node, now)
+            pins.append(_pin(st, r, node, now))
+            placed = PinAtCreation(node, g.key)
         if r.key == rec.key:
             mine = placed
         else:
             st.creation_answers[r.key] = placed
+    # The arrivals' bookkeeping, as if the watch had shown them, the gang decided once for
+    # all of them. ``m`` is what this review resolved against the objects as they are:
+    # nothing since (holds, entries, the plan) changed them, so it is every pinned
+    # record's that declares alike (``rec``'s own pinned record does; a held review
+    # counted under a PodGroup that changed since resolves to the new one).
+    upsert_pods(st, pins, (rec, m))
     return mine
 
 
@@ -274,11 +283,11 @@ def _drop_if_empty(st: CoreState, g: Gang) -> None:
         st.gangs.pop(g.key, None)
 
 
-def _pin(st: CoreState, g: Gang, rec: PodRecord, node: NodeName, now: float) -> Answer:
-    pinned = replace(rec, required_affinity=tuple(pinned_terms(rec.required_affinity, node)))
+def _pin(st: CoreState, rec: PodRecord, node: NodeName, now: float) -> PodRecord:
+    """``rec`` pinned to ``node``, provisional until the watch shows it (the caller counts
+    it: :func:`~coscheduling.ingest.upsert_pods`)."""
     st.provisional[rec.key] = now + PROVISIONAL_SECONDS
-    upsert_pod(st, pinned)  # the arrival's bookkeeping, as if the watch had shown it
-    return PinAtCreation(node, g.key)
+    return replace(rec, required_affinity=tuple(pinned_terms(rec.required_affinity, node)))
 
 
 def withdraw(st: CoreState, key: PodKey) -> None:
