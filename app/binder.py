@@ -41,7 +41,7 @@ from .render import render
 
 __all__ = ["SWEEP_GAP", "Binder", "error_text"]
 
-SWEEP_GAP = 0.05
+SWEEP_GAP = 0.01
 """The deadline timer's sweeps are at least this far apart (seconds): a gang times out, a
 backoff ends, a parked call is answered at most this late."""
 
