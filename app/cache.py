@@ -68,11 +68,8 @@ class Resource:
     """(namespace, name) of a deleted object to the core's key for it."""
     optional: bool = False
     """A CRD that may not be installed: a 404 counts as an empty, synced list."""
-    unsynced: set[str] = field(default_factory=set)
-    """The names of the resources not synced yet, shared by every resource of one cache
-    (:attr:`synced` keeps it), so :attr:`ClusterCache.synced`, asked after every event and
-    verb, is one check, not a walk of every resource."""
-    _synced: bool = False
+    synced: bool = False
+    """Its first list (or the latest relist) has arrived, or its CRD is not served."""
     last_sync: float = 0.0
     """Monotonic time of the last list, event or bookmark."""
     relists: int = 0
@@ -98,19 +95,6 @@ class Resource:
     RSS the pager avoids). Relists stay consistent: after a watch error, a cache behind what
     was already seen must not take the cache back in time."""
 
-    @property
-    def synced(self) -> bool:
-        """Its first list (or the latest relist) has arrived, or its CRD is not served."""
-        return self._synced
-
-    @synced.setter
-    def synced(self, value: bool) -> None:
-        self._synced = value
-        if value:
-            self.unsynced.discard(self.name)
-        else:
-            self.unsynced.add(self.name)
-
 
 @dataclass(slots=True)
 class ClusterCache:
@@ -120,17 +104,12 @@ class ClusterCache:
     watch_timeout: int = 300
     resources: dict[str, Resource] = field(default_factory=dict)
 
-    _unsynced: set[str] = field(default_factory=set)
-    """Resources whose first list has not arrived (or that are listed again): shared with
-    each :class:`Resource`, which keeps it as its ``synced`` is set."""
-
     def __post_init__(self) -> None:
         for w in watched_table():
             r = Resource(w.watch.name, w.watch.path, w.kind, w.watch.parse, w.watch.key_of,
                          optional=w.watch.optional, discover=w.watch.discover,
                          protobuf=decode_node_list if w.protobuf else None,
-                         first_from_cache=w.first_from_cache, unsynced=self._unsynced)
-            self._unsynced.add(r.name)
+                         first_from_cache=w.first_from_cache)
             self.resources[r.name] = r
 
     def crd_names(self) -> dict[str, Resource]:
@@ -145,7 +124,7 @@ class ClusterCache:
 
     @property
     def synced(self) -> bool:
-        return not self._unsynced
+        return all(r.synced for r in self.resources.values())
 
     def failures(self) -> dict[str, int]:
         """Objects each resource's loop could not take in (``Resource.failed``)."""

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from coscheduling import PodKey, PodRecord, QuantityError, RecordError, pod_from_json, pod_key
 
+from .asgi import JSON, TEXT, ASGIApp, Receive, Scope, Send, answer, lifespan, read_body
 from .errors import BadRequest, error_body
 from .render import render
 from .service import NOT_LEADING, Lockstep, UnknownObject
@@ -40,11 +41,6 @@ DEFAULT_MAX_BODY = 64 * 1024 * 1024
 """A 15,000-node NodeList is ~60 MB; NodeNames requests are far smaller."""
 BIND_MAX_BODY = 1024 * 1024
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -158,27 +154,7 @@ HANGUP_POLL_SECONDS = 0.5
 
 
 async def _read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
-    for name, value in scope.get("headers") or ():
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise BadRequest(413, f"request body of {value.decode()} bytes exceeds the "
-                             f"{limit}-byte limit", ["body"])
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionAbortedError
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"request body exceeds the {limit}-byte limit", ["body"])
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
-    if not body:
-        raise BadRequest(400, "empty request body: expected a JSON object", ["body"])
-    return body
+    return await read_body(receive, scope, limit, "a JSON object")
 
 
 async def _hang_up(receive: Receive) -> None:
@@ -212,15 +188,6 @@ async def _unless_hung_up(receive: Receive, call: Coroutine[Any, Any, str]) -> s
                 t.cancel()
 
 
-async def _answer(send: Send, status: int, body: bytes, content_type: bytes,
-                  head: bool = False, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type), (b"content-length", b"%d" % len(body)), *extra]})
-    await send({"type": "http.response.body", "body": b"" if head else body})
-
-
-JSON = b"application/json"
-TEXT = b"text/plain; charset=utf-8"
 
 
 class VerbsApp:
@@ -252,18 +219,18 @@ class VerbsApp:
         elif self.rest is not None:
             await self.rest(scope, receive, send)
         elif scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
         elif scope["type"] != "http":
             return
         elif self._load_rest is None:
-            await _answer(send, 503, error_body(
+            await answer(send, 503, error_body(
                 "only the extender verbs and probes answer here", ["path"]), JSON)
         else:
             try:
                 rest = await self.load_rest()
             except Exception as e:
                 log.exception("loading the HTTP routes beside the verbs failed")
-                await _answer(send, 503, error_body(
+                await answer(send, 503, error_body(
                     f"the routes beside the verbs could not be loaded: {e!r}", ["path"]),
                     JSON, extra=((b"retry-after", b"1"),))
                 return
@@ -286,7 +253,7 @@ class VerbsApp:
         methods, handler = route
         method = scope["method"]
         if method not in methods:
-            await _answer(send, 405, error_body("Method Not Allowed", ["method"]), JSON,
+            await answer(send, 405, error_body("Method Not Allowed", ["method"]), JSON,
                           extra=((b"allow", ", ".join(methods).encode()),))
             return
         try:
@@ -300,7 +267,7 @@ class VerbsApp:
         except Exception as e:  # a bug: answer it, log it, keep serving
             log.exception("%s %s", method, scope["path"])
             status, body, content_type = 500, error_body(f"internal error: {e!r}", []), JSON
-        await _answer(send, status, body, content_type, head=method == "HEAD")
+        await answer(send, status, body, content_type, head=method == "HEAD")
 
     def _timed(self, verb: str) -> Callable[[], None]:
         start = time.perf_counter()
@@ -383,15 +350,3 @@ class VerbsApp:
         if service.failed is not None:
             why.append(f"failed: {service.failed!r}")
         return 503, ("not ready: " + "; ".join(why)).encode(), TEXT
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """uvicorn's lifespan protocol while FastAPI is not loaded: nothing to start or stop
-    (the CLI runs the service itself)."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

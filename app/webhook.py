@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal, Protocol, TypeVar
@@ -51,8 +51,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coscheduling import GANG_GATE, declares_gang, unpinned_terms
 
+from .asgi import JSON, TEXT, Receive, Scope, Send, answer, lifespan, read_body
 from .errors import BadRequest, error_body
 from .pinning import CreationPlacer
+from .rest import JSON as MEDIA_JSON
 from .service import Lockstep
 
 __all__ = [
@@ -323,65 +325,34 @@ def review_response(uid: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- HTTP
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-JSON = b"application/json"
-TEXT = b"text/plain; charset=utf-8"
-
-
-def _too_big(length: str | bytes | None) -> BadRequest | None:
-    if isinstance(length, bytes):
-        length = length.decode("latin-1")
+def _too_big(length: str | None) -> BadRequest | None:
     if length is not None and length.isdigit() and int(length) > MAX_BODY:
         return BadRequest(413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte "
                           "limit", ["body"])
     return None
 
 
-def _joined(chunks: list[bytes]) -> bytes:
-    body = b"".join(chunks)
-    if not body:
-        raise BadRequest(400, "empty request body: expected an AdmissionReview", ["body"])
-    return body
-
-
-def _over() -> BadRequest:
-    return BadRequest(413, f"request body exceeds the {MAX_BODY}-byte limit", ["body"])
-
-
 async def _body(request: Request) -> bytes:
+    """A FastAPI request's body, read as :func:`_read` reads the webhook port's."""
     if (big := _too_big(request.headers.get("content-length"))) is not None:
         raise big
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY:
-            raise _over()
+            raise BadRequest(413, f"request body exceeds the {MAX_BODY}-byte limit", ["body"])
         chunks.append(chunk)
-    return _joined(chunks)
+    body = b"".join(chunks)
+    if not body:
+        raise BadRequest(400, f"empty request body: expected {_EXPECTED}", ["body"])
+    return body
+
+
+_EXPECTED = "an AdmissionReview"
 
 
 async def _read(scope: Scope, receive: Receive) -> bytes:
-    """The request body as :func:`_body` reads it, from ASGI messages; a client that hangs
-    up before it is sent raises ``ConnectionAbortedError``."""
-    for name, value in scope.get("headers") or ():
-        if name == b"content-length" and (big := _too_big(value)) is not None:
-            raise big
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionAbortedError
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise _over()
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return _joined(chunks)
+    return await read_body(receive, scope, MAX_BODY, _EXPECTED)
 
 
 class Admission:
@@ -452,9 +423,9 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter,
         try:
             body = await _body(request)
         except BadRequest as e:
-            return Response(error_body(e.message, e.fields), e.status, media_type=_JSON)
+            return Response(error_body(e.message, e.fields), e.status, media_type=MEDIA_JSON)
         status, answer = await admission.claims(body)
-        return Response(answer, status, media_type=_JSON)
+        return Response(answer, status, media_type=MEDIA_JSON)
 
     @router.post(WEBHOOK_PATH)
     async def mutate_pods(request: Request) -> Response:
@@ -464,12 +435,9 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter,
             status, answer = admission.malformed(e)
         else:
             status, answer = await admission.pods(body)
-        return Response(answer, status, media_type=_JSON)
+        return Response(answer, status, media_type=MEDIA_JSON)
 
     return router
-
-
-_JSON = "application/json"
 
 
 class WebhookApp:
@@ -496,19 +464,19 @@ class WebhookApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if kind != "http":
             return
         route = self._routes.get(scope["path"])
         method = scope["method"]
         if route is None:
-            await _send(send, 404, error_body("Not Found", ["path"]), JSON)
+            await answer(send, 404, error_body("Not Found", ["path"]), JSON)
             return
         methods, handler = route
         if method not in methods:
-            await _send(send, 405, error_body("Method Not Allowed", ["method"]), JSON,
-                        extra=((b"allow", ", ".join(methods).encode()),))
+            await answer(send, 405, error_body("Method Not Allowed", ["method"]), JSON,
+                         extra=((b"allow", ", ".join(methods).encode()),))
             return
         try:
             status, body, content_type = await handler(scope, receive)
@@ -517,8 +485,7 @@ class WebhookApp:
         except Exception as e:  # a bug: answer it, log it, keep serving
             log.exception("%s %s", method, scope["path"])
             status, body, content_type = 500, error_body(f"internal error: {e!r}", []), JSON
-        await _send(send, status, b"" if method == "HEAD" else body, content_type,
-                    length=len(body))
+        await answer(send, status, body, content_type, head=method == "HEAD")
 
     async def _pods(self, scope: Scope, receive: Receive) -> _Answer:
         try:
@@ -541,25 +508,6 @@ class WebhookApp:
 
 
 _Answer = tuple[int, bytes, bytes]
-
-
-async def _send(send: Send, status: int, body: bytes, content_type: bytes, *,
-                length: int | None = None, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type),
-        (b"content-length", b"%d" % (len(body) if length is None else length)), *extra]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """uvicorn's lifespan protocol, when it is on: nothing to start or stop."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 def create_webhook_app(service: Lockstep) -> WebhookApp:
