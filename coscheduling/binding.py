@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import expected
 from .actions import (
     BindDecision,
     BindFailed,
@@ -117,7 +116,6 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
         # Already partly bound at the API server (Lockstep died between a group's
         # bindings, or a binding failed after its siblings'): parking the rest would only
         # keep the gang partial for longer. The plan is whole, so release it now.
-        expected.forget(st, g)
         g.release({key})
         st.notice(NoticeKind.RELEASED, g.key, (key,),
                   detail=f"{bound}/{spec.min_member} already bound; completing")
@@ -149,7 +147,6 @@ def _park_until_quorum(st: CoreState, g: Gang, spec: GangSpec, key: PodKey, pod:
             return Reject(mine)
         return Park(g.key, g.deadline)
     binds = st.waiting.pop_gang(g.key)
-    expected.forget(st, g)
     g.release(set(binds))
     st.notice(NoticeKind.RELEASED, g.key, (key,),
               detail=f"{len(binds) + bound_count(st, g)}/{spec.min_member}")

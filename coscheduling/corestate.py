@@ -108,9 +108,6 @@ class CoreState:
         """Pods Lockstep bound (uid, node) that the watch has not shown bound yet: counted on
         their node at once, as kube-scheduler's cache assumes a pod, so no plan is made on
         the room they took; kept until the watch confirms or contradicts it."""
-        self.expected: dict[PodKey, GangKey] = {}
-        """Members a gang admitted at its first member's creation still waits for (not yet
-        created): each holds a slot shaped like that member (``coscheduling.expected``)."""
         self.provisional: dict[PodKey, float] = {}
         """Members pinned at creation that the watch has not shown yet, with the time their
         slot is given back if it never does (``coscheduling.creation.placer``)."""
@@ -215,8 +212,6 @@ class CoreState:
 
     def notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
                reason: GangReason | None = None, detail: str = "") -> None:
-        if self.expected:  # a member not created yet gets no Event
-            pods = [p for p in pods if p not in self.expected]
         self.outbox.notice(kind, gang, pods, reason, detail)
 
     def unpark(self, g: Gang, pod: PodKey, what: str) -> None:

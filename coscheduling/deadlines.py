@@ -4,7 +4,6 @@ gangs backing off get another try when their backoff ends. The app's timer calls
 
 from __future__ import annotations
 
-from . import expected
 from .actions import GangExpired, NoticeKind
 from .corestate import CoreState
 from .creation.held import HELD_RETRY_SECONDS
@@ -63,7 +62,6 @@ def expire(st: CoreState, now: float) -> list[GangExpired]:
         # Koordinator's NonStrict: try again at once rather than after a backoff.
         backoff = 0.0 if spec is not None and spec.mode is Mode.NON_STRICT \
             else st.settings.backoff_seconds
-        expected.forget(st, g)
         g.expire(now, backoff, reason)
         st.notice(NoticeKind.TIMED_OUT, g.key, sorted(g.members), reason)
         out.append(GangExpired(g.key, parked, reason))

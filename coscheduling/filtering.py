@@ -15,7 +15,6 @@ from .actions import FilterDecision
 from .corestate import CoreState
 from .devices.align import spared
 from .enqueue import queue_gate
-from .expected import adopt
 from .gang import Gang, GangPhase
 from .gang_admission import admit, devices_ready, extend, replan, turn_away
 from .ingest import learn_newer, upsert_pod
@@ -116,11 +115,6 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
                 st, pod.key, g, BackingOff(g.key, g.backoff_until - now, g.backoff_cause)))
         g.backoff_over()
     if g.phase is GangPhase.ADMITTED:
-        if (node := adopt(st, g, pod)) is not None:
-            # The slot an expected member of its shape held (it came ungated: the
-            # webhook was down, or not in its path).
-            return FilterDecision([node]) if node in candidates \
-                else replan(st, g, pod, candidates)
         return extend(st, g, pod, candidates)
     live = st.live(g)
     if not meets_quorum(st, spec, countable(spec, live)):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from . import expected
 from .actions import FilterDecision, NoticeKind, Unparked
 from .corestate import CoreState
 from .devices.align import align
@@ -108,12 +107,7 @@ def reconcile(st: CoreState, g: Gang) -> None:
 def complete_plan(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord],
                   bound: list[PodKey]) -> None:
     """An admitted gang holds a whole plan, or nothing: a member that left is replaced by
-    one without a slot, and a slot that was lost is placed again. An expected member that
-    lost its slot (its node went) is dropped, not placed again: it only ever held a slot."""
-    slotless = [k for k in g.members if k in st.expected and k not in g.plan]
-    if slotless:
-        expected.forget(st, g, slotless)
-        live = [p for p in live if p.key not in slotless]
+    one without a slot, and a slot that was lost is placed again."""
     if not meets_quorum(st, spec, countable(spec, live)):
         fall_back(st, g, MembersLost(g.key, len(live), spec.min_member, departed(g, live)))
         return
@@ -149,7 +143,6 @@ def fall_back(st: CoreState, g: Gang, reason: GangReason) -> None:
     parked = st.waiting.pop_gang(g.key)
     if parked:
         st.outbox.unparked.append(Unparked(g.key, parked, reason))
-    expected.forget(st, g)
     g.fall_back(reason)
     st.notice(NoticeKind.WAITING, g.key, sorted(g.members), reason)
 

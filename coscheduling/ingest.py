@@ -531,7 +531,7 @@ def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
     fresh = {p.key: p for p in pods}
     st.pods_revision = max([st.pods_revision, *(p.resource_version for p in fresh.values())])
     for key in [k for k in st.store.pods if k not in fresh]:
-        if key not in st.expected and key not in st.provisional:  # not created yet
+        if key not in st.provisional:  # not created yet
             delete_pod(st, key)
     for p in fresh.values():
         if st.store.pods.get(p.key) != p:

@@ -18,17 +18,13 @@
 8. what the Volcano gangs of a queue hold (reservations and bound members) stays within the
    queue's capability, for each resource it names (a capability lowered under running
    gangs would break this by the user's hand: the model only raises it);
-9. an expected member (a slot held at creation for a member not created yet) belongs to an
-   ADMITTED gang and holds a slot there, and fewer than ``minMember`` of a gang's members are
-   expected, and no more than the members it still lacks (members that disagree on
-   ``minMember`` never make it hold room for more); a member pinned at creation that the
-   watch has not shown is not created yet in the core's view either (no UID);
+9. a member pinned at creation that the watch has not shown is not created yet in the core's
+   view either (no UID);
 10. no empty gang survives a step: every gang the core keeps has a member that exists (a pod
     the API server holds, or one pinned at creation whose creation is still in flight: its
     provisional deadline, when ``now`` is given, not passed yet);
 11. nothing is reserved for a gang none of whose members exists: ledger reservations
-    (a preemption's held room among them), expected placeholders and provisional pins all
-    count;
+    (a preemption's held room among them) and provisional pins both count;
 12. victims are compared with their preemptor by one measure: a victim gang whose group
     names a priority (an upstream PodGroup's ``priority``, a Volcano or upstream PodGroup's
     ``priorityClassName``) is below the preemptor by that priority, not by its pods'; a
@@ -89,7 +85,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     leaving = state_of(core).preemptions.terminating()
     _check_preemptions(core)
     _check_queues(core)
-    _check_expected(core)
+    _check_provisional(core)
     _check_gangs_exist(core, now)
     nominations = state_of(core).nominations
     flying = {k for g in core.gangs().values() for k in g.binding}
@@ -190,28 +186,9 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
             raise InvariantBroken(f"stale free GPUs per domain at level {index}")
 
 
-def _check_expected(core: Coscheduler) -> None:
-    """9. expected members only inside admitted plans, never a whole gang of them."""
+def _check_provisional(core: Coscheduler) -> None:
+    """9. a member pinned at creation is provisional only until the watch shows it created."""
     st = state_of(core)
-    per_gang: dict[GangKey, int] = {}
-    for key, gang in st.expected.items():
-        g = st.gangs.get(gang)
-        if g is None or g.phase is not GangPhase.ADMITTED:
-            raise InvariantBroken(f"expected member {key} of gang {gang}, which is not "
-                                  f"admitted ({g.phase.value if g else 'gone'})")
-        if key not in g.plan or key not in g.members or key not in st.store.pods:
-            raise InvariantBroken(f"expected member {key} holds no slot in gang {gang}")
-        per_gang[gang] = per_gang.get(gang, 0) + 1
-        if g.spec is not None and per_gang[gang] >= g.spec.min_member:
-            raise InvariantBroken(f"gang {gang} admitted on expected members alone")
-    for gang, count in sorted(per_gang.items()):
-        owner = st.gangs[gang]
-        real = sum(1 for k in owner.members if k not in st.expected and k in st.store.pods)
-        if owner.spec is not None and count > max(0, owner.spec.min_member - real):
-            raise InvariantBroken(
-                f"gang {gang} holds {count} expected slots, but minMember "
-                f"{owner.spec.min_member} less its {real} members is "
-                f"{owner.spec.min_member - real}")
     for key in st.provisional:
         p = st.store.pods.get(key)
         if p is not None and p.uid:
@@ -224,7 +201,7 @@ def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
 
     def exists(k: PodKey) -> bool:
         p = st.store.pods.get(k)
-        if p is None or k in st.expected:
+        if p is None:
             return False
         if p.uid:
             return True
@@ -240,8 +217,6 @@ def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
     reserving: dict[GangKey, str] = {}
     for r in state_of(core).ledger.by_pod.values():
         reserving.setdefault(r.gang, f"a reservation for {r.pod} on {r.node}")
-    for k, gang in st.expected.items():
-        reserving.setdefault(gang, f"an expected slot {k}")
     for k in st.provisional:
         m = st.membership.get(k)
         owner = getattr(m, "key", None)
@@ -275,7 +250,7 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
     store = state_of(core).store
     st = state_of(core)
     pods = {k: p for k, p in store.pods.items()
-            if k not in st.expected and k not in st.provisional}  # not created yet
+            if k not in st.provisional}  # not created yet
     # Bindings Lockstep assumed (in flight, not shown by the watch yet) are its own, not
     # the API server's: counted as the API server shows them.
     assumed = {k: p for k, p in pods.items() if k in st.assumed and p.node_name is not None}

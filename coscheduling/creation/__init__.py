@@ -17,7 +17,5 @@ imports them but ``core`` and ``deadlines``. What stays outside, and why:
   in this package they would close an import circle (the state imports them, the placer
   imports the state);
 * the gate itself is :mod:`coscheduling.gating`: the records, ingest and admission read it,
-  as the lifter and the placer do, so it is shared, not this wing's;
-* :mod:`coscheduling.expected` (slots for members not created yet, no longer built) is read
-  by admission, filtering and binding, which the placer imports.
+  as the lifter and the placer do, so it is shared, not this wing's.
 """

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ..actions import Lift
 from ..corestate import CoreState
-from ..expected import adopt
 from ..gang import GangPhase
 from ..gang_admission import (
     admit_by_preemption,
@@ -121,8 +120,6 @@ def lift_target(st: CoreState, key: PodKey) -> Lift | None:
         return Lift(key, pod.uid, node)
     if st.preemptions.evicting(g.key) is not None:
         return None  # its gang is being evicted whole: no member may start now
-    if (node := adopt(st, g, pod)) is not None:
-        return Lift(key, pod.uid, node)  # the slot an expected member of its shape held
     if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
         return Lift(key, pod.uid, None)
     return None

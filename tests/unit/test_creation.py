@@ -104,7 +104,7 @@ def test_a_gang_created_in_one_burst_is_pinned_whole_once_its_quorum_exists() ->
     assert set(others.values()) == {last}  # every held review pinned, on the same node
     g = core.gangs()[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and reserved(core) == 4
-    assert state_of(core).expected == {} and state_of(core).holds == {}
+    assert state_of(core).holds == {}
     assert core.drain_lift() == []  # nothing was gated, nothing to lift
     check_invariants(core)
 
@@ -172,7 +172,7 @@ def test_a_pin_whose_pod_never_appears_gives_the_gang_back_and_leaves_no_gang() 
     deadline = core.next_deadline()
     assert deadline is not None and deadline <= PROVISIONAL_SECONDS
     core.expire(PROVISIONAL_SECONDS + 0.01)
-    assert reserved(core) == 0 and state_of(core).expected == {} and core.pods == {}
+    assert reserved(core) == 0 and core.pods == {}
     assert core.gangs() == {}  # no empty gang left behind
     check_invariants(core)
 
@@ -229,7 +229,7 @@ def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -
     core.upsert_pod(pod_from_json(pod("w0").gang("g", 2, timeout=30).gpu(1).held().build()))
     placed = core.place_at_creation(pod_from_json(creating("w1", "g", 10)), 0.0)
     assert isinstance(placed, GateAtCreation) and "disagree" in placed.why
-    assert reserved(core) == 0 and state_of(core).expected == {} and state_of(core).holds == {}
+    assert reserved(core) == 0 and state_of(core).holds == {}
     assert set(core.pods) == {pod_key("default", "w0")}
     check_invariants(core)
 
@@ -272,7 +272,7 @@ def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
         placed = core.place_at_creation(pod_from_json(creating("w0", f"g{size}", size)), 0.0)
         assert time.perf_counter() - start < 0.1
         assert isinstance(placed, GateAtCreation)
-        assert core.pods == {} and state_of(core).expected == {} and state_of(core).holds == {}
+        assert core.pods == {} and state_of(core).holds == {}
 
 
 def test_a_relist_keeps_what_was_placed_at_creation() -> None:

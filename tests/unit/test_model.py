@@ -145,9 +145,9 @@ HELD = {"h": (3, 1)}
 cycles a held member, Lockstep admits the gang itself and lifts each gate with a pin to the
 planned node, which the model's API server applies late, stale or never."""
 WEBHOOK = {"w": (3, 1)}
-"""A gang whose members the webhook places at creation: the first one's creation admits the
-gang whole (expected members hold the rest of the plan) and is pinned without a gate, later
-ones take the expected slots; a member of another shape, or one of a gang that cannot run, is
+"""A gang whose members the webhook places at creation: a review is held a moment for its
+siblings, and once the quorum's reviews are in hand the gang is admitted whole and each is
+pinned without a gate; a member of a gang that cannot run, or one created alone too long, is
 gated. A creation may land at once, late, or never (its slot must then go back within
 ``PROVISIONAL_SECONDS``), and Lockstep may restart while pinned members are unbound."""
 PG = "pg"

@@ -65,7 +65,6 @@ def snapshot(core: Coscheduler) -> dict[str, Any]:
         "holds": {k: (h.spec, h.first, h.until, dict(h.pods)) for k, h in s.holds.items()},
         "provisional": dict(s.provisional),
         "slow": list(s.slow_gangs),
-        "expected": dict(s.expected),
         "plans": core.plans(),
         "answers": dict(s.creation_answers),
     }
