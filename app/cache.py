@@ -57,7 +57,7 @@ CRD's watch event wakes it first."""
 @dataclass(slots=True)
 class Resource:
     """One kind the cache lists and watches: where, how each object is parsed, and the
-    core's table entry (``coscheduling.ingest``) its events go to."""
+    core's table entry (``coscheduling.events.ingest``) its events go to."""
 
     name: str
     path: str

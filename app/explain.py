@@ -16,7 +16,7 @@ from coscheduling import (
     format_resources,
 )
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
-from coscheduling.topology import DEFAULT_LEVELS, GPU, gpu_layout
+from coscheduling.topology.domains import DEFAULT_LEVELS, GPU, gpu_layout
 
 from .render import render
 

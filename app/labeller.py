@@ -2,7 +2,7 @@
 
 Runs as a DaemonSet on GPU nodes (``deploy/labeller/``). Each round reads the GPU connection
 matrix (``nvidia-smi topo -m``, NVML through an optional ``pynvml``, or a file), turns it into
-labels with the pure ``coscheduling.gputopo`` and merge-patches only those labels onto the
+labels with the pure ``coscheduling.topology.gpus`` and merge-patches only those labels onto the
 Node, skipping the write when they are already there (each write wakes every Node watcher).
 It reaches the API server as the rest of Lockstep does: ``app.kube.load_config``
 (``--kubeconfig``, else the in-cluster service account) and ``app.kube.KubeClient``.
@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import yaml
 
-from coscheduling.gputopo import (
+from coscheduling.topology.gpus import (
     NVML_LEVEL_CODES,
     GpuTopology,
     TopologyError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from coscheduling.topology import HOSTNAME, Level
+from coscheduling.topology.domains import HOSTNAME, Level
 
 __all__ = ["LevelsError", "parse_levels"]
 

@@ -17,15 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from coscheduling import (
-    Coscheduler,
-    Eviction,
-    NodeName,
-    Notice,
-    NoticeKind,
-    PodKey,
-    lift_patch,
-)
+from coscheduling import Coscheduler, Eviction, NodeName, Notice, NoticeKind, PodKey, lift_patch
 
 from .errors import APIError, APIUnreachable, Conflict, NotFound
 from .kube import KubeClient

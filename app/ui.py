@@ -33,7 +33,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from coscheduling import GANG_STATES, Coscheduler, GangKey, GangPhase, GangView, NodeName
-from coscheduling.topology import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
+from coscheduling.topology.domains import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
 
 from .errors import BadRequest
 from .render import render

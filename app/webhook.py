@@ -2,7 +2,7 @@
 
 ``POST /mutate/pods`` takes an ``admission.k8s.io/v1`` AdmissionReview. A Pod being created
 whose ``spec.schedulerName`` is one of Lockstep's, that declares a gang by any convention
-Lockstep reads (:func:`coscheduling.gating.declares_gang`) and that is not bound already
+Lockstep reads (:func:`coscheduling.gang.gating.declares_gang`) and that is not bound already
 (``spec.nodeName``: the API server rejects a pod with both a node and a gate) gets one of two
 JSONPatches:
 

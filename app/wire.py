@@ -143,7 +143,7 @@ class PodShape(_Loose):
 
 def validate_shape(pod: Any) -> None:
     """``PodShape.model_validate(pod)``, leaving out a required node affinity over the
-    planner's limits (``coscheduling.eligibility``): no gang member with it is ever placed
+    planner's limits (``coscheduling.topology.eligibility``): no gang member with it is ever placed
     (the reason names the field and the limit), and a plain pod's is kube-scheduler's to
     evaluate, so checking its thousands of terms one model each (0.5 s for 4,000) would be
     work that grows with the pod for nothing. Raises ``ValidationError`` as the model does."""

@@ -19,17 +19,10 @@ import argparse
 import time
 from typing import Any
 
-from coscheduling import (
-    Coscheduler,
-    NodeName,
-    Settings,
-    ingest,
-    node_from_json,
-    pod_from_json,
-    pod_key,
-)
+from coscheduling import Coscheduler, NodeName, Settings, node_from_json, pod_from_json, pod_key
 from coscheduling.devices import selectors
 from coscheduling.devices.wire import class_from_json, slice_from_json, template_from_json
+from coscheduling.events import ingest
 
 DRIVER = "gpu.nvidia.com"
 

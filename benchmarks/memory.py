@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gang.gating import GANG_GATE
 from coscheduling.resources import Resources, fits, pod_requests, resource_list, sub
 from testbed.cluster import create_nodes, load_topology, nodes_from_topology
 from testbed.kube import Kube

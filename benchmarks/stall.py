@@ -56,7 +56,7 @@ from typing import Any
 import httpx
 import orjson
 
-from coscheduling import ingest
+from coscheduling.events import ingest
 
 from .synthetic import cluster_nodes, plain_pod, running_pods
 from .verbs import _free_port, _pct

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling.events import ingest
 
 
 def cluster_nodes(n: int, gpus: int = 8, per_rack: int = 16) -> list[dict[str, Any]]:

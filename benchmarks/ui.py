@@ -28,7 +28,8 @@ import httpx
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, GangKey, Settings, ingest, node_from_json, pod_from_json
+from coscheduling import Coscheduler, GangKey, Settings, node_from_json, pod_from_json
+from coscheduling.events import ingest
 
 from .synthetic import cluster_nodes, running_pods
 

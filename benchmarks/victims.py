@@ -23,10 +23,8 @@ import random
 import time
 from typing import Any
 
-from coscheduling.capacity import Capacity
-from coscheduling.cluster import ClusterStore
-from coscheduling.ledger import Ledger
-from coscheduling.planner import Member
+from coscheduling.placement.capacity import Capacity
+from coscheduling.placement.planner import Member
 from coscheduling.preemption.victims import (
     SEARCH_BUDGET,
     Candidate,
@@ -38,7 +36,9 @@ from coscheduling.preemption.victims import (
     describe,
 )
 from coscheduling.records import GangKey, NodeName, PodRecord, node_from_json
-from coscheduling.topology import DEFAULT_LEVELS, GPU, level_by_name
+from coscheduling.state.cluster import ClusterStore
+from coscheduling.state.ledger import Ledger
+from coscheduling.topology.domains import DEFAULT_LEVELS, GPU, level_by_name
 
 __all__ = ["CASES", "TABLE_COLUMNS", "run"]
 

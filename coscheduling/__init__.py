@@ -5,9 +5,9 @@ dicts, and get typed decisions and reasons back. ``app`` adapts HTTP and Kuberne
 
 This package's names are the core's public surface, with three modules of values the
 adapter renders or writes: ``coscheduling.reasons`` (why Lockstep said no),
-``coscheduling.topology`` and ``coscheduling.gputopo`` (the labels and levels it reads),
-and ``coscheduling.conventions`` (each convention's objects and how their status is
-written). ``app`` imports nothing else (an import-linter contract in ``pyproject.toml``).
+``coscheduling.topology.domains`` and ``coscheduling.topology.gpus`` (the labels and
+levels it reads), and ``coscheduling.conventions`` (each convention's objects and how their
+status is written). ``app`` imports nothing else (an import-linter contract in ``pyproject.toml``).
 
 Modules are named for what they hold, and no two alike for different things. The cluster as
 the API server showed it is ``cluster`` (``ClusterStore``); the core's own state around it,
@@ -42,9 +42,10 @@ from .conventions.scheduler_plugins import podgroup_from_json
 from .core import Coscheduler
 from .corestate import PlainVerdict, Settings
 from .devices.selectors import warm as warm_selectors
-from .eligibility import affinity_problem, eligible
-from .gang import GangPhase
-from .gating import (
+from .events.ingest import PODS, Kind
+from .events.watched import Watched
+from .events.watched import table as watched_table
+from .gang.gating import (
     GANG_GATE,
     declares_gang,
     lift_patch,
@@ -52,9 +53,10 @@ from .gating import (
     pinned_terms,
     unpinned_terms,
 )
-from .ingest import PODS, Kind
-from .planner import NoFit, Plan
+from .placement.planner import NoFit, Plan
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, MissingPodGroup, gang_key
+from .readmodel import STATES as GANG_STATES
+from .readmodel import GangView
 from .records import (
     NodeName,
     NodeRecord,
@@ -67,11 +69,9 @@ from .records import (
     priority_class_from_json,
 )
 from .resources import QuantityError, Resources, format_resources
-from .topology import DEFAULT_LEVELS, Level
-from .views import STATES as GANG_STATES
-from .views import GangView
-from .watched import Watched
-from .watched import table as watched_table
+from .state.gang import GangPhase
+from .topology.domains import DEFAULT_LEVELS, Level
+from .topology.eligibility import affinity_problem, eligible
 from .whatif import DryRun, Offload, Outcome, Placed, Proposal, Verdict, VictimSet, WhatIfError
 
 __all__ = [

@@ -103,7 +103,7 @@ BindDecision = BindNow | Park | BindGroup | Reject
 class GangExpired:
     """An admitted gang whose deadline passed before its quorum bound: its room is given
     back, and the app answers its parked calls with ``reason`` (not a preemption's expiry:
-    :class:`~coscheduling.preemption.book.PreemptionExpired`)."""
+    :class:`~coscheduling.preemption.inflight.PreemptionExpired`)."""
 
     gang: GangKey
     parked: dict[PodKey, NodeName]

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from . import binding, deadlines, filtering, ingest, views
+from . import readmodel
 from .actions import (
     Answer,
     BindDecision,
@@ -45,18 +45,20 @@ from .conventions.scheduler_plugins import PodGroupStatus
 from .conventions.upstream import UpstreamPodGroup
 from .conventions.volcano import VolcanoStatus
 from .corestate import CoreState, PlainVerdict, Settings
-from .creation import held, placer
+from .creation import gated, placer
 from .devices.narrow import narrow
-from .gang import Gang
-from .ingest import Kind
-from .membership import meets_quorum
+from .events import ingest
+from .events.ingest import Kind
+from .gang.membership import meets_quorum
 from .podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_of
-from .preemption.book import InFlight
+from .preemption.inflight import InFlight
+from .readmodel import GangView
 from .reasons import PartiallyBound
 from .records import NodeName, NodeRecord, PodKey, PodRecord
 from .resources import Resources
-from .topology import GPU, GpuLayout, Score
-from .views import GangView
+from .state.gang import Gang
+from .topology.domains import GPU, GpuLayout, Score
+from .verbs import binding, deadlines, filtering
 from .whatif import DryRun, expand
 
 __all__ = ["Coscheduler"]
@@ -150,7 +152,7 @@ class Coscheduler:
         return self._waiting.total()
 
     def members_of(self, gang: GangKey) -> list[PodRecord]:
-        return views.members_of(self._state, gang)
+        return readmodel.members_of(self._state, gang)
 
     def membership(self, pod: PodKey) -> Membership:
         return self._state.membership.get(pod)
@@ -265,10 +267,10 @@ class Coscheduler:
         placer.release_hold(self._state, key)
 
     def admit_held(self, now: float) -> None:
-        held.admit_held(self._state, now)
+        gated.admit_held(self._state, now)
 
     def lift_target(self, key: PodKey) -> Lift | None:
-        return held.lift_target(self._state, key)
+        return gated.lift_target(self._state, key)
 
     def next_deadline(self) -> float | None:
         return deadlines.next_deadline(self._state)
@@ -313,17 +315,17 @@ class Coscheduler:
 
     def drain_lift(self) -> list[Lift]:
         """Held pods whose gate comes off now (decided now, from the current plan)."""
-        return held.drain_lift(self._state)
+        return gated.drain_lift(self._state)
 
     # ------------------------------------------------------------------ read models
 
     def gang_view(self, key: GangKey) -> GangView | None:
-        return views.gang_view(self._state, key)
+        return readmodel.gang_view(self._state, key)
 
     def gang_state(self, key: GangKey) -> str | None:
-        """What a person calls the gang's state (one of ``views.STATES``), or None."""
+        """What a person calls the gang's state (one of ``readmodel.STATES``), or None."""
         g = self._state.gangs.get(key)
-        return views.gang_state(self._state, g) if g is not None else None
+        return readmodel.gang_state(self._state, g) if g is not None else None
 
     def preemptions_in_flight(self) -> list[InFlight]:
         """Each preemption whose victims are still going, oldest first."""
@@ -338,17 +340,17 @@ class Coscheduler:
         return MappingProxyType(self._store.upstream)
 
     def gang_views(self) -> list[GangView]:
-        found = (views.gang_view(self._state, k) for k in sorted(self._state.gangs))
+        found = (readmodel.gang_view(self._state, k) for k in sorted(self._state.gangs))
         return [v for v in found if v is not None]
 
     def podgroup_status(self, key: GangKey) -> PodGroupStatus | None:
-        return views.podgroup_status_of(self._state, key)
+        return readmodel.podgroup_status_of(self._state, key)
 
     def podgroup_statuses(self) -> dict[GangKey, PodGroupStatus]:
-        return views.podgroup_statuses(self._state)
+        return readmodel.podgroup_statuses(self._state)
 
     def volcano_statuses(self) -> dict[GangKey, VolcanoStatus]:
-        return views.volcano_status_map(self._state)
+        return readmodel.volcano_status_map(self._state)
 
     # ------------------------------------------------------------------ what-if
 

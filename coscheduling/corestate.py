@@ -7,10 +7,10 @@ The rule modules (``ingest``, ``gang_admission``, ``creation.held``, ``filtering
 :class:`~coscheduling.core.Coscheduler` facade owns it and routes cluster events and verbs to
 them. Three owners keep their own invariants inside it:
 
-* :class:`~coscheduling.cluster.ClusterStore` holds what the API server sent and every cache
+* :class:`~coscheduling.state.cluster.ClusterStore` holds what the API server sent and every cache
   derived from it;
-* :class:`~coscheduling.ledger.Ledger` holds one reservation per planned pod;
-* :class:`~coscheduling.gang.Gang` is each gang's state machine, the only code that reserves
+* :class:`~coscheduling.state.ledger.Ledger` holds one reservation per planned pod;
+* :class:`~coscheduling.state.gang.Gang` is each gang's state machine, the only code that reserves
   or unreserves.
 """
 
@@ -21,20 +21,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .actions import Answer, NoticeKind, Unparked
-from .capacity import Capacity
-from .cluster import ClusterStore
 from .devices.inventory import DeviceInventory
-from .gang import Gang
-from .ledger import Ledger
-from .outbox import Outbox
+from .placement.capacity import Capacity
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, Membership, MissingPodGroup
-from .preemption.book import PreemptionBook
 from .preemption.budgets import Budget
-from .preemption.nominations import Nominations
+from .preemption.inflight import PreemptionBook
 from .reasons import BindTargetGone, GangReason, NodeReason
 from .records import NodeName, PodKey, PodRecord, PriorityClass
-from .topology import DEFAULT_LEVELS, Level
-from .waiting import WaitingMap
+from .state.cluster import ClusterStore
+from .state.gang import Gang
+from .state.ledger import Ledger
+from .state.nominations import Nominations
+from .state.outbox import Outbox
+from .state.waiting import WaitingMap
+from .topology.domains import DEFAULT_LEVELS, Level
 
 __all__ = ["GONE_REMEMBERED", "VERDICTS_REMEMBERED", "CoreState", "HeldReviews", "PlainVerdict",
            "Settings"]

@@ -169,7 +169,7 @@ class PodRecord:
     ``kueue.x-k8s.io/admission``, say): somebody else holds the pod back, so it cannot count
     toward a gang's quorum."""
     held: bool = False
-    """``spec.schedulingGates`` holds Lockstep's own gate (``coscheduling.gating``): a member
+    """``spec.schedulingGates`` holds Lockstep's own gate (``coscheduling.gang.gating``): a member
     that counts, waiting outside kube-scheduler's queue for its gang's admission."""
     unschedulable: bool = False
     """kube-scheduler marked it ``PodScheduled=False, reason=Unschedulable``: it waits in the

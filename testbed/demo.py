@@ -18,7 +18,7 @@ import time
 
 import httpx
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gang.gating import GANG_GATE
 
 from .bins import REPO, ensure_bins
 from .cluster import create_nodes, load_topology, nodes_from_topology

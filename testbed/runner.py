@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gang.gating import GANG_GATE
 
 from .bins import K8S_NAMES, K8S_VERSIONS, REPO, bin_path
 from .certs import make_certs

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Self
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gang.gating import GANG_GATE
 
 __all__ = ["RUNTIME_ANNOTATION", "PodBuilder", "gang", "pod", "podgroup"]
 

@@ -52,17 +52,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from coscheduling.core import Coscheduler
-from coscheduling.devices.book import held_devices
 from coscheduling.devices.model import Claim, DeviceId
-from coscheduling.eligibility import eligible
-from coscheduling.enqueue import holds, queue_of
-from coscheduling.gang import Gang, GangPhase
-from coscheduling.gating import pinned_node
-from coscheduling.ledger import LedgerDrift, check_ledger
+from coscheduling.devices.room import held_devices
+from coscheduling.gang.enqueue import holds, queue_of
+from coscheduling.gang.gating import pinned_node
 from coscheduling.reasons import Preempting
 from coscheduling.records import GangKey, NodeName, PodKey, PodRecord
 from coscheduling.resources import Resources, add, sub
-from coscheduling.topology import domain_of
+from coscheduling.state.gang import Gang, GangPhase
+from coscheduling.state.ledger import LedgerDrift, check_ledger
+from coscheduling.topology.domains import domain_of
+from coscheduling.topology.eligibility import eligible
 from tests.internals import state_of
 
 __all__ = ["InvariantBroken", "check_devices", "check_fenced", "check_invariants",

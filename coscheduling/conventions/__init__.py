@@ -26,11 +26,11 @@ A new convention is a new module defining its keys and its :class:`Convention`, 
 in :data:`REGISTRY`. The order of :data:`REGISTRY` is the resolution order: declarations are
 listed in it (the first names the gang's source), PodGroup objects are read in it, then the
 size keys on the pod, then each convention's own options. The webhook
-(``coscheduling.gating``) gates every pod that names a gang by any registered key; the adapter
+(``coscheduling.gang.gating``) gates every pod that names a gang by any registered key; the adapter
 watches each convention's PodGroup API and writes its status there.
 
 Beside them: ``base`` (what a convention is), ``volcano_queues`` (Volcano's queue math, a pure
-leaf that ``volcano`` and the enqueue rules in ``coscheduling.enqueue`` read) and
+leaf that ``volcano`` and the enqueue rules in ``coscheduling.gang.enqueue`` read) and
 ``kueue.quota_line`` (Kueue's quota line, which preemption never crosses).
 
 A pod may declare its gang by several conventions at once (a Kubeflow job, say, carries both

@@ -147,7 +147,7 @@ class PodGroupAPI:
 class Watch:
     """An API object the core reads, declared as data: where it is served, how a served
     object becomes the core's record, and the core's key for a deleted one. The adapter lists
-    and watches each one (``coscheduling.watched``)."""
+    and watches each one (``coscheduling.events.watched``)."""
 
     name: str
     """The resource's name in metrics and logs."""
@@ -164,7 +164,7 @@ class Watch:
     """(API group, plural, versions by preference): the path is found by discovery."""
     into: Into = "groups"
     """What the objects are to the core, which picks the rules their events go through
-    (``coscheduling.ingest``): ``groups``, PodGroup records kept by gang key whose pods are
+    (``coscheduling.events.ingest``): ``groups``, PodGroup records kept by gang key whose pods are
     resolved again when one comes, changes or goes (any convention with a PodGroup object
     like scheduler-plugins'); the others are one convention's own objects, with their own
     rules in the core (Kubernetes' PodGroups and Workloads, Volcano's Queues)."""
@@ -179,7 +179,7 @@ class Watch:
 
 Into = Literal["groups", "upstream-podgroups", "upstream-workloads", "volcano-queues", "own"]
 """What a watched object is to the core (:attr:`Watch.into`); ``own`` marks Kubernetes'
-own kinds (nodes, pods, ...), which ``coscheduling.watched`` pairs with their rules."""
+own kinds (nodes, pods, ...), which ``coscheduling.events.watched`` pairs with their rules."""
 
 Render = Callable[[Reason], str]
 """A reason in words (the adapter's ``app.render.render``): conditions carry the sentence

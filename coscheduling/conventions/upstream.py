@@ -71,7 +71,7 @@ from ..reasons import (
     TimedOut,
 )
 from ..records import PodKey, PodRecord
-from ..topology import Level, level_by_name
+from ..topology.domains import Level, level_by_name
 from .base import FIELD_MANAGER, Convention, Render, StatusPatch, StatusWrite, Watch
 
 __all__ = [
@@ -508,7 +508,7 @@ server serves (API discovery), or nothing (before 1.35, or the feature gate off)
 
 
 class _View(Protocol):
-    """A gang as the facade shows it (``coscheduling.views.GangView``), as far as the
+    """A gang as the facade shows it (``coscheduling.readmodel.GangView``), as far as the
     condition reads it."""
 
     @property

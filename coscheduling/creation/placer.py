@@ -43,13 +43,13 @@ from dataclasses import replace
 
 from ..actions import Answer, AwaitQuorum, GateAtCreation, PinAtCreation, Placement
 from ..corestate import CoreState, HeldReviews
-from ..gang import Gang, GangPhase
-from ..gang_admission import try_admit
-from ..gating import pinned_node, pinned_terms
-from ..ingest import delete_pod, upsert_pods
-from ..membership import countable, meets_quorum, resolve_pod
+from ..events.ingest import delete_pod, upsert_pods
+from ..gang.admission import try_admit
+from ..gang.gating import pinned_node, pinned_terms
+from ..gang.membership import countable, meets_quorum, resolve_pod
 from ..podgroup import GangKey, GangSpec
 from ..records import NodeName, PodKey, PodRecord
+from ..state.gang import Gang, GangPhase
 
 __all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECONDS",
            "drain_answers",
@@ -285,7 +285,7 @@ def _drop_if_empty(st: CoreState, g: Gang) -> None:
 
 def _pin(st: CoreState, rec: PodRecord, node: NodeName, now: float) -> PodRecord:
     """``rec`` pinned to ``node``, provisional until the watch shows it (the caller counts
-    it: :func:`~coscheduling.ingest.upsert_pods`)."""
+    it: :func:`~coscheduling.events.ingest.upsert_pods`)."""
     st.provisional[rec.key] = now + PROVISIONAL_SECONDS
     return replace(rec, required_affinity=tuple(pinned_terms(rec.required_affinity, node)))
 

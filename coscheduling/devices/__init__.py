@@ -11,7 +11,7 @@ planned subrequest) and ``events`` (the four watched kinds' events, over the sta
 The core's state holds the wing's inventory and the rules (planner, admission, filter, bind)
 call into the wing, so the wing imports only leaves (records, resources, the ledger, the
 gang, the outbox, reasons) and never the state or the rules: ``events`` types the state it
-is handed with its own protocol (``events.DeviceState``), and ``coscheduling.ingest`` turns
+is handed with its own protocol (``events.DeviceState``), and ``coscheduling.events.ingest`` turns
 its declarations into ingest entries (a contract in ``pyproject.toml``). A pod's
 ``spec.resourceClaims`` is parsed with the pod (``records.PodClaim``). The design is argued in
 ``docs/dra.md``.

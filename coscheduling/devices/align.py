@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
-from .book import held_devices
+from ..state.ledger import Reservation
 from .budget import Budget
 from .demand import DEFERRED, DEFERRED_REASON, ClaimNeed, pod_demand
 from .firstfit import first_fit
 from .inventory import DeviceInventory, PlannedDevices
 from .matching import JointTrial
 from .model import DeviceId
+from .room import held_devices
 
 __all__ = ["align", "observed", "outside", "spared"]
 

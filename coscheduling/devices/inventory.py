@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..eligibility import match_expression
 from ..records import PodKey
+from ..topology.eligibility import match_expression
 from .budget import Budget
 from .model import Claim, ClaimKey, ClaimTemplate, Device, DeviceClass, DeviceId, DeviceSlice
 from .selectors import Budget as CelBudget
@@ -58,7 +58,7 @@ class DeviceInventory:
     claims: dict[ClaimKey, Claim] = field(default_factory=dict)
     templates: dict[str, ClaimTemplate] = field(default_factory=dict)
     planned: dict[PodKey, PlannedDevices] = field(default_factory=dict)
-    """Devices each planned member holds, by pod key (``coscheduling.devices.book``)."""
+    """Devices each planned member holds, by pod key (``coscheduling.devices.room``)."""
     selectors: Selectors = field(default_factory=Selectors)
     epoch: int = 0
     """Bumped on every change a plan reads (slices, claims, classes, templates)."""

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ..ledger import Reservation
 from ..records import PodKey, PodRecord
-from .book import held_devices
+from ..state.ledger import Reservation
 from .inventory import DeviceInventory
 from .model import Claim
+from .room import held_devices
 
 __all__ = ["stale"]
 

@@ -5,7 +5,7 @@ here imports the core's state.
 One module per concern, listed in the order they depend on each other (each imports only
 those above it, and the core's values: records, resources, topology, the planner):
 
-* :mod:`~coscheduling.preemption.nominations`: room promised to plain pods that preempted,
+* :mod:`~coscheduling.state.nominations`: room promised to plain pods that preempted,
   kept out of capacity until they bind or the promise lapses.
 * :mod:`~coscheduling.preemption.budgets`: PodDisruptionBudgets as the victim search reads
   them (how many pods each may still lose).
@@ -13,7 +13,7 @@ those above it, and the core's values: records, resources, topology, the planner
   given back, and the regions (domains) a search walks.
 * :mod:`~coscheduling.preemption.victims`: victim choice (:class:`VictimSearch`, in bounded
   slices) over that view.
-* :mod:`~coscheduling.preemption.book`: the book of preemptions in flight (searching,
+* :mod:`~coscheduling.preemption.inflight`: the book of preemptions in flight (searching,
   evicting, waiting for victims to go; :class:`PreemptionExpired` when a deadline passes).
 
 The carry part, :mod:`~coscheduling.preemption.carry`, carries a preemption out in the core's

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..eligibility import match_expression
 from ..records import PodRecord, RecordError
+from ..topology.eligibility import match_expression
 
 __all__ = ["Budget", "budget_from_json", "selecting"]
 

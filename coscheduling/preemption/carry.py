@@ -2,7 +2,7 @@
 gangs and plain pods, and holds the room they free until they are gone.
 
 :mod:`coscheduling.preemption.victims` decides *which* victims (pure, over a capacity view);
-:mod:`coscheduling.preemption.book` remembers preemptions in flight. This module joins them
+:mod:`coscheduling.preemption.inflight` remembers preemptions in flight. This module joins them
 to the core's state, which it is handed as a :class:`CoreView` (it never imports it):
 
 * :func:`try_preempt` is asked by admission when a gang's whole plan does not fit. It builds
@@ -39,21 +39,21 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..actions import Eviction, NoticeKind
-from ..cluster import ClusterStore
 from ..conventions.kueue import quota_line
-from ..eligibility import affinity_problem
-from ..gang import Gang
-from ..outbox import Outbox
-from ..planner import CapacityView, Member, Plan, plan_gang
+from ..placement.planner import CapacityView, Member, Plan, plan_gang
 from ..podgroup import Membership, gang_of
 from ..reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
 from ..records import GangKey, NodeName, PodKey, PodRecord
 from ..resources import Resources, add, fits
-from ..topology import GPU, Level
-from .book import InFlight, PreemptionBook, PreemptionExpired, PreemptorId, Searching
+from ..state.cluster import ClusterStore
+from ..state.gang import Gang
+from ..state.nominations import BIND_WITHIN, Nomination, Nominations
+from ..state.outbox import Outbox
+from ..topology.domains import GPU, Level
+from ..topology.eligibility import affinity_problem
 from .budgets import Budget, selecting
 from .freed import freed_view
-from .nominations import BIND_WITHIN, Nomination, Nominations
+from .inflight import InFlight, PreemptionBook, PreemptionExpired, PreemptorId, Searching
 from .victims import (
     BOOK_COST,
     AlreadyFits,

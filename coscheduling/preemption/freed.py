@@ -1,6 +1,7 @@
 """Capacity as it will be once some bound pods have gone: the what-if view of preemption.
 
-A :class:`FreedView` is a :class:`~coscheduling.planner.CapacityView` over another one, with
+A :class:`FreedView` is a :class:`~coscheduling.placement.planner.CapacityView` over another
+one, with
 the requests of leaving pods given back and, optionally, limited to the nodes of one
 topology domain (:class:`Region`). The planner runs on it unchanged, so "the gang fits once
 these victims are gone" is the planner's own answer. Built per trial and never written
@@ -12,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from ..devices.book import DeviceRoom
-from ..planner import CapacityView
+from ..devices.room import DeviceRoom
+from ..placement.planner import CapacityView
 from ..records import NodeName, NodeRecord
 from ..resources import Resources, add
-from ..topology import GPU, Level, domain_of
+from ..topology.domains import GPU, Level, domain_of
 
 __all__ = ["FreedView", "Leaving", "Region", "freed_view"]
 

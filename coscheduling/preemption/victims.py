@@ -1,6 +1,6 @@
 """Gang-aware preemption: which bound pods to evict so a waiting gang (or plain pod) fits.
 
-A pure decision. The caller hands in a :class:`~coscheduling.planner.CapacityView` (free
+A pure decision. The caller hands in a :class:`~coscheduling.placement.planner.CapacityView` (free
 capacity outside every reservation, as the planner reads it), the preemptor and the bound
 pods that could be victims; :func:`choose_victims` returns :class:`Victims` or a reason why
 not. Nothing is evicted here, nothing is reserved, no clock is read.
@@ -75,10 +75,10 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TypeVar
 
-from ..planner import CapacityView, Member, NoFit, Plan, plan_gang
+from ..placement.planner import CapacityView, Member, NoFit, Plan, plan_gang
 from ..records import GangKey, NodeName, PodKey
 from ..resources import PODS, Resources, add, sub
-from ..topology import GPU, Level
+from ..topology.domains import GPU, Level
 from .freed import FreedView, Region
 
 __all__ = [

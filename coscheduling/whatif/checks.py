@@ -13,13 +13,13 @@ from ..conventions import kueue
 from ..conventions.base import PodGroupRecord, Source
 from ..conventions.volcano_queues import DEFAULT_QUEUE, demand
 from ..corestate import CoreState
-from ..enqueue import queue_use
-from ..gang_admission import TOPOLOGY_REQUIRED
+from ..gang.admission import TOPOLOGY_REQUIRED
+from ..gang.enqueue import queue_use
 from ..podgroup import GangSpec, InvalidGang
 from ..reasons import GangReason, InvalidDeclaration
 from ..records import PodRecord
 from ..resources import Resources, add
-from ..topology import Level, level_by_name
+from ..topology.domains import Level, level_by_name
 
 __all__ = ["gang_priority", "gated_by_another", "queue_full", "required_level"]
 

@@ -20,9 +20,8 @@ from dataclasses import dataclass, replace
 from ..conventions.base import PodGroupRecord, Source
 from ..conventions.kueue import quota_line
 from ..corestate import CoreState
-from ..gang import Gang
-from ..gang_admission import free_outside_reservations, outranked
-from ..planner import CapacityView, Member, Plan, plan_gang
+from ..gang.admission import free_outside_reservations, outranked
+from ..placement.planner import CapacityView, Member, Plan, plan_gang
 from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
 from ..preemption.carry import candidate_steps
 from ..preemption.victims import (
@@ -47,13 +46,14 @@ from ..reasons import (
 )
 from ..records import GangKey
 from ..resources import fits, format_resources
-from ..topology import GPU, Level
+from ..state.gang import Gang
+from ..topology.domains import GPU, Level
 from .answer import Earliest, Outcome, Placed, Proposal, Verdict, VictimSet
+from .capacity import SnapshotView, TakenView
 from .checks import gang_priority, gated_by_another, queue_full, required_level
 from .expand import Expanded
 from .later import earliest_of, hints, known_events, never
 from .members import Unit, ordered, units_of
-from .views import SnapshotView, TakenView
 
 __all__ = ["HEAVY_PAIRS", "DryRun", "Offload"]
 

@@ -17,16 +17,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..corestate import CoreState
-from ..eligibility import affinity_problem, eligible
-from ..gang import GangPhase
-from ..planner import CapacityView, Member, Plan, plan_gang
+from ..placement.planner import CapacityView, Member, Plan, plan_gang
 from ..preemption.freed import FreedView
 from ..reasons import NoFit
 from ..records import NodeName
 from ..resources import Resources, fits, format_resources, sub
-from ..topology import GPU, Level
+from ..state.gang import GangPhase
+from ..topology.domains import GPU, Level
+from ..topology.eligibility import affinity_problem, eligible
 from .answer import Earliest
-from .views import EmptyView
+from .capacity import EmptyView
 
 __all__ = ["EVENTS_TRIED", "earliest_of", "hints", "known_events", "never"]
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 import yaml
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gang.gating import GANG_GATE
 from testbed.bins import REPO, BinaryMissing, ensure_bins
 from testbed.cluster import create_nodes, load_topology, nodes_from_topology
 from testbed.dra import is_dra_node

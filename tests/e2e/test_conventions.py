@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gang.gating import GANG_GATE
 from testbed.workloads import pod, podgroup
 
 from .conftest import Cluster, ClusterFactory, settle

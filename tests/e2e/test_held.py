@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coscheduling.gating import GANG_GATE, pinned_node
+from coscheduling.gang.gating import GANG_GATE, pinned_node
 from coscheduling.records import pod_from_json
 from testbed.workloads import pod
 

@@ -33,7 +33,7 @@ import contextlib
 import time
 from typing import Any
 
-from coscheduling.gating import GANG_GATE
+from coscheduling.gang.gating import GANG_GATE
 from testbed import kueue
 from testbed.kube import NotFound
 from testbed.kubeflow import JOBS, pytorchjob, start_training_operator

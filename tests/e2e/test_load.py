@@ -39,10 +39,10 @@ from coscheduling import (
     NodeName,
     PodKey,
     Settings,
-    ingest,
     node_from_json,
     pod_from_json,
 )
+from coscheduling.events import ingest
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 

@@ -27,7 +27,7 @@ import httpx
 import yaml
 
 from coscheduling.creation.placer import PROVISIONAL_SECONDS
-from coscheduling.gating import GANG_GATE, pinned_node
+from coscheduling.gang.gating import GANG_GATE, pinned_node
 from testbed.bins import REPO
 from testbed.certs import make_certs
 from testbed.kube import KubeError

@@ -28,12 +28,12 @@ from coscheduling import (
     Watched,
     conventions,
     declares_gang,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
     watched_table,
 )
+from coscheduling.events import ingest
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 

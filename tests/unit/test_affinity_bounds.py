@@ -9,16 +9,11 @@ from typing import Any
 
 import pytest
 
-from coscheduling import (
-    Coscheduler,
-    Settings,
-    gang_key,
-    ingest,
-    node_from_json,
-    pod_from_json,
-    pod_key,
-)
-from coscheduling.eligibility import (
+from coscheduling import Coscheduler, Settings, gang_key, node_from_json, pod_from_json, pod_key
+from coscheduling.events import ingest
+from coscheduling.reasons import DoesNotFit
+from coscheduling.records import PodRecord
+from coscheduling.topology.eligibility import (
     AFFINITY_FIELD,
     MAX_AFFINITY_ITEMS,
     MAX_AFFINITY_TERMS,
@@ -28,8 +23,6 @@ from coscheduling.eligibility import (
     eligible,
     match_expression,
 )
-from coscheduling.reasons import DoesNotFit
-from coscheduling.records import PodRecord
 from tests.builders import node, pod
 from tests.internals import state_of
 
@@ -126,8 +119,8 @@ def test_a_gang_over_an_affinity_limit_tries_no_placement_and_searches_no_victim
     (nothing can place a member that is eligible nowhere), and its filter call began a
     victim search, a pass over every pod of the cluster, for evictions that cannot help
     it. Now the plan is the explanation at once, and preemption is not tried."""
-    from coscheduling import planner
-    from coscheduling.preemption.book import PreemptorId
+    from coscheduling.placement import planner
+    from coscheduling.preemption.inflight import PreemptorId
 
     core = Coscheduler(Settings(backoff_seconds=10))
     for i in range(8):

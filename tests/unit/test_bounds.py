@@ -26,7 +26,7 @@ from app.process import extender_app
 from app.render import render, render_notice
 from app.service import Lockstep
 from app.status_writer import StatusWriter
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from coscheduling.actions import NoticeKind
 from coscheduling.conventions import resolve, scheduler_plugins, upstream, volcano
 from coscheduling.conventions.base import Convention, StatusWrite
@@ -39,6 +39,7 @@ from coscheduling.conventions.upstream import (
 )
 from coscheduling.conventions.volcano import volcano_podgroup_from_json, volcano_statuses
 from coscheduling.conventions.volcano_queues import QueueUse, demand, queue_from_json
+from coscheduling.events import ingest
 from coscheduling.podgroup import (
     DEFAULT_MAX_GANG_SIZE,
     GangDefaults,
@@ -52,16 +53,10 @@ from coscheduling.podgroup import (
     shown,
 )
 from coscheduling.reasons import InvalidDeclaration
-from coscheduling.records import (
-    RecordError,
-    Toleration,
-    priority_class_from_json,
-)
-from coscheduling.records import (
-    pod_from_json as record_of,
-)
+from coscheduling.records import RecordError, Toleration, priority_class_from_json
+from coscheduling.records import pod_from_json as record_of
 from coscheduling.resources import QuantityError, parse_quantity, resource_list
-from coscheduling.topology import DEFAULT_LEVELS
+from coscheduling.topology.domains import DEFAULT_LEVELS
 from tests.builders import node, pod, podgroup
 from tests.fakeapi import Wire
 

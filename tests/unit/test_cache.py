@@ -10,8 +10,9 @@ import httpx
 
 from app.cache import ClusterCache
 from app.kube import KubeClient, KubeConfig
-from coscheduling import Coscheduler, ingest, node_from_json
-from coscheduling.topology import nrt_from_json
+from coscheduling import Coscheduler, node_from_json
+from coscheduling.events import ingest
+from coscheduling.topology.domains import nrt_from_json
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 from tests.internals import state_of

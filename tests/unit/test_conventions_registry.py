@@ -9,7 +9,7 @@ import pytest
 
 from coscheduling import pod_from_json
 from coscheduling.conventions import REGISTRY, Key, Source, resolve
-from coscheduling.gating import declares_gang
+from coscheduling.gang.gating import declares_gang
 from coscheduling.podgroup import GangDefaults, GangSpec, Membership, MissingPodGroup
 from tests.builders import pod
 

@@ -16,12 +16,12 @@ from coscheduling import (
     Reject,
     Settings,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
     podgroup_from_json,
 )
+from coscheduling.events import ingest
 from coscheduling.reasons import (
     BackingOff,
     DoesNotFit,
@@ -257,7 +257,7 @@ def test_a_gang_that_never_fits_does_not_block_others() -> None:
 
 
 def test_node_resource_topology_steers_pods_to_a_numa_zone_that_holds_them() -> None:
-    from coscheduling.topology import NumaZones
+    from coscheduling.topology.domains import NumaZones
 
     core = cluster(node("split").gpus(4).build(), node("whole").gpus(4).build())
     add(core, pod("p").gpu(2).build())

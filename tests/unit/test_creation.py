@@ -21,7 +21,6 @@ from coscheduling import (
     PinAtCreation,
     Settings,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -29,7 +28,8 @@ from coscheduling import (
 )
 from coscheduling.actions import Answer
 from coscheduling.creation.placer import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
-from coscheduling.gating import pinned_node, pinned_terms
+from coscheduling.events import ingest
+from coscheduling.gang.gating import pinned_node, pinned_terms
 from coscheduling.reasons import DoesNotFit, HigherPriorityPodsWaiting
 from tests.builders import node, pod, podgroup
 from tests.internals import state_of

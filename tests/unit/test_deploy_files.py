@@ -278,7 +278,7 @@ def _gang_condition() -> Any:
 def _pods_declaring() -> list[tuple[str, dict[str, Any]]]:
     """A pod per key and path every convention declares a gang by, each with the value set,
     empty, and absent; plus pods with no metadata maps at all."""
-    from coscheduling.gating import declaring_keys
+    from coscheduling.gang.gating import declaring_keys
 
     annotations, labels, paths = declaring_keys()
     out: list[tuple[str, dict[str, Any]]] = [
@@ -307,7 +307,7 @@ def test_the_webhook_is_sent_exactly_the_pods_that_declare_a_gang() -> None:
     """The API server asks the webhook only about pods its CEL condition picks: exactly the
     pods ``declares_gang`` says name a gang, by every convention's keys (a convention added
     without its key here would have its pods created ungated, never pinned)."""
-    from coscheduling.gating import declares_gang
+    from coscheduling.gang.gating import declares_gang
 
     condition = _gang_condition()
     cases = _pods_declaring()

@@ -16,16 +16,17 @@ from typing import Any
 import pytest
 
 from app.render import render, render_nofit
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json, pod_key
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from coscheduling.devices import budget as budget_module
 from coscheduling.devices import selectors as selectors_module
-from coscheduling.devices.book import DeviceRoom
 from coscheduling.devices.budget import BUDGET, COMPILE, EVALUATION, STEP, TOKEN
 from coscheduling.devices.inventory import DeviceInventory
 from coscheduling.devices.matching import JointTrial
+from coscheduling.devices.room import DeviceRoom
 from coscheduling.devices.selectors import Selectors
 from coscheduling.devices.wire import class_from_json, slice_from_json, template_from_json
-from coscheduling.planner import Member, NoFit, Plan, plan_gang
+from coscheduling.events import ingest
+from coscheduling.placement.planner import Member, NoFit, Plan, plan_gang
 from coscheduling.reasons import DoesNotFit
 from tests.builders import node, pod
 from tests.internals import state_of

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from app.render import render, render_nofit
-from coscheduling import Coscheduler, ingest, pod_from_json, pod_key
+from coscheduling import Coscheduler, pod_from_json, pod_key
 from coscheduling.devices.celcost import MAX_STEPS
 from coscheduling.devices.selectors import Selectors
 from coscheduling.devices.wire import class_from_json, template_from_json
-from coscheduling.planner import NoFit, Plan
+from coscheduling.events import ingest
+from coscheduling.placement.planner import NoFit, Plan
 from coscheduling.reasons import DoesNotFit, InvalidDeclaration
 from tests.internals import state_of
 from tests.unit.test_device_budget import NEVER, Work, gpus, member, plan, requests

@@ -19,7 +19,6 @@ from coscheduling import (
     Park,
     Reject,
     Settings,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -34,15 +33,11 @@ from coscheduling.devices.wire import (
     slice_from_json,
     template_from_json,
 )
-from coscheduling.planner import Member, Plan, plan_gang
+from coscheduling.events import ingest
+from coscheduling.placement.planner import Member, Plan, plan_gang
 from coscheduling.preemption.freed import freed_view
 from coscheduling.preemption.victims import Candidate
-from coscheduling.reasons import (
-    DevicesNotReady,
-    DoesNotFit,
-    InvalidDeclaration,
-    WaitingForMembers,
-)
+from coscheduling.reasons import DevicesNotReady, DoesNotFit, InvalidDeclaration, WaitingForMembers
 from coscheduling.records import RecordError
 from coscheduling.resources import MAX_QUANTITY
 from tests.builders import node, pod

@@ -50,7 +50,8 @@ from hypothesis import strategies as st
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, GangDefaults, Settings, ingest, node_from_json, pod_from_json
+from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
+from coscheduling.events import ingest
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 

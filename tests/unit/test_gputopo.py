@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from coscheduling.gputopo import (
+from coscheduling.records import node_from_json
+from coscheduling.topology.domains import gpu_layout
+from coscheduling.topology.gpus import (
     NVML_LEVEL_CODES,
     GpuTopology,
     Interconnect,
@@ -15,8 +17,6 @@ from coscheduling.gputopo import (
     labels,
     parse_nvidia_smi_topo,
 )
-from coscheduling.records import node_from_json
-from coscheduling.topology import gpu_layout
 from tests.builders import node
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "topo"

@@ -12,13 +12,13 @@ from coscheduling import (
     Park,
     Settings,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
 )
 from coscheduling.actions import NoticeKind
-from coscheduling.gating import GANG_GATE, lift_patch, pinned_node
+from coscheduling.events import ingest
+from coscheduling.gang.gating import GANG_GATE, lift_patch, pinned_node
 from coscheduling.reasons import DoesNotFit, WaitingForMembers
 from tests.builders import node, pod
 

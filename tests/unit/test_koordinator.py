@@ -19,13 +19,13 @@ from coscheduling import (
     GangPhase,
     NodeName,
     Park,
-    ingest,
     pod_from_json,
     pod_key,
 )
 from coscheduling.conventions import resolve
 from coscheduling.conventions.koordinator import group_key
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
+from coscheduling.events import ingest
 from coscheduling.podgroup import (
     GangDefaults,
     GangKey,

@@ -14,15 +14,8 @@ from app.errors import NotLeading
 from app.kube import KubeClient, KubeConfig
 from app.lease import LeaseFollower, LeaseTiming, holder_host
 from app.service import NOT_LEADING, Lockstep, LostLease
-from coscheduling import (
-    Coscheduler,
-    Settings,
-    conventions,
-    ingest,
-    node_from_json,
-    pod_from_json,
-    pod_key,
-)
+from coscheduling import Coscheduler, Settings, conventions, node_from_json, pod_from_json, pod_key
+from coscheduling.events import ingest
 from tests.builders import node, pod
 from tests.fakeapi import SlowAPI, Wire
 from tests.internals import state_of

@@ -7,7 +7,7 @@ import pytest
 from app import cli
 from app.levels import LevelsError, parse_levels
 from coscheduling.records import NodeName, NodeRecord
-from coscheduling.topology import domain_of
+from coscheduling.topology.domains import domain_of
 
 
 def test_levels_are_read_coarse_to_fine_with_every_key() -> None:

@@ -11,8 +11,9 @@ import httpx
 
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
-from coscheduling.gating import GANG_GATE, pinned_node
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling.events import ingest
+from coscheduling.gang.gating import GANG_GATE, pinned_node
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 

@@ -12,7 +12,8 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import LOOP_LAG_WARN_SECONDS, Lockstep, LoopLag
-from coscheduling import Coscheduler, Settings, ingest, node_from_json
+from coscheduling import Coscheduler, Settings, node_from_json
+from coscheduling.events import ingest
 from tests.builders import node
 
 

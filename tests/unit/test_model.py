@@ -104,7 +104,6 @@ from coscheduling import (
     Reject,
     Settings,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -115,7 +114,8 @@ from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.conventions.volcano_queues import queue_from_json
 from coscheduling.creation.placer import PROVISIONAL_SECONDS
-from coscheduling.gating import GANG_GATE, pinned_node, pinned_terms
+from coscheduling.events import ingest
+from coscheduling.gang.gating import GANG_GATE, pinned_node, pinned_terms
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass
 from tests.builders import node, pod, podgroup, reset_uids

@@ -54,14 +54,13 @@ from coscheduling import (
     Park,
     PodKey,
     Settings,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
 )
 from coscheduling.devices import budget as budget_module
-from coscheduling.devices.book import held_devices
 from coscheduling.devices.model import DeviceId
+from coscheduling.devices.room import held_devices
 from coscheduling.devices.selectors import Selectors
 from coscheduling.devices.wire import (
     claim_from_json,
@@ -69,6 +68,7 @@ from coscheduling.devices.wire import (
     slice_from_json,
     template_from_json,
 )
+from coscheduling.events import ingest
 from tests.builders import node, pod, reset_uids
 from tests.internals import state_of
 from tests.invariants import InvariantBroken, check_devices, check_invariants

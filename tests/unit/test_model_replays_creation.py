@@ -16,11 +16,11 @@ from coscheduling import (
     NodeName,
     PodRecord,
     Settings,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
 )
+from coscheduling.events import ingest
 from tests.builders import PodBuilder, node, pod
 from tests.internals import state_of
 from tests.invariants import check_invariants

@@ -27,17 +27,17 @@ from coscheduling import (
     NodeName,
     PinAtCreation,
     Settings,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
     podgroup_from_json,
 )
-from coscheduling import ingest as ingest_module
 from coscheduling.actions import Bound
 from coscheduling.corestate import CoreState
 from coscheduling.creation import placer as placer_module
-from coscheduling.gating import pinned_terms
+from coscheduling.events import ingest
+from coscheduling.events import ingest as ingest_module
+from coscheduling.gang.gating import pinned_terms
 from coscheduling.podgroup import Membership
 from coscheduling.records import PodKey, PodRecord
 from tests.builders import node, pod, podgroup

@@ -16,11 +16,11 @@ from coscheduling import (
     Reject,
     Settings,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
 )
+from coscheduling.events import ingest
 from coscheduling.reasons import (
     DoesNotFit,
     HigherPriorityPodsWaiting,

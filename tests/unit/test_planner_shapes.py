@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from coscheduling import planner
-from coscheduling.capacity import Capacity
-from coscheduling.cluster import ClusterStore
-from coscheduling.eligibility import eligible
-from coscheduling.ledger import Ledger
-from coscheduling.planner import Member, plan_gang
+from coscheduling.placement import planner
+from coscheduling.placement.capacity import Capacity
+from coscheduling.placement.planner import Member, plan_gang
 from coscheduling.records import NodeName, PodKey, node_from_json, pod_from_json
 from coscheduling.resources import Resources, fits, sub
-from coscheduling.topology import DEFAULT_LEVELS, GPU, explain_score
+from coscheduling.state.cluster import ClusterStore
+from coscheduling.state.ledger import Ledger
+from coscheduling.topology.domains import DEFAULT_LEVELS, GPU, explain_score
+from coscheduling.topology.eligibility import eligible
 from tests.builders import node, pod
 
 

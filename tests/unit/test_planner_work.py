@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from coscheduling import planner
-from coscheduling.capacity import Capacity
-from coscheduling.cluster import ClusterStore
-from coscheduling.ledger import Ledger
-from coscheduling.planner import Member, NoFit, plan_gang
+from coscheduling.placement import planner
+from coscheduling.placement.capacity import Capacity
+from coscheduling.placement.planner import Member, NoFit, plan_gang
 from coscheduling.records import node_from_json, pod_from_json
-from coscheduling.topology import DEFAULT_LEVELS
+from coscheduling.state.cluster import ClusterStore
+from coscheduling.state.ledger import Ledger
+from coscheduling.topology.domains import DEFAULT_LEVELS
 from tests.builders import node, pod
 
 NODES = 400

@@ -13,7 +13,6 @@ from coscheduling import (
     NodeName,
     Settings,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
@@ -22,17 +21,18 @@ from coscheduling.actions import BindGroup, Reject
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
-from coscheduling.ingest import (
+from coscheduling.events import ingest
+from coscheduling.events.ingest import (
     PDBS,
     PRIORITY_CLASSES,
     SP_PODGROUPS,
     UPSTREAM_PODGROUPS,
     VOLCANO_PODGROUPS,
 )
-from coscheduling.planner import Member
-from coscheduling.preemption.book import PreemptorId
+from coscheduling.placement.planner import Member
 from coscheduling.preemption.budgets import budget_from_json
 from coscheduling.preemption.carry import _candidates, _recheck
+from coscheduling.preemption.inflight import PreemptorId
 from coscheduling.preemption.victims import Preemptor, Victims, choose_victims
 from coscheduling.reasons import (
     BeingPreempted,

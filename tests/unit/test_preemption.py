@@ -13,12 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks import victims as bench_victims
-from coscheduling.capacity import Capacity
-from coscheduling.cluster import ClusterStore
-from coscheduling.ledger import Ledger, Reservation
-from coscheduling.planner import Member, NoFit, Plan, plan_gang
+from coscheduling.placement.capacity import Capacity
+from coscheduling.placement.planner import Member, NoFit, Plan, plan_gang
 from coscheduling.podgroup import GangKey
-from coscheduling.preemption.book import (
+from coscheduling.preemption.freed import freed_view
+from coscheduling.preemption.inflight import (
     DEFAULT_MARGIN,
     AlreadyInFlight,
     BeingEvicted,
@@ -28,7 +27,6 @@ from coscheduling.preemption.book import (
     PreemptionExpired,
     PreemptorId,
 )
-from coscheduling.preemption.freed import freed_view
 from coscheduling.preemption.victims import (
     AlreadyFits,
     Candidate,
@@ -46,7 +44,9 @@ from coscheduling.preemption.victims import (
     describe,
 )
 from coscheduling.records import NodeName, PodKey, PodRecord, node_from_json, pod_key
-from coscheduling.topology import DEFAULT_LEVELS, GPU, domain_of, level_by_name
+from coscheduling.state.cluster import ClusterStore
+from coscheduling.state.ledger import Ledger, Reservation
+from coscheduling.topology.domains import DEFAULT_LEVELS, GPU, domain_of, level_by_name
 from tests.builders import node
 
 LEVELS = DEFAULT_LEVELS

@@ -17,11 +17,11 @@ from coscheduling import (
     NodeName,
     Park,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
     pod_key,
 )
+from coscheduling.events import ingest
 from coscheduling.reasons import BindTargetGone, PartiallyBound, PodNotInCache, WaitingForMembers
 from coscheduling.resources import sub
 from tests.builders import node, pod

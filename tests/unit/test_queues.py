@@ -9,17 +9,10 @@ from typing import Any
 import pytest
 
 from app.render import render
-from coscheduling import (
-    Coscheduler,
-    GangPhase,
-    Settings,
-    ingest,
-    node_from_json,
-    pod_from_json,
-    pod_key,
-)
+from coscheduling import Coscheduler, GangPhase, Settings, node_from_json, pod_from_json, pod_key
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.conventions.volcano_queues import QueueRecord, QueueUse, demand, queue_from_json
+from coscheduling.events import ingest
 from coscheduling.podgroup import gang_key
 from coscheduling.reasons import QueueFull, QueueNotFound, QueueNotOpen
 from tests.builders import node, pod

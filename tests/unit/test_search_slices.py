@@ -8,17 +8,10 @@ from typing import Any
 
 import pytest
 
-from coscheduling import (
-    Coscheduler,
-    Settings,
-    gang_key,
-    ingest,
-    node_from_json,
-    pod_from_json,
-    pod_key,
-)
+from coscheduling import Coscheduler, Settings, gang_key, node_from_json, pod_from_json, pod_key
 from coscheduling.corestate import CoreState
-from coscheduling.planner import Member
+from coscheduling.events import ingest
+from coscheduling.placement.planner import Member
 from coscheduling.preemption import carry
 from coscheduling.preemption.carry import LIST_COST, _candidates, candidate_steps
 from coscheduling.preemption.victims import (
@@ -189,7 +182,7 @@ def test_no_piece_of_a_search_reads_more_candidates_than_its_grain(
     from benchmarks.victims import _pod, cluster
     from coscheduling.preemption import victims as preemption
     from coscheduling.records import GangKey
-    from coscheduling.topology import DEFAULT_LEVELS
+    from coscheduling.topology.domains import DEFAULT_LEVELS
 
     monkeypatch.setattr(preemption, "UNIT_GRAIN", 50)
     view, cands = cluster(100)

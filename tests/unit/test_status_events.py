@@ -21,15 +21,15 @@ from coscheduling import (
     Coscheduler,
     NodeName,
     Settings,
-    ingest,
-    membership,
     node_from_json,
     pod_from_json,
     pod_key,
 )
-from coscheduling import ingest as ingest_module
 from coscheduling.actions import Bound
 from coscheduling.corestate import CoreState
+from coscheduling.events import ingest
+from coscheduling.events import ingest as ingest_module
+from coscheduling.gang import membership
 from coscheduling.podgroup import Membership
 from coscheduling.records import PodKey, PodRecord, status_only
 from tests.builders import node, pod

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from coscheduling import Coscheduler, Settings, gang_key, ingest, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, gang_key, node_from_json, pod_from_json
+from coscheduling.events import ingest
 from tests.builders import node, pod
 from tests.internals import state_of
 

@@ -14,7 +14,7 @@ import pytest
 
 from app.cache import ClusterCache
 from app.kube import KubeClient, KubeConfig
-from coscheduling import Coscheduler, GangPhase, Settings, gang_key, ingest, node_from_json, pod_key
+from coscheduling import Coscheduler, GangPhase, Settings, gang_key, node_from_json, pod_key
 from coscheduling.conventions.upstream import (
     Condition,
     ConditionUpdate,
@@ -29,6 +29,7 @@ from coscheduling.conventions.upstream import (
     upstream_workload_from_json,
     workload_gang_key,
 )
+from coscheduling.events import ingest
 from coscheduling.podgroup import GangDefaults, GangSpec, InvalidGang, MissingPodGroup, Source
 from coscheduling.reasons import (
     DoesNotFit,
@@ -37,7 +38,7 @@ from coscheduling.reasons import (
     WaitingForMembers,
 )
 from coscheduling.records import PodRecord, pod_from_json
-from coscheduling.topology import DEFAULT_LEVELS
+from coscheduling.topology.domains import DEFAULT_LEVELS
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 from tests.internals import state_of

@@ -14,7 +14,8 @@ import orjson
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
 from app.verbs import VerbsApp
-from coscheduling import Coscheduler, Settings, ingest, node_from_json
+from coscheduling import Coscheduler, Settings, node_from_json
+from coscheduling.events import ingest
 from tests.builders import node, pod
 
 

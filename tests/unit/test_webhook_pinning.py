@@ -24,8 +24,9 @@ import pytest
 from app.kube import KubeClient, KubeConfig
 from app.service import Lockstep
 from app.webhook import create_webhook_app
-from coscheduling import Coscheduler, NodeName, Settings, gang_key, ingest, node_from_json, pod_key
-from coscheduling.gating import GANG_GATE, pinned_node
+from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
+from coscheduling.events import ingest
+from coscheduling.gang.gating import GANG_GATE, pinned_node
 from tests.builders import node
 from tests.fakeapi import Wire
 from tests.internals import state_of

@@ -23,7 +23,7 @@ from app.service import Lockstep
 from app.webhook import MAX_BODY
 from coscheduling import Coscheduler, Settings, pod_from_json
 from coscheduling.conventions import declarations as _declarations
-from coscheduling.gating import GANG_GATE, declares_gang
+from coscheduling.gang.gating import GANG_GATE, declares_gang
 from tests.fakeapi import Wire
 
 # ---------------------------------------------------------------------------- the predicate

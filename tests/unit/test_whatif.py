@@ -20,11 +20,11 @@ from coscheduling import (
     Verdict,
     WhatIfError,
     gang_key,
-    ingest,
     node_from_json,
     pod_from_json,
 )
 from coscheduling.conventions.volcano_queues import queue_from_json
+from coscheduling.events import ingest
 from coscheduling.reasons import DoesNotFit, InvalidDeclaration, QueueFull, WaitingForMembers
 from tests.builders import node, pod, podgroup
 from tests.unit.test_creation import burst

@@ -7,16 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coscheduling import (
-    GateAtCreation,
-    PinAtCreation,
-    Verdict,
-    gang_key,
-    ingest,
-    pod_from_json,
-    pod_key,
-)
+from coscheduling import GateAtCreation, PinAtCreation, Verdict, gang_key, pod_from_json, pod_key
 from coscheduling.devices.wire import claim_from_json, template_from_json
+from coscheduling.events import ingest
 from coscheduling.reasons import DoesNotFit
 from tests.builders import pod
 from tests.internals import state_of

@@ -18,7 +18,8 @@ from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from app.whatif import MAX_BODY
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling.events import ingest
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 

@@ -15,7 +15,8 @@ from app.kube import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from app.wire import BindingArgs, ExtenderArgs
-from coscheduling import Coscheduler, Settings, ingest, node_from_json, pod_from_json
+from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling.events import ingest
 from tests.builders import node
 from tests.fakeapi import Wire
 

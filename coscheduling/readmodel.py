@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 from .conventions.scheduler_plugins import PodGroupStatus, podgroup_status
 from .conventions.volcano import VolcanoStatus, volcano_statuses
 from .corestate import CoreState
-from .enqueue import queue_use
-from .gang import Gang, GangPhase
-from .gang_admission import free_outside_reservations
-from .membership import part_of
+from .gang.admission import free_outside_reservations
+from .gang.enqueue import queue_use
+from .gang.membership import part_of
 from .podgroup import GangKey, GangSpec, InvalidGang, Source
 from .reasons import GangReason, InvalidDeclaration, PartiallyBound
 from .records import NodeName, PodKey, PodRecord
+from .state.gang import Gang, GangPhase
 
 __all__ = ["STATES", "GangView", "gang_state", "gang_view", "members_of", "podgroup_status_of",
            "podgroup_statuses", "volcano_status_map"]

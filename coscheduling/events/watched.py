@@ -2,7 +2,7 @@
 
 Each entry joins a :class:`~coscheduling.conventions.base.Watch` (where an object is served,
 how it is parsed, the key of a deleted one) with the ingest table entry its events go to
-(``coscheduling.ingest``). Kubernetes' own kinds are declared here (DRA's four among them,
+(``coscheduling.events.ingest``). Kubernetes' own kinds are declared here (DRA's four among them,
 optional and found by discovery, their events fed to the devices wing); the conventions declare
 their own objects (``Convention.watches``), and :func:`table` takes them from the registry as
 it is, each paired with its entry by ``ingest.kind_of``. The adapter's cache (``app.cache``)
@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import conventions, ingest
-from .conventions.base import Watch
-from .devices.wire import claim_from_json, class_from_json, slice_from_json, template_from_json
+from .. import conventions
+from ..conventions.base import Watch
+from ..devices.wire import claim_from_json, class_from_json, slice_from_json, template_from_json
+from ..preemption.budgets import budget_from_json
+from ..records import NodeName, node_from_json, pod_from_json, pod_key, priority_class_from_json
+from ..topology.domains import nrt_from_json
+from . import ingest
 from .ingest import Kind
-from .preemption.budgets import budget_from_json
-from .records import NodeName, node_from_json, pod_from_json, pod_key, priority_class_from_json
-from .topology import nrt_from_json
 
 __all__ = ["OWN", "Watched", "table"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .records import GangKey, NodeName, PodKey
-from .resources import Resources, add, sub
+from ..records import GangKey, NodeName, PodKey
+from ..resources import Resources, add, sub
 
 __all__ = ["Ledger", "LedgerDrift", "Reservation", "check_ledger"]
 

@@ -1,8 +1,8 @@
 """Watch events of the four ``resource.k8s.io/v1`` kinds, into the device inventory.
 
 What each event does to the core's state. The ingest table's entries that route events here
-are built from :data:`FEEDS` by ``coscheduling.ingest`` (``DEVICE_CLASSES``, ...), and
-``coscheduling.watched`` lists the four kinds beside Kubernetes' own. The core's state holds
+are built from :data:`FEEDS` by ``coscheduling.events.ingest`` (``DEVICE_CLASSES``, ...), and
+``coscheduling.events.watched`` lists the four kinds beside Kubernetes' own. The core's state holds
 this wing's inventory, so the wing never imports the state (an import circle, see the
 contracts in ``pyproject.toml``): the state is handed in, typed as :class:`DeviceState`,
 which lists every field the events read or change.
@@ -17,18 +17,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..cluster import ClusterStore
-from ..gang import Gang
-from ..ledger import Ledger
-from ..outbox import Outbox
+from ..devices.align import observed
+from ..devices.demand import CLAIMS_FIELD
+from ..devices.inventory import DeviceInventory
+from ..devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
+from ..devices.stale import stale
 from ..podgroup import GangKey, Membership
 from ..reasons import DevicesNotReady, InvalidDeclaration
 from ..records import PodKey
-from .align import observed
-from .demand import CLAIMS_FIELD
-from .inventory import DeviceInventory
-from .model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
-from .stale import stale
+from ..state.cluster import ClusterStore
+from ..state.gang import Gang
+from ..state.ledger import Ledger
+from ..state.outbox import Outbox
 
 __all__ = ["CLAIMS", "CLASSES", "FEEDS", "SLICES", "TEMPLATES", "DeviceState", "Feed"]
 
@@ -39,7 +39,7 @@ class DeviceState(Protocol):
     """The core's state as device events read and change it.
 
     :class:`~coscheduling.corestate.CoreState` is the one implementation; mypy checks it
-    against this where ``coscheduling.ingest`` builds its entries. The events own
+    against this where ``coscheduling.events.ingest`` builds its entries. The events own
     ``devices``; they bump the store's epoch, queue nudges and deallocations in the outbox,
     and only read the rest."""
 
@@ -64,7 +64,7 @@ class DeviceState(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Feed(Generic[R]):
-    """One kind's events as data, in the shape of ``coscheduling.ingest.Kind`` (which the
+    """One kind's events as data, in the shape of ``coscheduling.events.ingest.Kind`` (which the
     wing cannot import: ingest reads the core's state)."""
 
     name: str

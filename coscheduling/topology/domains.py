@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .records import NodeName, NodeRecord
-from .resources import QuantityError, parse_quantity
+from ..records import NodeName, NodeRecord
+from ..resources import QuantityError, parse_quantity
 
 __all__ = [
     "DEFAULT_LEVELS",

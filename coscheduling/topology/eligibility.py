@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .records import NodeRecord, PodRecord
+from ..records import NodeRecord, PodRecord
 
 __all__ = ["AFFINITY_FIELD", "MAX_AFFINITY_ITEMS", "MAX_AFFINITY_TERMS",
            "MAX_REQUIREMENT_VALUES", "MAX_TERM_REQUIREMENTS", "affinity_problem", "eligible",

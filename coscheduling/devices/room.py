@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..ledger import Reservation
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
+from ..state.ledger import Reservation
 from .budget import Budget
 from .demand import DEFERRED, DEFERRED_REASON, ClaimNeed, Need, pod_demand
 from .inventory import DeviceInventory, PlannedDevices

@@ -25,14 +25,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .devices.book import DeviceRoom, Want, own_wants
-from .devices.demand import ClaimNeed
-from .devices.inventory import PlannedDevices
-from .eligibility import affinity_problem, eligible
-from .reasons import NoFit
-from .records import NodeName, NodeRecord, PodKey, PodRecord
-from .resources import PODS, Resources, fits, sub
-from .topology import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout
+from ..devices.demand import ClaimNeed
+from ..devices.inventory import PlannedDevices
+from ..devices.room import DeviceRoom, Want, own_wants
+from ..reasons import NoFit
+from ..records import NodeName, NodeRecord, PodKey, PodRecord
+from ..resources import PODS, Resources, fits, sub
+from ..topology.domains import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout
+from ..topology.eligibility import affinity_problem, eligible
 
 __all__ = ["CapacityView", "Member", "NoFit", "Plan", "plan_gang"]
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .conventions.volcano_queues import DEFAULT_QUEUE, QueueUse, demand
-from .corestate import CoreState
-from .gang import Gang
-from .podgroup import GangSpec, Source
-from .reasons import GangReason, QueueFull, QueueNotFound, QueueNotOpen
-from .records import PodRecord
-from .resources import Resources, add
+from ..conventions.volcano_queues import DEFAULT_QUEUE, QueueUse, demand
+from ..corestate import CoreState
+from ..podgroup import GangSpec, Source
+from ..reasons import GangReason, QueueFull, QueueNotFound, QueueNotOpen
+from ..records import PodRecord
+from ..resources import Resources, add
+from ..state.gang import Gang
 
 __all__ = ["holds", "queue_freed", "queue_gate", "queue_of", "queue_use", "wake_queued"]
 

@@ -4,16 +4,16 @@ gangs backing off get another try when their backoff ends. The app's timer calls
 
 from __future__ import annotations
 
-from .actions import GangExpired, NoticeKind
-from .corestate import CoreState
-from .creation.held import HELD_RETRY_SECONDS
-from .creation.placer import expire_provisional, next_provisional_deadline
-from .enqueue import queue_freed
-from .gang import GangPhase
-from .gang_admission import fall_back
-from .podgroup import Mode
-from .preemption import carry
-from .reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
+from ..actions import GangExpired, NoticeKind
+from ..corestate import CoreState
+from ..creation.gated import HELD_RETRY_SECONDS
+from ..creation.placer import expire_provisional, next_provisional_deadline
+from ..gang.admission import fall_back
+from ..gang.enqueue import queue_freed
+from ..podgroup import Mode
+from ..preemption import carry
+from ..reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut
+from ..state.gang import GangPhase
 
 __all__ = ["expire", "next_deadline"]
 

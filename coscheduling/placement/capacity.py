@@ -1,7 +1,8 @@
 """Capacity as the planner and the scorer see it: bound usage and reservations together.
 
 One read-only window over the cluster store and the ledger. It is the planner's
-:class:`~coscheduling.planner.CapacityView`: free capacity means *outside every reservation*,
+:class:`~coscheduling.placement.planner.CapacityView`: free capacity means *outside every
+reservation*,
 the planned gang's own included (a re-placed member gives its own slot back
 first, so nothing is ever counted free twice). Plain-pod scores are cached per GPU count in the
 store, which drops a node's entries whenever its usage, labels or reservations change.
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .cluster import ClusterStore
-from .devices.book import DeviceRoom
-from .devices.inventory import DeviceInventory
-from .ledger import Ledger
-from .preemption.nominations import Nominations
-from .records import NodeName, NodeRecord, PodKey
-from .resources import Resources, add, sub
-from .topology import GPU, Score, explain_score
+from ..devices.inventory import DeviceInventory
+from ..devices.room import DeviceRoom
+from ..records import NodeName, NodeRecord, PodKey
+from ..resources import Resources, add, sub
+from ..state.cluster import ClusterStore
+from ..state.ledger import Ledger
+from ..state.nominations import Nominations
+from ..topology.domains import GPU, Score, explain_score
 
 __all__ = ["Capacity"]
 
@@ -54,7 +55,7 @@ class Capacity:
         return free
 
     def device_room(self) -> DeviceRoom:
-        """DRA devices outside every admitted gang's hold (``coscheduling.devices.book``)."""
+        """DRA devices outside every admitted gang's hold (``coscheduling.devices.room``)."""
         return DeviceRoom(self.devices, self._store.nodes, self._ledger.get)
 
     def gpu_pods_on(self, node: NodeName) -> Sequence[int]:

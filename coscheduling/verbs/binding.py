@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .actions import (
+from ..actions import (
     BindDecision,
     BindFailed,
     BindGroup,
@@ -23,15 +23,13 @@ from .actions import (
     Reject,
     Unparked,
 )
-from .corestate import CoreState
-from .devices.align import outside
-from .filtering import filter_pod
-from .gang import Gang, GangPhase
-from .gang_admission import reconcile
-from .ingest import assume_bound, forget_assumed
-from .membership import bound_count, meets_quorum
-from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, MissingPodGroup, gang_of
-from .reasons import (
+from ..corestate import CoreState
+from ..devices.align import outside
+from ..events.ingest import assume_bound, forget_assumed
+from ..gang.admission import reconcile
+from ..gang.membership import bound_count, meets_quorum
+from ..podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy, MissingPodGroup, gang_of
+from ..reasons import (
     BeingPreempted,
     BindTargetGone,
     DevicesNotReady,
@@ -44,9 +42,11 @@ from .reasons import (
     WaitingForMembers,
     WrongNode,
 )
-from .records import NodeName, PodKey, PodRecord
-from .resources import fits, shortfall
-from .topology import GPU
+from ..records import NodeName, PodKey, PodRecord
+from ..resources import fits, shortfall
+from ..state.gang import Gang, GangPhase
+from ..topology.domains import GPU
+from .filtering import filter_pod
 
 __all__ = ["bind", "bind_outcomes"]
 

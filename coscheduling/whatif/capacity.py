@@ -1,7 +1,7 @@
 """Capacity views for the dry plan: the live one with what earlier units of the proposal
 took, and the cluster as if empty (the proof that a unit never fits).
 
-Both are :class:`~coscheduling.planner.CapacityView` over the live core, read-only: the
+Both are :class:`~coscheduling.placement.planner.CapacityView` over the live core, read-only: the
 planner runs on them unchanged, so the what-if's plan is the planner's own answer, and
 nothing is copied but the few nodes a unit takes.
 
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..devices.book import DeviceRoom
 from ..devices.inventory import PlannedDevices
 from ..devices.model import DeviceId
-from ..planner import CapacityView
+from ..devices.room import DeviceRoom
+from ..placement.planner import CapacityView
 from ..records import NodeName, NodeRecord, PodKey
 from ..resources import Resources, add, sub
-from ..topology import GPU, Level, domain_of
+from ..topology.domains import GPU, Level, domain_of
 
 __all__ = ["EmptyView", "SnapshotView", "TakenView"]
 

@@ -19,13 +19,13 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .conventions.base import PodGroupRecord
-from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload
-from .conventions.volcano_queues import QueueRecord
-from .podgroup import Source
-from .records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
-from .resources import Resources, add, sub
-from .topology import GPU, GpuLayout, Level, NumaZones, domain_of, gpu_layout
+from ..conventions.base import PodGroupRecord
+from ..conventions.upstream import UpstreamPodGroup, UpstreamWorkload
+from ..conventions.volcano_queues import QueueRecord
+from ..podgroup import Source
+from ..records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
+from ..resources import Resources, add, sub
+from ..topology.domains import GPU, GpuLayout, Level, NumaZones, domain_of, gpu_layout
 
 __all__ = ["ClusterStore", "PodChange"]
 

@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ..podgroup import GangKey, GangSpec
+from ..reasons import GangReason, PartiallyBound, TimedOut
+from ..records import NodeName, PodKey
+from ..resources import Resources
 from .ledger import Ledger, Reservation
-from .podgroup import GangKey, GangSpec
-from .reasons import GangReason, PartiallyBound, TimedOut
-from .records import NodeName, PodKey
-from .resources import Resources
 
 __all__ = ["Gang", "GangPhase", "IllegalTransition"]
 

@@ -3,27 +3,27 @@
 kube-scheduler never cycles a held member, so no filter call will ask for it: admission
 happens in :func:`admit_held`, after each batch of cluster events, over every node Lockstep
 knows, in kube-scheduler's own queue order. :func:`lift_target` then says which held pods lose
-the gate, and the node each is pinned to (``coscheduling.gating``).
+the gate, and the node each is pinned to (``coscheduling.gang.gating``).
 """
 
 from __future__ import annotations
 
 from ..actions import Lift
 from ..corestate import CoreState
-from ..gang import GangPhase
-from ..gang_admission import (
+from ..gang.admission import (
     admit_by_preemption,
     pinned_pending,
     try_admit,
     turn_away,
     yield_to_higher_priority,
 )
-from ..membership import countable, meets_quorum
+from ..gang.membership import countable, meets_quorum
 from ..podgroup import GangKey, InvalidGang, MissingPodGroup
-from ..preemption.book import PreemptorId
 from ..preemption.carry import preempt_for_plain
+from ..preemption.inflight import PreemptorId
 from ..reasons import WaitingForMembers
 from ..records import PodKey
+from ..state.gang import GangPhase
 
 __all__ = ["HELD_RETRY_SECONDS", "admit_held", "drain_lift", "lift_target", "queue_order"]
 

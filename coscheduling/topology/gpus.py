@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .topology import GPUS_PER_NUMA_LABEL, INTERCONNECT_LABEL, ISLAND_SIZE_LABEL, NUMA_NODES_LABEL
+from .domains import GPUS_PER_NUMA_LABEL, INTERCONNECT_LABEL, ISLAND_SIZE_LABEL, NUMA_NODES_LABEL
 
 __all__ = [
     "NVML_LEVEL_CODES",

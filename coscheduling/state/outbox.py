@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .actions import Eviction, Notice, NoticeKind, Unparked
-from .reasons import GangReason
-from .records import GangKey, PodKey, PodRecord
+from ..actions import Eviction, Notice, NoticeKind, Unparked
+from ..reasons import GangReason
+from ..records import GangKey, PodKey, PodRecord
 
 __all__ = ["Outbox"]
 

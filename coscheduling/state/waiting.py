@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .records import GangKey, NodeName, PodKey
+from ..records import GangKey, NodeName, PodKey
 
 __all__ = ["WaitingMap"]
 

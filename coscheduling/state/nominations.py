@@ -1,9 +1,9 @@
 """Room held for one plain pod that preempted: the freed capacity on one node, until it binds.
 
-A gang's room is held in the :class:`~coscheduling.ledger.Ledger`, whose reservations are
+A gang's room is held in the :class:`~coscheduling.state.ledger.Ledger`, whose reservations are
 proven against the gangs' plans. A plain pod has no plan, so a preemption it made holds its
 room here instead, as kube-scheduler holds a preemptor's with ``nominatedNodeName``:
-:class:`~coscheduling.capacity.Capacity` counts a nomination as used for every pod but its
+:class:`~coscheduling.placement.capacity.Capacity` counts a nomination as used for every pod but its
 own, so no gang is planned into it and no lower-priority pod binds there. A plain pod of
 higher priority may take it (kube-scheduler's nominated pods give way the same way); the
 nomination is then dropped and its pod tried again.

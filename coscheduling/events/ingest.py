@@ -7,7 +7,7 @@ work out the deletions). Kubernetes' own kinds are entries here (:data:`NODES`, 
 (:func:`kind_of` its :class:`~coscheduling.conventions.base.Watch`, by ``into``), so the
 registry (``coscheduling.conventions.REGISTRY``) is the one list of them: a convention with
 a PodGroup object like scheduler-plugins' needs nothing here. The facade routes events to the
-entries and the app's watches feed them (``coscheduling.watched``). What an event means for
+entries and the app's watches feed them (``coscheduling.events.watched``). What an event means for
 the gangs is here too: a lost node gives back the slots on it, a PodGroup that came or went
 re-resolves its pods, a pod that changed gang leaves the old one.
 """
@@ -19,25 +19,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from .actions import NoticeKind, Unparked
-from .conventions import points_at_object, scheduler_plugins, volcano
-from .conventions.base import MAX_GANG_SIZE_FLAG, Convention, PodGroupRecord, Watch
-from .conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
-from .conventions.volcano_queues import QueueRecord
-from .corestate import CoreState
-from .devices import events as device_events
-from .enqueue import queue_freed, wake_queued
-from .gang import Gang
-from .gang_admission import reconcile
-from .gating import pinned_node
-from .membership import declares_alike, refresh_spec, resolve_pod
-from .podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_of
-from .preemption.book import PreemptorId
-from .preemption.budgets import Budget
-from .preemption.carry import displaced, nominated_pod_done, victims_gone
-from .reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
-from .records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass, status_only
-from .topology import NumaZones
+from ..actions import NoticeKind, Unparked
+from ..conventions import points_at_object, scheduler_plugins, volcano
+from ..conventions.base import MAX_GANG_SIZE_FLAG, Convention, PodGroupRecord, Watch
+from ..conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
+from ..conventions.volcano_queues import QueueRecord
+from ..corestate import CoreState
+from ..gang.admission import reconcile
+from ..gang.enqueue import queue_freed, wake_queued
+from ..gang.gating import pinned_node
+from ..gang.membership import declares_alike, refresh_spec, resolve_pod
+from ..podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_of
+from ..preemption.budgets import Budget
+from ..preemption.carry import displaced, nominated_pod_done, victims_gone
+from ..preemption.inflight import PreemptorId
+from ..reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclaration
+from ..records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass, status_only
+from ..state.gang import Gang
+from ..topology.domains import NumaZones
+from . import dra as device_events
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -664,7 +664,7 @@ RESOURCE_CLAIM_TEMPLATES = _fed(device_events.TEMPLATES)
 DEVICE_KINDS: dict[str, Kind[str, Any]] = {
     k.name: k for k in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS,
                         RESOURCE_CLAIM_TEMPLATES)}
-"""DRA's four kinds by resource name (``coscheduling.watched`` pairs each with its watch)."""
+"""DRA's four kinds by resource name (``coscheduling.events.watched`` pairs each with its watch)."""
 
 _OWN_RULES: dict[str, Kind[Any, Any]] = {
     "upstream-podgroups": UPSTREAM_PODGROUPS,
@@ -690,4 +690,4 @@ SP_PODGROUPS = kind_of(scheduler_plugins.CONVENTION, scheduler_plugins.WATCHES[0
 VOLCANO_PODGROUPS = kind_of(volcano.CONVENTION, volcano.WATCHES[0])
 """The entries of the shipped PodGroup conventions' objects, by name, for callers that upsert
 them directly (tests, benchmarks). Nothing routes by them: the table the app watches comes
-from the registry (``coscheduling.watched.table``)."""
+from the registry (``coscheduling.events.watched.table``)."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .conventions import declaring_keys
-from .records import GANG_GATE
+from ..conventions import declaring_keys
+from ..records import GANG_GATE
 
 __all__ = ["GANG_GATE", "declares_gang", "lift_patch", "pin_term", "pinned_node", "pinned_terms",
            "unpinned_terms"]

@@ -15,22 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .actions import FilterDecision, NoticeKind, Unparked
-from .corestate import CoreState
-from .devices.align import align
-from .devices.book import record
-from .devices.budget import Budget as DeviceBudget
-from .devices.demand import CLAIMS_FIELD, pod_demand
-from .eligibility import eligible
-from .enqueue import queue_gate
-from .gang import Gang, GangPhase
-from .gating import pinned_node
-from .membership import countable, departed, meets_quorum, pick
-from .planner import Member, Plan, plan_gang
-from .podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
-from .preemption.book import PreemptorId
-from .preemption.carry import blocked, preempting_reason, try_preempt, victims_hold
-from .reasons import (
+from ..actions import FilterDecision, NoticeKind, Unparked
+from ..corestate import CoreState
+from ..devices.align import align
+from ..devices.budget import Budget as DeviceBudget
+from ..devices.demand import CLAIMS_FIELD, pod_demand
+from ..devices.room import record
+from ..placement.planner import Member, Plan, plan_gang
+from ..podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
+from ..preemption.carry import blocked, preempting_reason, try_preempt, victims_hold
+from ..preemption.inflight import PreemptorId
+from ..reasons import (
     BackingOff,
     DevicesNotReady,
     DoesNotFit,
@@ -44,9 +39,14 @@ from .reasons import (
     PlannedNodeLost,
     WaitingForMembers,
 )
-from .records import NodeName, PodKey, PodRecord
-from .resources import Resources, add, fits, sub
-from .topology import GPU, Level, level_by_name
+from ..records import NodeName, PodKey, PodRecord
+from ..resources import Resources, add, fits, sub
+from ..state.gang import Gang, GangPhase
+from ..topology.domains import GPU, Level, level_by_name
+from ..topology.eligibility import eligible
+from .enqueue import queue_gate
+from .gating import pinned_node
+from .membership import countable, departed, meets_quorum, pick
 
 __all__ = [
     "TOPOLOGY_REQUIRED",

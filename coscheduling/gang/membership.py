@@ -13,17 +13,12 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from .conventions import resolve
-from .conventions.upstream import combine, resolve_upstream
-from .corestate import CoreState
-from .gang import Gang
-from .podgroup import (
-    GangKey,
-    GangSpec,
-    MatchPolicy,
-    Membership,
-)
-from .records import PodKey, PodRecord
+from ..conventions import resolve
+from ..conventions.upstream import combine, resolve_upstream
+from ..corestate import CoreState
+from ..podgroup import GangKey, GangSpec, MatchPolicy, Membership
+from ..records import PodKey, PodRecord
+from ..state.gang import Gang
 
 __all__ = [
     "bound_count",

@@ -11,17 +11,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import filterfalse
 
-from .actions import FilterDecision
-from .corestate import CoreState
-from .devices.align import spared
-from .enqueue import queue_gate
-from .gang import Gang, GangPhase
-from .gang_admission import admit, devices_ready, extend, replan, turn_away
-from .ingest import learn_newer, upsert_pod
-from .membership import countable, meets_quorum, resolve_pod
-from .podgroup import GangSpec, InvalidGang, MissingPodGroup
-from .preemption.carry import blocked, preempting_reason, victims_hold
-from .reasons import (
+from ..actions import FilterDecision
+from ..corestate import CoreState
+from ..devices.align import spared
+from ..events.ingest import learn_newer, upsert_pod
+from ..gang.admission import admit, devices_ready, extend, replan, turn_away
+from ..gang.enqueue import queue_gate
+from ..gang.membership import countable, meets_quorum, resolve_pod
+from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
+from ..preemption.carry import blocked, preempting_reason, victims_hold
+from ..reasons import (
     BackingOff,
     InvalidDeclaration,
     NodeReason,
@@ -30,8 +29,9 @@ from .reasons import (
     ReservedForGangs,
     WaitingForMembers,
 )
-from .records import NodeName, PodRecord
-from .resources import fits, shortfall
+from ..records import NodeName, PodRecord
+from ..resources import fits, shortfall
+from ..state.gang import Gang, GangPhase
 
 __all__ = ["filter_plain", "filter_pod"]
 
