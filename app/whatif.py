@@ -1,4 +1,4 @@
-"""``POST /debug/what-if``: a manifest in, the dry plan's answer out (issue 36).
+"""``POST /debug/what-if``: a manifest in, the dry plan's answer out.
 
 The body is the manifest as a user would ``kubectl apply`` it (YAML, several documents, or
 JSON), at most :data:`MAX_BODY` bytes; it is parsed here, handed to the core

@@ -1,6 +1,6 @@
 """Create latency through Lockstep's webhook, against the same API server without it.
 
-``python -m benchmarks creates`` (issue 42): does the default install make pod creates slower,
+``python -m benchmarks creates``: does the default install make pod creates slower,
 and do creates of a burst wait on each other? One test bed (``--nodes`` KWOK nodes x 8 GPUs,
 Lockstep's default install with its own certificate, no kube-scheduler: only the create is
 timed), six phases, each in a namespace of its own:

@@ -1,4 +1,4 @@
-"""DRA planning work per filter call, in process (issue 41, defects 5 and 6).
+"""DRA planning work per filter call, in process.
 
 ``python -m benchmarks.dra_planning [--case many|never] [--nodes N] [--claims C] [--requests R]``
 

@@ -1,5 +1,5 @@
 """Is a what-if cheap? ``POST /debug/what-if`` latency at 5,000 nodes and 50,000 pods, and
-the verbs' latency while what-ifs run (issue 36: p95 <= 200 ms, no stall).
+the verbs' latency while what-ifs run (goal: p95 <= 200 ms, no stall).
 
 The server is the stall benchmark's (``benchmarks.stall``): the real app over a synthetic
 core, every node full of bound pods of priority 0-9 and 2-member gangs but 16 left free,

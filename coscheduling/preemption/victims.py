@@ -56,7 +56,7 @@ knapsack problem; like kube-scheduler's ``SelectVictimsOnNode`` this does not se
   gang plans over the whole cluster, once per unit on the planned nodes. What-if capacity
   is :class:`~coscheduling.preemption.freed.FreedView`.
 
-Bounded work per call (issue 32): the search is a generator of pieces of work, each
+Bounded work per call: the search is a generator of pieces of work, each
 announced with its cost (a plan: its nodes times the members; arithmetic:
 :data:`BOOK_COST` per node or pod read). :class:`VictimSearch` runs it in slices of at most
 :data:`SEARCH_BUDGET` units, returning :class:`Unfinished` in between, so the core can run

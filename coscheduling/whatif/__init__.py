@@ -1,5 +1,5 @@
 """The what-if wing: would objects not created yet fit, where, whom would they preempt, or
-why not (issue 36, ``lockstep explain --what-if``).
+why not (``lockstep explain --what-if``).
 
 ``expand`` reads the manifest's objects as the pods they would create; ``dryrun`` plans
 them against the live state through read-only views, by the core's own rules, and returns

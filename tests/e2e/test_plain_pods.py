@@ -151,7 +151,7 @@ def every_order(c: Cluster, topology: str, shape: dict[str, str], keep_nodes: in
 
 
 MIXED_SHORT_SECONDS = 40.0
-"""The mixed soak's length in ``make test`` (60 s until issue 41's CI budget; the test still
+"""The mixed soak's length in ``make test`` (60 s before CI's budget was cut; the test still
 asks for at least 2 gangs and 10 plain pods completed); ``make soak`` runs it for
 ``LOCKSTEP_MIXED_SOAK_SECONDS`` (300 s there), else ``LOCKSTEP_SOAK_SECONDS``."""
 MID = ("e2e-mid", 1000)

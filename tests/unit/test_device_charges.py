@@ -1,4 +1,4 @@
-"""What a planning call is charged for selectors (issue 41, after ``cel`` and ``draplan``
+"""What a planning call is charged for selectors (after ``cel`` and ``draplan``
 met): a verdict ``Selectors`` already knows is a look-up, an evaluation is charged the steps
 it took, the steps left are handed to the evaluator (running out is being over budget), and
 compiling a gang's selectors is charged by tokens, a few per call. Work is counted (programs

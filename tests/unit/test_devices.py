@@ -110,7 +110,7 @@ def test_slice_attributes_are_qualified_by_the_driver_and_capacity_is_a_quantity
 ])
 def test_a_capacity_the_api_server_accepts_beyond_int64_or_negative_keeps_its_slice(
         value: object, milli: int) -> None:
-    """The API server accepts these capacities (issue 41's hostile DRA suite); refusing them
+    """The API server accepts these capacities (the hostile DRA suite); refusing them
     dropped the whole slice, so kube-scheduler saw devices Lockstep never planned. Beyond
     int64 millis the value saturates (comparisons with any real quantity keep their sign)."""
     obj = gpu_slice("n0", ["H100", "H100"])

@@ -659,7 +659,7 @@ class GangModel(RuleBasedStateMachine):
     @rule(size=st.integers(1, 4), gpus=st.sampled_from([1, 2, 4]),
           prio=st.sampled_from([0, 5, 1000]))
     def what_if(self, size: int, gpus: int, prio: int) -> None:
-        """A what-if (issue 36) changes nothing the core holds, whatever its state: the
+        """A what-if changes nothing the core holds, whatever its state: the
         same pods, plans, reservations, gangs, preemptions, parked calls and free room."""
         objs = [pod(f"wi-{k}").gang("wi", min_member=size, timeout=20).gpu(gpus)
                 .priority(prio).build() for k in range(size)]

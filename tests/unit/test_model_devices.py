@@ -433,7 +433,7 @@ class DeviceModel(RuleBasedStateMachine):
     @rule(sizes=st.tuples(st.integers(1, 3), st.integers(1, 3)),
           tmpls=st.tuples(st.sampled_from(["any", "h100"]), st.sampled_from(["any", "h100"])))
     def what_if(self, sizes: tuple[int, int], tmpls: tuple[str, str]) -> None:
-        """Two gangs in one manifest (issue 41, defect 9: the second was planned on the live
+        """Two gangs in one manifest (a defect: the second was planned on the live
         devices, the first's included), asked while the core holds or a claim has devices
         (where double-booking can happen; an idle cluster is the unit test's case, and asking
         at every step crowded out the runs that reach expiry): each device the what-if plans

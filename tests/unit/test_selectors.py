@@ -1,4 +1,4 @@
-"""CEL selectors are bounded by what they cost, not by their text (issue 41): tokens before
+"""CEL selectors are bounded by what they cost, not by their text: tokens before
 the parse, macros and an estimated worst case on the parse tree, steps while they run, and
 caches bounded by memory and keyed by what a selector can read of a device."""
 
@@ -30,7 +30,7 @@ def literal_list(n: int) -> str:
 
 
 def nested_all(n: int) -> str:
-    """Issue 41's stall: three nested ``all`` over a literal list of ``n`` items (149
+    """The stall once found: three nested ``all`` over a literal list of ``n`` items (149
     characters at 15 items: about 2.6 s for one device on the old code)."""
     xs = literal_list(n)
     return f"{xs}.all(x, {xs}.all(y, {xs}.all(z, x + y + z >= 0)))"
@@ -58,7 +58,7 @@ FIELD = "ResourceClaimTemplate default/t: spec.devices.requests[0].exactly.selec
     ".cel.expression: "
 
 
-# ------------------------------------------------------------------ defect 1: the stall
+# ------------------------------------------------------------------ the stall
 
 
 def test_nested_macros_over_literal_lists_are_refused_by_their_estimated_cost() -> None:
@@ -79,7 +79,7 @@ def test_a_small_nested_macro_still_runs() -> None:
     assert s.matches(nested_all(3), GPU)
 
 
-# ------------------------------------------------------ defect 2: comments hid macros
+# ------------------------------------------------------ comments hid macros
 
 
 def test_macros_are_counted_on_the_parse_tree_a_comment_hides_none() -> None:
@@ -96,7 +96,7 @@ def test_a_comment_costs_nothing() -> None:
     assert Selectors().matches(e, GPU)
 
 
-# --------------------------------------------- defect 3: a 10 KiB parse on the loop
+# --------------------------------------------- a 10 KiB parse on the loop
 
 
 @pytest.mark.parametrize("expression", [
@@ -121,7 +121,7 @@ def test_a_deep_chain_under_the_token_limit_is_refused_as_nested_too_deeply() ->
     assert isinstance(why, str) and why.startswith("nested too deeply: ")
 
 
-# ------------------------------------------------------ defect 4: cache by memory
+# ------------------------------------------------------ cache by memory
 
 
 def test_compiled_programs_keep_bounded_memory() -> None:
