@@ -140,24 +140,12 @@ def main() -> None:
         (out / "placement.json").write_text(json.dumps({**meta, **result}, indent=2))
         print("\nPlacement quality (stock kube-scheduler vs Lockstep, same seeded workload)")
         print(table(result["rows"], placement.TABLE_COLUMNS))
-    if "throughput" in args.which:
-        _throughput(args, out, meta)
-    if "memory" in args.which:
-        _memory(args, out, meta)
-    if "client" in args.which:
-        _client(args, out, meta)
-    if "preemption" in args.which:
-        _preemption(args, out, meta)
-    if "victims" in args.which:
-        _victims(args, out, meta)
-    if "stall" in args.which:
-        _stall(args, out, meta)
-    if "whatif" in args.which:
-        _whatif(args, out, meta)
-    if "failover" in args.which:
-        _failover(args, out, meta)
-    if "creates" in args.which:
-        _creates(args, out, meta)
+    runners = {"throughput": _throughput, "memory": _memory, "client": _client,
+               "preemption": _preemption, "victims": _victims, "stall": _stall,
+               "whatif": _whatif, "failover": _failover, "creates": _creates}
+    for name, run in runners.items():  # in this order, whatever order they were named in
+        if name in args.which:
+            run(args, out, meta)
     print(f"\nJSON written to {out}/")
 
 
