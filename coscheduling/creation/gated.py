@@ -40,14 +40,14 @@ def admit_held(st: CoreState, now: float) -> None:
     # A gang holding room no member of it uses yet gives it back to pods of higher
     # priority that need it, before anything is evicted for them below.
     yield_to_higher_priority(st)
-    todo, st.held_touched = st.held_touched, set()
-    if st.held_blocked and st.store.epoch != st.held_epoch \
-            and now - st.held_swept >= HELD_RETRY_SECONDS:
-        todo |= st.held_blocked
-        st.held_epoch, st.held_swept = st.store.epoch, now
+    todo, st.creation.gated.touched = st.creation.gated.touched, set()
+    if st.creation.gated.blocked and st.store.epoch != st.creation.gated.epoch \
+            and now - st.creation.gated.swept >= HELD_RETRY_SECONDS:
+        todo |= st.creation.gated.blocked
+        st.creation.gated.epoch, st.creation.gated.swept = st.store.epoch, now
     for key in sorted(todo, key=lambda k: queue_order(st, k)):
         g = st.gangs.get(key)
-        st.held_blocked.discard(key)
+        st.creation.gated.blocked.discard(key)
         if g is None or g.spec is None:
             continue
         if g.phase is GangPhase.BACKING_OFF:
@@ -64,8 +64,8 @@ def admit_held(st: CoreState, now: float) -> None:
             # preemption can make room.
             if any(p.unschedulable and p.node_name is None for p in live) \
                     and not admit_by_preemption(st, g, live, now):
-                st.held_blocked.add(key)
-                st.held_epoch, st.held_swept = st.store.epoch, now
+                st.creation.gated.blocked.add(key)
+                st.creation.gated.epoch, st.creation.gated.swept = st.store.epoch, now
             continue
         spec = g.spec
         if not meets_quorum(st, spec, countable(spec, live)):
@@ -76,9 +76,9 @@ def admit_held(st: CoreState, now: float) -> None:
             continue
         outcome = try_admit(st, g, spec, live, now)
         if not isinstance(outcome, dict):
-            st.held_blocked.add(key)
+            st.creation.gated.blocked.add(key)
             turn_away(st, held[0], g, outcome)
-            st.held_epoch, st.held_swept = st.store.epoch, now
+            st.creation.gated.epoch, st.creation.gated.swept = st.store.epoch, now
     # Gangs first (kube-scheduler's queue would have served them in priority order too;
     # a gang admitted above took its room from the capacity these pods now see).
     preempt_for_plain(st, now)
@@ -115,10 +115,10 @@ def lift_target(st: CoreState, key: PodKey) -> Lift | None:
         return None
     node = g.plan.get(key)
     if node is not None:
-        if st.preemptions.get(PreemptorId.of_gang(g.key)) is not None:
+        if st.preemption.inflight.get(PreemptorId.of_gang(g.key)) is not None:
             return None  # pinned once its victims are gone, not onto a node they still hold
         return Lift(key, pod.uid, node)
-    if st.preemptions.evicting(g.key) is not None:
+    if st.preemption.inflight.evicting(g.key) is not None:
         return None  # its gang is being evicted whole: no member may start now
     if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
         return Lift(key, pod.uid, None)

@@ -2,79 +2,43 @@
 
 What each event does to the core's state. The ingest table's entries that route events here
 are built from :data:`FEEDS` by ``coscheduling.events.ingest`` (``DEVICE_CLASSES``, ...), and
-``coscheduling.events.watched`` lists the four kinds beside Kubernetes' own. The core's state holds
-this wing's inventory, so the wing never imports the state (an import circle, see the
-contracts in ``pyproject.toml``): the state is handed in, typed as :class:`DeviceState`,
-which lists every field the events read or change.
+``coscheduling.events.watched`` lists the four kinds beside Kubernetes' own.
 
 A change to a slice or a claim may let a waiting gang fit: the store's epoch is bumped, which
-is what makes held and blocked gangs planned again (the same signal node changes give).
+is what makes gated and blocked gangs planned again (the same signal node changes give).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
+from ..corestate import CoreState
 from ..devices.align import observed
 from ..devices.demand import CLAIMS_FIELD
-from ..devices.inventory import DeviceInventory
 from ..devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
 from ..devices.stale import stale
-from ..podgroup import GangKey, Membership
 from ..reasons import DevicesNotReady, InvalidDeclaration
-from ..records import PodKey
-from ..state.cluster import ClusterStore
-from ..state.gang import Gang
-from ..state.ledger import Ledger
-from ..state.outbox import Outbox
 
-__all__ = ["CLAIMS", "CLASSES", "FEEDS", "SLICES", "TEMPLATES", "DeviceState", "Feed"]
+__all__ = ["CLAIMS", "CLASSES", "FEEDS", "SLICES", "TEMPLATES", "Feed"]
 
 R = TypeVar("R")
-
-
-class DeviceState(Protocol):
-    """The core's state as device events read and change it.
-
-    :class:`~coscheduling.corestate.CoreState` is the one implementation; mypy checks it
-    against this where ``coscheduling.events.ingest`` builds its entries. The events own
-    ``devices``; they bump the store's epoch, queue nudges and deallocations in the outbox,
-    and only read the rest."""
-
-    @property
-    def store(self) -> ClusterStore: ...
-
-    @property
-    def devices(self) -> DeviceInventory: ...
-
-    @property
-    def ledger(self) -> Ledger: ...
-
-    @property
-    def gangs(self) -> Mapping[GangKey, Gang]: ...
-
-    @property
-    def membership(self) -> Mapping[PodKey, Membership]: ...
-
-    @property
-    def outbox(self) -> Outbox: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Feed(Generic[R]):
     """One kind's events as data, in the shape of ``coscheduling.events.ingest.Kind`` (which the
-    wing cannot import: ingest reads the core's state)."""
+    module cannot import: ingest imports this one)."""
 
     name: str
-    current: Callable[[DeviceState], Mapping[str, R]]
+    current: Callable[[CoreState], Mapping[str, R]]
     key: Callable[[R], str]
-    upsert: Callable[[DeviceState, R], None]
-    delete: Callable[[DeviceState, str], None]
+    upsert: Callable[[CoreState, R], None]
+    delete: Callable[[CoreState, str], None]
 
 
-def _changed(st: DeviceState) -> None:
+def _changed(st: CoreState) -> None:
     """Devices changed: waiting gangs may fit now, and plans follow what kube-scheduler
     allocated (``devices.align.observed``). Members that wait for devices (turned away at
     the filter) are nudged: no cluster event of theirs would wake them."""
@@ -87,14 +51,14 @@ def _changed(st: DeviceState) -> None:
             st.outbox.requeue.update(g.wake())
 
 
-def _feed(name: str, table: Callable[[DeviceState], Mapping[str, R]], key: Callable[[R], str],
-          put: Callable[[DeviceState, R], None], drop: Callable[[DeviceState, str], None]
+def _feed(name: str, table: Callable[[CoreState], Mapping[str, R]], key: Callable[[R], str],
+          put: Callable[[CoreState, R], None], drop: Callable[[CoreState, str], None]
           ) -> Feed[R]:
-    def upsert(st: DeviceState, rec: R) -> None:
+    def upsert(st: CoreState, rec: R) -> None:
         put(st, rec)
         _changed(st)
 
-    def delete(st: DeviceState, k: str) -> None:
+    def delete(st: CoreState, k: str) -> None:
         drop(st, k)
         _changed(st)
 
@@ -105,7 +69,7 @@ def _claim_key(c: Claim) -> ClaimKey:
     return c.key
 
 
-def _put_claim(st: DeviceState, c: Claim) -> None:
+def _put_claim(st: CoreState, c: Claim) -> None:
     st.devices.put_claim(c)
     if stale(st.devices, c, st.store.pods, lambda p: p in st.membership, st.ledger.get):
         st.outbox.deallocate[c.key] = (c.uid, c.resource_version)

@@ -21,11 +21,11 @@ __all__ = ["expire", "next_deadline"]
 def next_deadline(st: CoreState) -> float | None:
     times = [t for g in st.gangs.values()
              for t in (g.deadline, g.backoff_until) if t is not None]
-    if st.held_blocked and st.store.epoch != st.held_epoch:
-        times.append(st.held_swept + HELD_RETRY_SECONDS)
-    if (preempting := st.preemptions.next_deadline()) is not None:
+    if st.creation.gated.blocked and st.store.epoch != st.creation.gated.epoch:
+        times.append(st.creation.gated.swept + HELD_RETRY_SECONDS)
+    if (preempting := st.preemption.inflight.next_deadline()) is not None:
         times.append(preempting)
-    if (nominated := st.nominations.next_deadline()) is not None:
+    if (nominated := st.preemption.nominations.next_deadline()) is not None:
         times.append(nominated)
     if (created := next_provisional_deadline(st)) is not None:
         times.append(created)
@@ -47,7 +47,7 @@ def expire(st: CoreState, now: float) -> list[GangExpired]:
                 and now >= g.backoff_until:
             g.backoff_over()
             st.outbox.requeue.update(g.wake())
-            st.held_touched.add(g.key)
+            st.creation.gated.touched.add(g.key)
         if g.phase is not GangPhase.ADMITTED or g.deadline is None or now < g.deadline:
             continue
         spec = g.spec
