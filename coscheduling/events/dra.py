@@ -1,8 +1,8 @@
 """Watch events of the four ``resource.k8s.io/v1`` kinds, into the device inventory.
 
-What each event does to the core's state. The ingest table's entries that route events here
-are built from :data:`FEEDS` by ``coscheduling.events.ingest`` (``DEVICE_CLASSES``, ...), and
-``coscheduling.events.watched`` lists the four kinds beside Kubernetes' own.
+What each event does to the core's state: one :class:`~coscheduling.events.kind.Kind` entry
+per kind (:data:`DEVICE_KINDS`), which ``coscheduling.events.watched`` pairs with its watch
+beside Kubernetes' own kinds.
 
 A change to a slice or a claim may let a waiting gang fit: the store's epoch is bumped, which
 is what makes gated and blocked gangs planned again (the same signal node changes give).
@@ -11,8 +11,7 @@ is what makes gated and blocked gangs planned again (the same signal node change
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from ..corestate import CoreState
 from ..devices.align import observed
@@ -20,22 +19,12 @@ from ..devices.demand import CLAIMS_FIELD
 from ..devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
 from ..devices.stale import stale
 from ..reasons import DevicesNotReady, InvalidDeclaration
+from .kind import Kind
 
-__all__ = ["CLAIMS", "CLASSES", "FEEDS", "SLICES", "TEMPLATES", "Feed"]
+__all__ = ["DEVICE_CLASSES", "DEVICE_KINDS", "RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES",
+           "RESOURCE_SLICES"]
 
 R = TypeVar("R")
-
-
-@dataclass(frozen=True, slots=True)
-class Feed(Generic[R]):
-    """One kind's events as data, in the shape of ``coscheduling.events.ingest.Kind`` (which the
-    module cannot import: ingest imports this one)."""
-
-    name: str
-    current: Callable[[CoreState], Mapping[str, R]]
-    key: Callable[[R], str]
-    upsert: Callable[[CoreState, R], None]
-    delete: Callable[[CoreState, str], None]
 
 
 def _changed(st: CoreState) -> None:
@@ -51,9 +40,9 @@ def _changed(st: CoreState) -> None:
             st.outbox.requeue.update(g.wake())
 
 
-def _feed(name: str, table: Callable[[CoreState], Mapping[str, R]], key: Callable[[R], str],
+def _kind(name: str, table: Callable[[CoreState], Mapping[str, R]], key: Callable[[R], str],
           put: Callable[[CoreState, R], None], drop: Callable[[CoreState, str], None]
-          ) -> Feed[R]:
+          ) -> Kind[str, R]:
     def upsert(st: CoreState, rec: R) -> None:
         put(st, rec)
         _changed(st)
@@ -62,7 +51,7 @@ def _feed(name: str, table: Callable[[CoreState], Mapping[str, R]], key: Callabl
         drop(st, k)
         _changed(st)
 
-    return Feed(name, table, key, upsert, delete)
+    return Kind(name, table, key, upsert, delete)
 
 
 def _claim_key(c: Claim) -> ClaimKey:
@@ -77,17 +66,19 @@ def _put_claim(st: CoreState, c: Claim) -> None:
         st.outbox.deallocate.pop(c.key, None)
 
 
-SLICES: Feed[DeviceSlice] = _feed(
+RESOURCE_SLICES: Kind[str, DeviceSlice] = _kind(
     "resourceslices", lambda st: st.devices.slices, lambda s: s.name,
     lambda st, s: st.devices.put_slice(s), lambda st, k: st.devices.drop_slice(k))
-CLASSES: Feed[DeviceClass] = _feed(
+DEVICE_CLASSES: Kind[str, DeviceClass] = _kind(
     "deviceclasses", lambda st: st.devices.classes, lambda c: c.name,
     lambda st, c: st.devices.put_class(c), lambda st, k: st.devices.drop_class(k))
-CLAIMS: Feed[Claim] = _feed(
+RESOURCE_CLAIMS: Kind[str, Claim] = _kind(
     "resourceclaims", lambda st: st.devices.claims, _claim_key,
     _put_claim, lambda st, k: st.devices.drop_claim(k))
-TEMPLATES: Feed[ClaimTemplate] = _feed(
+RESOURCE_CLAIM_TEMPLATES: Kind[str, ClaimTemplate] = _kind(
     "resourceclaimtemplates", lambda st: st.devices.templates, lambda t: t.key,
     lambda st, t: st.devices.put_template(t), lambda st, k: st.devices.drop_template(k))
-FEEDS: tuple[Feed[Any], ...] = (CLASSES, SLICES, CLAIMS, TEMPLATES)
-"""The four kinds, in the order they are watched."""
+DEVICE_KINDS: dict[str, Kind[str, Any]] = {
+    k.name: k for k in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS,
+                        RESOURCE_CLAIM_TEMPLATES)}
+"""DRA's four kinds by resource name (``coscheduling.events.watched`` pairs each with its watch)."""

@@ -1,8 +1,5 @@
-"""Cluster events in: one table entry per resource kind the core reads.
-
-Every kind has the same three events: an object came or changed (``upsert``), went
-(``delete``), or the whole set was listed again after a watch expired (``replace``, which must
-work out the deletions). Kubernetes' own kinds are entries here (:data:`NODES`, :data:`PODS`,
+"""Cluster events in: one table entry (:class:`~coscheduling.events.kind.Kind`) per resource
+kind the core reads. Kubernetes' own kinds are entries here (:data:`NODES`, :data:`PODS`,
 ...); each convention's objects get theirs from what the convention declares
 (:func:`kind_of` its :class:`~coscheduling.conventions.base.Watch`, by ``into``), so the
 registry (``coscheduling.conventions.REGISTRY``) is the one list of them: a convention with
@@ -15,9 +12,9 @@ re-resolves its pods, a pod that changed gang leaves the old one.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
 
 from ..actions import NoticeKind, Unparked
 from ..conventions import points_at_object, scheduler_plugins, volcano
@@ -37,7 +34,14 @@ from ..reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclarat
 from ..records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass, status_only
 from ..state.gang import Gang
 from ..topology.domains import NumaZones
-from . import dra as device_events
+from .dra import (
+    DEVICE_CLASSES,
+    DEVICE_KINDS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
+from .kind import Kind
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -66,40 +70,6 @@ __all__ = [
     "upsert_pods",
     "watched_pod",
 ]
-
-K = TypeVar("K")
-R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class Kind(Generic[K, R]):
-    """How one resource kind's events change the core.
-
-    ``replace`` defaults to: delete what is not listed, upsert what is new or changed; a kind
-    whose store keeps derived caches gives its own."""
-
-    name: str
-    current: Callable[[CoreState], Mapping[K, R]]
-    key: Callable[[R], K]
-    upsert: Callable[[CoreState, R], None]
-    delete: Callable[[CoreState, K], None]
-    replace_all: Callable[[CoreState, Iterable[R]], None] | None = None
-    unserved: Callable[[CoreState], None] | None = None
-    """The kind's CRD is not installed, when that means more than an empty set (Volcano's
-    Queues: no CRD, no gating; an empty set: every queue but ``default`` is missing)."""
-
-    def replace(self, st: CoreState, records: Iterable[R]) -> None:
-        if self.replace_all is not None:
-            self.replace_all(st, records)
-            return
-        fresh = {self.key(r): r for r in records}
-        have = self.current(st)
-        for key in [k for k in have if k not in fresh]:
-            self.delete(st, key)
-        for r in fresh.values():
-            if self.current(st).get(self.key(r)) != r:
-                self.upsert(st, r)
-
 
 # ---------------------------------------------------------------------- nodes
 
@@ -653,21 +623,6 @@ PODS: Kind[PodKey, PodRecord] = Kind(
     delete_pod, _replace_pods)
 
 
-
-def _fed(feed: device_events.Feed[R]) -> Kind[str, R]:
-    """A device kind's entry: the devices wing declares its events over the state it is
-    handed (``devices.events``), which the core's state is."""
-    return Kind(feed.name, feed.current, feed.key, feed.upsert, feed.delete)
-
-
-DEVICE_CLASSES = _fed(device_events.CLASSES)
-RESOURCE_SLICES = _fed(device_events.SLICES)
-RESOURCE_CLAIMS = _fed(device_events.CLAIMS)
-RESOURCE_CLAIM_TEMPLATES = _fed(device_events.TEMPLATES)
-DEVICE_KINDS: dict[str, Kind[str, Any]] = {
-    k.name: k for k in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS,
-                        RESOURCE_CLAIM_TEMPLATES)}
-"""DRA's four kinds by resource name (``coscheduling.events.watched`` pairs each with its watch)."""
 
 _OWN_RULES: dict[str, Kind[Any, Any]] = {
     "upstream-podgroups": UPSTREAM_PODGROUPS,
