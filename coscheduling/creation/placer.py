@@ -29,7 +29,7 @@ pinned into its quorum (a gang's ``minMember`` never comes from a pod that may n
 
 Promises kept: a member pinned at creation that the watch has not shown within
 ``PROVISIONAL_SECONDS`` (its creation failed, or was refused by a later webhook) is taken out
-again, which gives the gang's slots back (:func:`expire_provisional`); a held review whose pod
+again, which gives the gang's slots back (:func:`expire_pins`); a held review whose pod
 appears in the watch (the API server gave up on the webhook and created it as it was) is no
 longer held; nothing is evicted for a gang planned at creation; a pod carrying another
 party's scheduling gate, a pod without a name yet (``generateName``) and a gang group are
@@ -54,8 +54,8 @@ from .state import Hold
 
 __all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECONDS",
            "drain_answers",
-           "expire_holds", "expire_provisional", "landed", "next_hold_deadline",
-           "next_provisional_deadline", "pinned_at_creation", "place_at_creation",
+           "expire_holds", "expire_pins", "landed", "next_hold_deadline",
+           "next_pin_deadline", "pinned_at_creation", "place_at_creation",
            "release_hold", "withdraw"]
 
 PROVISIONAL_SECONDS = 10.0
@@ -315,11 +315,11 @@ def pinned_at_creation(st: CoreState, key: PodKey) -> NodeName | None:
     return NodeName(node) if node is not None else None
 
 
-def next_provisional_deadline(st: CoreState) -> float | None:
+def next_pin_deadline(st: CoreState) -> float | None:
     return min(st.creation.pinned.values(), default=None)
 
 
-def expire_provisional(st: CoreState, now: float) -> list[PodKey]:
+def expire_pins(st: CoreState, now: float) -> list[PodKey]:
     """Members pinned at creation the watch never showed: taken out, slots given back."""
     late = [k for k, t in st.creation.pinned.items() if now >= t]
     for key in late:
