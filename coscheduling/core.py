@@ -159,7 +159,7 @@ class Coscheduler:
 
     def plain_verdict(self, pod: PodKey) -> PlainVerdict | None:
         """The last filter and bind answers for a pod outside any gang."""
-        return self._state.plain_verdicts.get(pod)
+        return self._state.plain.verdicts.get(pod)
 
     def gang_of(self, pod: PodKey) -> GangKey | None:
         return gang_of(self._state.membership.get(pod))
@@ -188,7 +188,7 @@ class Coscheduler:
 
     def replace(self, kind: Kind[Any, Any], records: Iterable[Any]) -> None:
         """After a relist: exactly ``records`` of ``kind``, deletions included."""
-        if kind is ingest.PODS and self._state.holds:
+        if kind is ingest.PODS and self._state.creation.holds:
             records = list(records)
             for r in records:
                 placer.landed(self._state, r.key)
@@ -329,7 +329,8 @@ class Coscheduler:
 
     def preemptions_in_flight(self) -> list[InFlight]:
         """Each preemption whose victims are still going, oldest first."""
-        return sorted(self._state.preemptions.by_preemptor.values(), key=lambda r: r.started)
+        return sorted(self._state.preemption.inflight.by_preemptor.values(),
+                      key=lambda r: r.started)
 
     def invalid_podgroups(self) -> dict[GangKey, InvalidGang]:
         """scheduler-plugins PodGroups whose own fields are out of range, and why."""

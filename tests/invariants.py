@@ -82,12 +82,12 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     except LedgerDrift as e:
         raise InvariantBroken(f"reservations != plans: {e}") from None
     store = state_of(core).store
-    leaving = state_of(core).preemptions.terminating()
+    leaving = state_of(core).preemption.inflight.terminating()
     _check_preemptions(core)
     _check_queues(core)
     _check_provisional(core)
     _check_gangs_exist(core, now)
-    nominations = state_of(core).nominations
+    nominations = state_of(core).preemption.nominations
     flying = {k for g in core.gangs().values() for k in g.binding}
     for n in sorted({*state_of(core).ledger.nodes(), *nominations.total}):
         if n not in store.nodes:
@@ -165,7 +165,8 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     def fresh_free_gpus(n: NodeName) -> int:
         return store.nodes[n].allocatable.get("nvidia.com/gpu", 0) - store.used.get(
             n, {}).get("nvidia.com/gpu", 0) - state_of(core).ledger.reserved_on(n).get(
-            "nvidia.com/gpu", 0) - state_of(core).nominations.held_on(n).get("nvidia.com/gpu", 0)
+            "nvidia.com/gpu", 0) - state_of(core).preemption.nominations.held_on(n).get(
+            "nvidia.com/gpu", 0)
 
     for n, cached_gpus in store.free_gpu.items():
         if n in store.nodes:
@@ -189,7 +190,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
 def _check_provisional(core: Coscheduler) -> None:
     """9. a member pinned at creation is provisional only until the watch shows it created."""
     st = state_of(core)
-    for key in st.provisional:
+    for key in st.creation.pinned:
         p = st.store.pods.get(key)
         if p is not None and p.uid:
             raise InvariantBroken(f"{key} is created (uid {p.uid}) but still provisional")
@@ -205,7 +206,7 @@ def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
             return False
         if p.uid:
             return True
-        landing_by = st.provisional.get(k)  # pinned at creation, creation in flight
+        landing_by = st.creation.pinned.get(k)  # pinned at creation, creation in flight
         return landing_by is not None and (now is None or now < landing_by)
 
     alive: dict[GangKey, bool] = {}
@@ -217,7 +218,7 @@ def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
     reserving: dict[GangKey, str] = {}
     for r in state_of(core).ledger.by_pod.values():
         reserving.setdefault(r.gang, f"a reservation for {r.pod} on {r.node}")
-    for k in st.provisional:
+    for k in st.creation.pinned:
         m = st.membership.get(k)
         owner = getattr(m, "key", None)
         if owner is not None:
@@ -237,7 +238,7 @@ def group_priority(core: Coscheduler, g: Gang, pods: Mapping[PodKey, PodRecord] 
     if spec is not None and spec.priority is not None:
         return spec.priority
     if spec is not None and spec.priority_class is not None:
-        pc = state_of(core).priority_classes.get(spec.priority_class)
+        pc = state_of(core).store.priority_classes.get(spec.priority_class)
         if pc is not None:
             return pc.value
     among = state_of(core).store.pods if pods is None else pods
@@ -250,7 +251,7 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
     store = state_of(core).store
     st = state_of(core)
     pods = {k: p for k, p in store.pods.items()
-            if k not in st.provisional}  # not created yet
+            if k not in st.creation.pinned}  # not created yet
     # Bindings Lockstep assumed (in flight, not shown by the watch yet) are its own, not
     # the API server's: counted as the API server shows them.
     assumed = {k: p for k, p in pods.items() if k in st.assumed and p.node_name is not None}
@@ -273,7 +274,8 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
         "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
                     for i in range(len(core.settings.levels))],
         "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
-                   if not core.reserved_on(n) and n not in state_of(core).nominations.total
+                   if not core.reserved_on(n)
+                   and n not in state_of(core).preemption.nominations.total
                    and all(p.node_name != n for p in assumed.values())},
     }
 
@@ -286,7 +288,7 @@ def _check_preemptions(core: Coscheduler) -> None:
     of its own in flight."""
     store = state_of(core).store
     st = state_of(core)
-    for rec in st.preemptions.by_preemptor.values():
+    for rec in st.preemption.inflight.by_preemptor.values():
         for k in rec.waiting_for:
             p = store.pods.get(k)
             if p is not None and (prio := state_of(core).unit_priority(p)) >= rec.priority:
@@ -295,7 +297,7 @@ def _check_preemptions(core: Coscheduler) -> None:
         for victim in rec.victim_gangs:
             g = st.gangs.get(victim)
             named = g is not None and g.spec is not None and (
-                g.spec.priority is not None or g.spec.priority_class in st.priority_classes)
+                g.spec.priority is not None or g.spec.priority_class in st.store.priority_classes)
             if g is not None and named and group_priority(core, g) >= rec.priority:
                 raise InvariantBroken(
                     f"gang {victim} (group priority {group_priority(core, g)}) evicted for "
@@ -310,13 +312,13 @@ def _check_preemptions(core: Coscheduler) -> None:
                 if p.key in binding:
                     raise InvariantBroken(f"gang {victim} evicted for {rec.preemptor} in part: "
                                           f"{p.key}'s binding is in flight")
-    own = {rec.gang for rec in st.preemptions.by_preemptor.values() if rec.gang is not None}
+    own = {rec.gang for rec in st.preemption.inflight.by_preemptor.values() if rec.gang is not None}
     for key, g in st.gangs.items():
         if g.phase is GangPhase.WAITING and isinstance(g.reason, Preempting) \
                 and key not in own:
             raise InvariantBroken(f"gang {key} is told it is preempting, with no preemption "
                                   f"of its own in flight (another preemptor's record?)")
-    for n in state_of(core).nominations.by_pod.values():
+    for n in state_of(core).preemption.nominations.by_pod.values():
         p = store.pods.get(n.pod)
         if p is None or p.node_name is not None or not p.active \
                 or core.gang_of(n.pod) is not None:

@@ -29,7 +29,7 @@ pinned into its quorum (a gang's ``minMember`` never comes from a pod that may n
 
 Promises kept: a member pinned at creation that the watch has not shown within
 ``PROVISIONAL_SECONDS`` (its creation failed, or was refused by a later webhook) is taken out
-again, which gives the gang's slots back (:func:`expire_provisional`); a held review whose pod
+again, which gives the gang's slots back (:func:`expire_pins`); a held review whose pod
 appears in the watch (the API server gave up on the webhook and created it as it was) is no
 longer held; nothing is evicted for a gang planned at creation; a pod carrying another
 party's scheduling gate, a pod without a name yet (``generateName``) and a gang group are
@@ -42,7 +42,7 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from ..actions import Answer, AwaitQuorum, GateAtCreation, PinAtCreation, Placement
-from ..corestate import CoreState, HeldReviews
+from ..corestate import CoreState
 from ..events.ingest import delete_pod, upsert_pods
 from ..gang.admission import try_admit
 from ..gang.gating import pinned_node, pinned_terms
@@ -50,11 +50,12 @@ from ..gang.membership import countable, meets_quorum, resolve_pod
 from ..podgroup import GangKey, GangSpec
 from ..records import NodeName, PodKey, PodRecord
 from ..state.gang import Gang, GangPhase
+from .state import Hold
 
 __all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECONDS",
            "drain_answers",
-           "expire_holds", "expire_provisional", "landed", "next_hold_deadline",
-           "next_provisional_deadline", "pinned_at_creation", "place_at_creation",
+           "expire_holds", "expire_pins", "landed", "next_hold_deadline",
+           "next_pin_deadline", "pinned_at_creation", "place_at_creation",
            "release_hold", "withdraw"]
 
 PROVISIONAL_SECONDS = 10.0
@@ -115,7 +116,7 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
     return _hold(st, spec, rec, len(live) + len(under_review) + 1, now)
 
 
-def _agreeing_hold(st: CoreState, key: GangKey, spec: GangSpec | None) -> HeldReviews | None:
+def _agreeing_hold(st: CoreState, key: GangKey, spec: GangSpec | None) -> Hold | None:
     """The reviews held for gang ``key``, when they agree with its gang's ``spec``.
 
     Reviews held before the gang existed agree with the first held one; the gang may since
@@ -124,10 +125,10 @@ def _agreeing_hold(st: CoreState, key: GangKey, spec: GangSpec | None) -> HeldRe
     never pinned into its quorum, since a pinned member's ``minMember`` could become the
     gang's while its pod may never land (a core rebuilt from the API server would differ).
     """
-    hold = st.holds.get(key)
+    hold = st.creation.holds.get(key)
     if hold is None or spec is None or hold.spec.min_member == spec.min_member:
         return hold
-    del st.holds[key]
+    del st.creation.holds[key]
     _answer(st, list(hold.pods), GateAtCreation(
         f"members of the gang disagree on minMember: this one says {hold.spec.min_member}, "
         f"the gang {spec.min_member} (the gang's stands; this member counts for nothing "
@@ -139,18 +140,18 @@ def _hold(st: CoreState, spec: GangSpec, rec: PodRecord, have: int, now: float
           ) -> Placement:
     """Hold ``rec``'s review for the reviews that complete its gang's quorum, or gate it."""
     key = spec.key
-    if key in st.slow_gangs:
+    if key in st.creation.slow_gangs:
         return GateAtCreation("its gang's members are created one at a time: gated until "
                               "its quorum exists")
     missing = spec.min_member - have
-    held_now = sum(len(h.pods) for h in st.holds.values())
-    hold = st.holds.get(key)
+    held_now = sum(len(h.pods) for h in st.creation.holds.values())
+    hold = st.creation.holds.get(key)
     if missing > HOLD_LIMIT or held_now >= HELD_TOTAL \
             or (hold is not None and len(hold.pods) >= HOLD_LIMIT):
         return GateAtCreation(f"its gang misses {missing} members: more than the "
                               f"{HOLD_LIMIT} a review waits for")
     if hold is None:
-        hold = st.holds[key] = HeldReviews(spec, now, now)
+        hold = st.creation.holds[key] = Hold(spec, now, now)
     hold.pods[rec.key] = rec
     hold.until = min(hold.first + HOLD_MAX_SECONDS, now + HOLD_SECONDS)
     return AwaitQuorum(key, hold.until)
@@ -160,8 +161,8 @@ def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
                   m: GangSpec, now: float) -> Placement:
     """The quorum exists (members, reviews held and ``rec``): plan the gang whole now.
     ``m``: the membership ``rec`` declares, resolved by this review."""
-    hold = st.holds.pop(spec.key, None)
-    st.slow_gangs.pop(spec.key, None)  # a job recreated under its name may come in a burst
+    hold = st.creation.holds.pop(spec.key, None)
+    st.creation.slow_gangs.pop(spec.key, None)  # a job recreated under its name may come in a burst
     reviews = [*(hold.pods.values() if hold is not None else ()), rec]
     created = g is None
     if g is None:
@@ -195,7 +196,7 @@ def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
         if r.key == rec.key:
             mine = placed
         else:
-            st.creation_answers[r.key] = placed
+            st.creation.answers[r.key] = placed
     # The arrivals' bookkeeping, as if the watch had shown them, the gang decided once for
     # all of them. ``m`` is what this review resolved against the objects as they are:
     # nothing since (holds, entries, the plan) changed them, so it is every pinned
@@ -207,24 +208,24 @@ def _admit_quorum(st: CoreState, g: Gang | None, spec: GangSpec, rec: PodRecord,
 
 def _answer(st: CoreState, keys: list[PodKey], placed: Answer) -> None:
     for key in keys:
-        st.creation_answers[key] = placed
+        st.creation.answers[key] = placed
 
 
 def drain_answers(st: CoreState) -> dict[PodKey, Answer]:
     """Answers decided for held reviews since the last drain (the webhook sends them)."""
-    out, st.creation_answers = st.creation_answers, {}
+    out, st.creation.answers = st.creation.answers, {}
     return out
 
 
 def next_hold_deadline(st: CoreState) -> float | None:
-    return min((h.until for h in st.holds.values()), default=None)
+    return min((h.until for h in st.creation.holds.values()), default=None)
 
 
 def expire_holds(st: CoreState, now: float) -> None:
     """Gangs whose window closed without their quorum: their held reviews are gated (see
     :func:`drain_answers`), and the gang is remembered as created slowly."""
-    for key in [k for k, h in st.holds.items() if now >= h.until]:
-        hold = st.holds.pop(key)
+    for key in [k for k, h in st.creation.holds.items() if now >= h.until]:
+        hold = st.creation.holds.pop(key)
         _remember_slow(st, key)
         _answer(st, list(hold.pods), GateAtCreation(
             f"its quorum of {hold.spec.min_member} did not exist within "
@@ -236,28 +237,28 @@ def release_hold(st: CoreState, key: PodKey) -> None:
     up on), or its pod appeared in the watch."""
     gang = _held_gang(st, key)
     if gang is not None:
-        hold = st.holds[gang]
+        hold = st.creation.holds[gang]
         hold.pods.pop(key, None)
         if not hold.pods:
-            del st.holds[gang]
+            del st.creation.holds[gang]
 
 
 def landed(st: CoreState, key: PodKey) -> None:
     """The watch shows ``key``: a review still held for it was answered without Lockstep
     (the API server gave up on the call and created the pod as it was)."""
-    if st.holds:
+    if st.creation.holds:
         release_hold(st, key)
 
 
 def _held_gang(st: CoreState, key: PodKey) -> GangKey | None:
-    for gang, hold in st.holds.items():
+    for gang, hold in st.creation.holds.items():
         if key in hold.pods:
             return gang
     return None
 
 
 def _remember_slow(st: CoreState, key: GangKey) -> None:
-    slow: OrderedDict[GangKey, None] = st.slow_gangs
+    slow: OrderedDict[GangKey, None] = st.creation.slow_gangs
     slow[key] = None
     slow.move_to_end(key)
     while len(slow) > SLOW_REMEMBERED:
@@ -284,16 +285,16 @@ def _drop_if_empty(st: CoreState, g: Gang) -> None:
 
 
 def _pin(st: CoreState, rec: PodRecord, node: NodeName, now: float) -> PodRecord:
-    """``rec`` pinned to ``node``, provisional until the watch shows it (the caller counts
+    """``rec`` pinned to ``node``, counted as pinned until the watch shows it (the caller counts
     it: :func:`~coscheduling.events.ingest.upsert_pods`)."""
-    st.provisional[rec.key] = now + PROVISIONAL_SECONDS
+    st.creation.pinned[rec.key] = now + PROVISIONAL_SECONDS
     return replace(rec, required_affinity=tuple(pinned_terms(rec.required_affinity, node)))
 
 
 def withdraw(st: CoreState, key: PodKey) -> None:
     """The webhook took back a pin it gave (the pod came back with another party's gate):
     the member is no longer counted until the watch shows it."""
-    if st.provisional.pop(key, None) is not None:
+    if st.creation.pinned.pop(key, None) is not None:
         pod = st.store.pods.get(key)
         if pod is not None and not pod.uid:
             delete_pod(st, key)
@@ -302,7 +303,7 @@ def withdraw(st: CoreState, key: PodKey) -> None:
 def pinned_at_creation(st: CoreState, key: PodKey) -> NodeName | None:
     """The node ``key`` was pinned to at creation, while the watch has not shown it yet
     (what the webhook checks when the API server reinvokes it for the same pod)."""
-    if key not in st.provisional:
+    if key not in st.creation.pinned:
         return None
     slot = st.ledger.get(key)
     if slot is not None:
@@ -314,13 +315,13 @@ def pinned_at_creation(st: CoreState, key: PodKey) -> NodeName | None:
     return NodeName(node) if node is not None else None
 
 
-def next_provisional_deadline(st: CoreState) -> float | None:
-    return min(st.provisional.values(), default=None)
+def next_pin_deadline(st: CoreState) -> float | None:
+    return min(st.creation.pinned.values(), default=None)
 
 
-def expire_provisional(st: CoreState, now: float) -> list[PodKey]:
+def expire_pins(st: CoreState, now: float) -> list[PodKey]:
     """Members pinned at creation the watch never showed: taken out, slots given back."""
-    late = [k for k, t in st.provisional.items() if now >= t]
+    late = [k for k, t in st.creation.pinned.items() if now >= t]
     for key in late:
         withdraw(st, key)
     return late

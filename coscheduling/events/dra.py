@@ -1,80 +1,33 @@
 """Watch events of the four ``resource.k8s.io/v1`` kinds, into the device inventory.
 
-What each event does to the core's state. The ingest table's entries that route events here
-are built from :data:`FEEDS` by ``coscheduling.events.ingest`` (``DEVICE_CLASSES``, ...), and
-``coscheduling.events.watched`` lists the four kinds beside Kubernetes' own. The core's state holds
-this wing's inventory, so the wing never imports the state (an import circle, see the
-contracts in ``pyproject.toml``): the state is handed in, typed as :class:`DeviceState`,
-which lists every field the events read or change.
+What each event does to the core's state: one :class:`~coscheduling.events.kind.Kind` entry
+per kind (:data:`DEVICE_KINDS`), which ``coscheduling.events.watched`` pairs with its watch
+beside Kubernetes' own kinds.
 
 A change to a slice or a claim may let a waiting gang fit: the store's epoch is bumped, which
-is what makes held and blocked gangs planned again (the same signal node changes give).
+is what makes gated and blocked gangs planned again (the same signal node changes give).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, TypeVar
 
+from ..corestate import CoreState
 from ..devices.align import observed
 from ..devices.demand import CLAIMS_FIELD
-from ..devices.inventory import DeviceInventory
 from ..devices.model import Claim, ClaimKey, ClaimTemplate, DeviceClass, DeviceSlice
 from ..devices.stale import stale
-from ..podgroup import GangKey, Membership
 from ..reasons import DevicesNotReady, InvalidDeclaration
-from ..records import PodKey
-from ..state.cluster import ClusterStore
-from ..state.gang import Gang
-from ..state.ledger import Ledger
-from ..state.outbox import Outbox
+from .kind import Kind
 
-__all__ = ["CLAIMS", "CLASSES", "FEEDS", "SLICES", "TEMPLATES", "DeviceState", "Feed"]
+__all__ = ["DEVICE_CLASSES", "DEVICE_KINDS", "RESOURCE_CLAIMS", "RESOURCE_CLAIM_TEMPLATES",
+           "RESOURCE_SLICES"]
 
 R = TypeVar("R")
 
 
-class DeviceState(Protocol):
-    """The core's state as device events read and change it.
-
-    :class:`~coscheduling.corestate.CoreState` is the one implementation; mypy checks it
-    against this where ``coscheduling.events.ingest`` builds its entries. The events own
-    ``devices``; they bump the store's epoch, queue nudges and deallocations in the outbox,
-    and only read the rest."""
-
-    @property
-    def store(self) -> ClusterStore: ...
-
-    @property
-    def devices(self) -> DeviceInventory: ...
-
-    @property
-    def ledger(self) -> Ledger: ...
-
-    @property
-    def gangs(self) -> Mapping[GangKey, Gang]: ...
-
-    @property
-    def membership(self) -> Mapping[PodKey, Membership]: ...
-
-    @property
-    def outbox(self) -> Outbox: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Feed(Generic[R]):
-    """One kind's events as data, in the shape of ``coscheduling.events.ingest.Kind`` (which the
-    wing cannot import: ingest reads the core's state)."""
-
-    name: str
-    current: Callable[[DeviceState], Mapping[str, R]]
-    key: Callable[[R], str]
-    upsert: Callable[[DeviceState, R], None]
-    delete: Callable[[DeviceState, str], None]
-
-
-def _changed(st: DeviceState) -> None:
+def _changed(st: CoreState) -> None:
     """Devices changed: waiting gangs may fit now, and plans follow what kube-scheduler
     allocated (``devices.align.observed``). Members that wait for devices (turned away at
     the filter) are nudged: no cluster event of theirs would wake them."""
@@ -87,25 +40,25 @@ def _changed(st: DeviceState) -> None:
             st.outbox.requeue.update(g.wake())
 
 
-def _feed(name: str, table: Callable[[DeviceState], Mapping[str, R]], key: Callable[[R], str],
-          put: Callable[[DeviceState, R], None], drop: Callable[[DeviceState, str], None]
-          ) -> Feed[R]:
-    def upsert(st: DeviceState, rec: R) -> None:
+def _kind(name: str, table: Callable[[CoreState], Mapping[str, R]], key: Callable[[R], str],
+          put: Callable[[CoreState, R], None], drop: Callable[[CoreState, str], None]
+          ) -> Kind[str, R]:
+    def upsert(st: CoreState, rec: R) -> None:
         put(st, rec)
         _changed(st)
 
-    def delete(st: DeviceState, k: str) -> None:
+    def delete(st: CoreState, k: str) -> None:
         drop(st, k)
         _changed(st)
 
-    return Feed(name, table, key, upsert, delete)
+    return Kind(name, table, key, upsert, delete)
 
 
 def _claim_key(c: Claim) -> ClaimKey:
     return c.key
 
 
-def _put_claim(st: DeviceState, c: Claim) -> None:
+def _put_claim(st: CoreState, c: Claim) -> None:
     st.devices.put_claim(c)
     if stale(st.devices, c, st.store.pods, lambda p: p in st.membership, st.ledger.get):
         st.outbox.deallocate[c.key] = (c.uid, c.resource_version)
@@ -113,17 +66,19 @@ def _put_claim(st: DeviceState, c: Claim) -> None:
         st.outbox.deallocate.pop(c.key, None)
 
 
-SLICES: Feed[DeviceSlice] = _feed(
+RESOURCE_SLICES: Kind[str, DeviceSlice] = _kind(
     "resourceslices", lambda st: st.devices.slices, lambda s: s.name,
     lambda st, s: st.devices.put_slice(s), lambda st, k: st.devices.drop_slice(k))
-CLASSES: Feed[DeviceClass] = _feed(
+DEVICE_CLASSES: Kind[str, DeviceClass] = _kind(
     "deviceclasses", lambda st: st.devices.classes, lambda c: c.name,
     lambda st, c: st.devices.put_class(c), lambda st, k: st.devices.drop_class(k))
-CLAIMS: Feed[Claim] = _feed(
+RESOURCE_CLAIMS: Kind[str, Claim] = _kind(
     "resourceclaims", lambda st: st.devices.claims, _claim_key,
     _put_claim, lambda st, k: st.devices.drop_claim(k))
-TEMPLATES: Feed[ClaimTemplate] = _feed(
+RESOURCE_CLAIM_TEMPLATES: Kind[str, ClaimTemplate] = _kind(
     "resourceclaimtemplates", lambda st: st.devices.templates, lambda t: t.key,
     lambda st, t: st.devices.put_template(t), lambda st, k: st.devices.drop_template(k))
-FEEDS: tuple[Feed[Any], ...] = (CLASSES, SLICES, CLAIMS, TEMPLATES)
-"""The four kinds, in the order they are watched."""
+DEVICE_KINDS: dict[str, Kind[str, Any]] = {
+    k.name: k for k in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS,
+                        RESOURCE_CLAIM_TEMPLATES)}
+"""DRA's four kinds by resource name (``coscheduling.events.watched`` pairs each with its watch)."""

@@ -1,8 +1,5 @@
-"""Cluster events in: one table entry per resource kind the core reads.
-
-Every kind has the same three events: an object came or changed (``upsert``), went
-(``delete``), or the whole set was listed again after a watch expired (``replace``, which must
-work out the deletions). Kubernetes' own kinds are entries here (:data:`NODES`, :data:`PODS`,
+"""Cluster events in: one table entry (:class:`~coscheduling.events.kind.Kind`) per resource
+kind the core reads. Kubernetes' own kinds are entries here (:data:`NODES`, :data:`PODS`,
 ...); each convention's objects get theirs from what the convention declares
 (:func:`kind_of` its :class:`~coscheduling.conventions.base.Watch`, by ``into``), so the
 registry (``coscheduling.conventions.REGISTRY``) is the one list of them: a convention with
@@ -15,9 +12,9 @@ re-resolves its pods, a pod that changed gang leaves the old one.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
 
 from ..actions import NoticeKind, Unparked
 from ..conventions import points_at_object, scheduler_plugins, volcano
@@ -37,7 +34,14 @@ from ..reasons import BindTargetGone, HigherPriorityPodsWaiting, InvalidDeclarat
 from ..records import NodeName, NodeRecord, PodKey, PodRecord, PriorityClass, status_only
 from ..state.gang import Gang
 from ..topology.domains import NumaZones
-from . import dra as device_events
+from .dra import (
+    DEVICE_CLASSES,
+    DEVICE_KINDS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
+from .kind import Kind
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -67,40 +71,6 @@ __all__ = [
     "watched_pod",
 ]
 
-K = TypeVar("K")
-R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class Kind(Generic[K, R]):
-    """How one resource kind's events change the core.
-
-    ``replace`` defaults to: delete what is not listed, upsert what is new or changed; a kind
-    whose store keeps derived caches gives its own."""
-
-    name: str
-    current: Callable[[CoreState], Mapping[K, R]]
-    key: Callable[[R], K]
-    upsert: Callable[[CoreState, R], None]
-    delete: Callable[[CoreState, K], None]
-    replace_all: Callable[[CoreState, Iterable[R]], None] | None = None
-    unserved: Callable[[CoreState], None] | None = None
-    """The kind's CRD is not installed, when that means more than an empty set (Volcano's
-    Queues: no CRD, no gating; an empty set: every queue but ``default`` is missing)."""
-
-    def replace(self, st: CoreState, records: Iterable[R]) -> None:
-        if self.replace_all is not None:
-            self.replace_all(st, records)
-            return
-        fresh = {self.key(r): r for r in records}
-        have = self.current(st)
-        for key in [k for k in have if k not in fresh]:
-            self.delete(st, key)
-        for r in fresh.values():
-            if self.current(st).get(self.key(r)) != r:
-                self.upsert(st, r)
-
-
 # ---------------------------------------------------------------------- nodes
 
 
@@ -127,10 +97,10 @@ def _node_lost(st: CoreState, name: NodeName) -> None:
     the name, or none: the pod GC then deletes the orphan). Its room stays counted until
     the watch shows it bound or the binding fails; dropping it let another gang be planned
     into the room of a node created again before the binding landed (double-booked)."""
-    for n in st.nominations.on(name):  # a plain pod's held room went with the node
-        st.nominations.remove(n.pod)
-        st.preemptions.cancel(PreemptorId.of_pod(n.pod))
-        st.plain_tried.pop(n.pod, None)
+    for n in st.preemption.nominations.on(name):  # a plain pod's held room went with the node
+        st.preemption.nominations.remove(n.pod)
+        st.preemption.inflight.cancel(PreemptorId.of_pod(n.pod))
+        st.preemption.plain_tried.pop(n.pod, None)
         st.outbox.requeue.add(n.pod)
     touched: dict[GangKey, Gang] = {}
     for r in st.ledger.on_node(name):
@@ -322,11 +292,11 @@ def _decide(st: CoreState, gangs: dict[GangKey, Gang]) -> None:
 def _upsert_pod(st: CoreState, pod: PodRecord, watched: bool,
                 resolved: tuple[Membership] | None) -> None:
     pod = _with_assumption(st, pod)
-    if pod.uid and st.provisional:
-        st.provisional.pop(pod.key, None)  # pinned at creation, and now created
+    if pod.uid and st.creation.pinned:
+        st.creation.pinned.pop(pod.key, None)  # pinned at creation, and now created
     change = st.store.put_pod(pod)
     if change.replaced is not None:  # same name, new UID: the old pod is gone
-        st.forget_gone(change.replaced.uid)
+        st.store.forget_gone(change.replaced.uid)
         _pod_left(st, change.replaced)
     old = change.old
     # A membership is resolved from the fields declares_alike compares and the objects
@@ -388,7 +358,7 @@ def _upsert_pod(st: CoreState, pod: PodRecord, watched: bool,
         if new_gang is not None and (g := st.gangs.get(new_gang)) is not None:
             queue_freed(st, g)
     elif pod.unschedulable and pod.node_name is None and new_gang is not None:
-        st.held_touched.add(new_gang)  # kube-scheduler found no node: may preempt
+        st.creation.gated.touched.add(new_gang)  # kube-scheduler found no node: may preempt
     _track_pending(st, pod, membership is None)
     st.outbox.arrived(pod)
     if carried is not None:
@@ -445,24 +415,24 @@ def _with_assumption(st: CoreState, pod: PodRecord) -> PodRecord:
 
 
 def _track_pending(st: CoreState, pod: PodRecord, plain: bool) -> None:
-    """Keep ``pending_plain`` (plain pods kube-scheduler is placing); when one leaves it,
+    """Keep ``plain.pending`` (plain pods kube-scheduler is placing); when one leaves it,
     gangs that waited for it are tried again."""
     placing = (plain and pod.scheduler_name in st.settings.scheduler_names
                and pod.node_name is None and pod.active and not pod.held
                and not pod.unschedulable)
     if placing:
-        st.pending_plain[pod.key] = pod.priority
-    elif st.pending_plain.pop(pod.key, None) is not None:
+        st.plain.pending[pod.key] = pod.priority
+    elif st.plain.pending.pop(pod.key, None) is not None:
         _wake_deferred(st)
     # No node passed kube-scheduler's own filters: no filter call comes; it may preempt.
     if (plain and pod.scheduler_name in st.settings.scheduler_names
             and pod.node_name is None and pod.active and not pod.held and pod.unschedulable):
-        st.unschedulable_plain[pod.key] = pod.priority
-    elif st.unschedulable_plain.pop(pod.key, None) is not None:
-        st.plain_tried.pop(pod.key, None)
+        st.preemption.unschedulable_plain[pod.key] = pod.priority
+    elif st.preemption.unschedulable_plain.pop(pod.key, None) is not None:
+        st.preemption.plain_tried.pop(pod.key, None)
     if pod.node_name is not None or not pod.active:
         nominated_pod_done(st, pod)
-        if pod.node_name is not None and pod.node_name in st.nominations.total:
+        if pod.node_name is not None and pod.node_name in st.preemption.nominations.total:
             displaced(st, pod.node_name, pod.key)
 
 
@@ -470,7 +440,7 @@ def _wake_deferred(st: CoreState) -> None:
     for g in st.gangs.values():
         if isinstance(g.reason, HigherPriorityPodsWaiting):
             st.outbox.requeue.update(g.wake())
-            st.held_touched.add(g.key)
+            st.creation.gated.touched.add(g.key)
 
 
 def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
@@ -480,7 +450,7 @@ def delete_pod(st: CoreState, key: PodKey, uid: str = "") -> None:
         return
     rec = st.store.drop_pod(key)
     if rec is not None:
-        st.forget_gone(rec.uid)
+        st.store.forget_gone(rec.uid)
         _pod_left(st, rec)
 
 
@@ -489,7 +459,7 @@ def watched_pod(st: CoreState, pod: PodRecord) -> None:
     older than the version the core holds (a filter call brought a newer one first) is
     superseded: applying it would take the pod back in time, e.g. put a lifted gate back on
     a member whose bind is parked."""
-    st.pods_revision = max(st.pods_revision, pod.resource_version)
+    st.store.pods_revision = max(st.store.pods_revision, pod.resource_version)
     if not _superseded(st, pod):
         upsert_pod(st, pod, watched=True)
 
@@ -498,7 +468,7 @@ def learn_newer(st: CoreState, pod: PodRecord) -> bool:
     """A scheduler call carried ``pod``: take it when the core holds an older version of the
     same pod (kube-scheduler's watch ran ahead of Lockstep's). Says whether it was taken."""
     cached = st.store.pods.get(pod.key)
-    if cached is not None and not cached.uid and pod.key in st.provisional \
+    if cached is not None and not cached.uid and pod.key in st.creation.pinned \
             and _created_since(st, pod):
         upsert_pod(st, pod)  # pinned at creation: the call shows it created
         return True
@@ -512,7 +482,8 @@ def learn_newer(st: CoreState, pod: PodRecord) -> bool:
 def _created_since(st: CoreState, pod: PodRecord) -> bool:
     """``pod`` is newer than everything the watch or a list has shown: not a pod of the same
     name that was deleted before (a stale scheduler cache still calls with those)."""
-    return bool(pod.uid) and pod.uid not in st.gone and pod.resource_version > st.pods_revision
+    return bool(pod.uid) and pod.uid not in st.store.gone \
+        and pod.resource_version > st.store.pods_revision
 
 
 def _superseded(st: CoreState, pod: PodRecord) -> bool:
@@ -523,15 +494,16 @@ def _superseded(st: CoreState, pod: PodRecord) -> bool:
 
 def pods_listed(st: CoreState, revision: int) -> None:
     """A list or bookmark at ``revision``: everything up to it has been seen."""
-    st.pods_revision = max(st.pods_revision, revision)
+    st.store.pods_revision = max(st.store.pods_revision, revision)
 
 
 def _replace_pods(st: CoreState, pods: Iterable[PodRecord]) -> None:
     """After a relist: make the pod set exactly ``pods``, deletions included."""
     fresh = {p.key: p for p in pods}
-    st.pods_revision = max([st.pods_revision, *(p.resource_version for p in fresh.values())])
+    st.store.pods_revision = max([st.store.pods_revision,
+                                  *(p.resource_version for p in fresh.values())])
     for key in [k for k in st.store.pods if k not in fresh]:
-        if key not in st.provisional:  # not created yet
+        if key not in st.creation.pinned:  # not created yet
             delete_pod(st, key)
     for p in fresh.values():
         if st.store.pods.get(p.key) != p:
@@ -547,9 +519,9 @@ def _pod_left(st: CoreState, rec: PodRecord) -> None:
     st.assumed.pop(rec.key, None)
     victims_gone(st, (rec.key,))
     nominated_pod_done(st, rec)
-    st.unschedulable_plain.pop(rec.key, None)
-    st.plain_tried.pop(rec.key, None)
-    if st.pending_plain.pop(rec.key, None) is not None:
+    st.preemption.unschedulable_plain.pop(rec.key, None)
+    st.preemption.plain_tried.pop(rec.key, None)
+    if st.plain.pending.pop(rec.key, None) is not None:
         _wake_deferred(st)
     gang = gang_of(st.membership.pop(rec.key, None))
     if gang is not None:
@@ -570,7 +542,7 @@ def _leave(st: CoreState, gang: GangKey, pod: PodKey) -> None:
     refresh_spec(st, g)
     if not g.members and not g.plan and not g.binding:
         del st.gangs[gang]
-        st.preempt_tried.pop(gang, None)
+        st.preemption.tried.pop(gang, None)
         return
     reconcile(st, g)
 
@@ -591,29 +563,30 @@ WORKLOADS: Kind[GangKey, UpstreamWorkload] = Kind(
     "workloads.scheduling.k8s.io", lambda st: st.store.workloads, lambda w: w.key,
     _upsert_workload, _delete_workload)
 def _put_budget(st: CoreState, b: Budget) -> None:
-    st.budgets[b.key] = b
+    st.preemption.budgets[b.key] = b
 
 
 def _drop_budget(st: CoreState, key: str) -> None:
-    st.budgets.pop(key, None)
+    st.preemption.budgets.pop(key, None)
 
 
 PDBS: Kind[str, Budget] = Kind(
-    "poddisruptionbudgets", lambda st: st.budgets, lambda b: b.key, _put_budget, _drop_budget)
+    "poddisruptionbudgets", lambda st: st.preemption.budgets, lambda b: b.key, _put_budget,
+    _drop_budget)
 
 
 def _put_class(st: CoreState, c: PriorityClass) -> None:
-    st.priority_classes[c.name] = c
-    st.preempt_tried.clear()  # a group's priority may have changed: look for victims again
+    st.store.priority_classes[c.name] = c
+    st.preemption.tried.clear()  # a group's priority may have changed: look for victims again
 
 
 def _drop_class(st: CoreState, name: str) -> None:
-    st.priority_classes.pop(name, None)
-    st.preempt_tried.clear()
+    st.store.priority_classes.pop(name, None)
+    st.preemption.tried.clear()
 
 
 PRIORITY_CLASSES: Kind[str, PriorityClass] = Kind(
-    "priorityclasses", lambda st: st.priority_classes, lambda c: c.name, _put_class,
+    "priorityclasses", lambda st: st.store.priority_classes, lambda c: c.name, _put_class,
     _drop_class)
 
 
@@ -650,21 +623,6 @@ PODS: Kind[PodKey, PodRecord] = Kind(
     delete_pod, _replace_pods)
 
 
-
-def _fed(feed: device_events.Feed[R]) -> Kind[str, R]:
-    """A device kind's entry: the devices wing declares its events over the state it is
-    handed (``devices.events``), which the core's state is."""
-    return Kind(feed.name, feed.current, feed.key, feed.upsert, feed.delete)
-
-
-DEVICE_CLASSES = _fed(device_events.CLASSES)
-RESOURCE_SLICES = _fed(device_events.SLICES)
-RESOURCE_CLAIMS = _fed(device_events.CLAIMS)
-RESOURCE_CLAIM_TEMPLATES = _fed(device_events.TEMPLATES)
-DEVICE_KINDS: dict[str, Kind[str, Any]] = {
-    k.name: k for k in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS,
-                        RESOURCE_CLAIM_TEMPLATES)}
-"""DRA's four kinds by resource name (``coscheduling.events.watched`` pairs each with its watch)."""
 
 _OWN_RULES: dict[str, Kind[Any, Any]] = {
     "upstream-podgroups": UPSTREAM_PODGROUPS,

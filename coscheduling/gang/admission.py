@@ -75,10 +75,10 @@ def reconcile(st: CoreState, g: Gang) -> None:
     live = st.live(g)
     held = [p.key for p in live if p.held]
     if held:
-        st.held_touched.add(g.key)
+        st.creation.gated.touched.add(g.key)
         st.outbox.lift.update(held)
     elif g.phase is GangPhase.WAITING and any(pinned_pending(p) for p in live):
-        st.held_touched.add(g.key)  # pinned at creation or lifted: the sweep admits it
+        st.creation.gated.touched.add(g.key)  # pinned at creation or lifted: the sweep admits it
     if spec is None:
         if g.phase in (GangPhase.ADMITTED, GangPhase.RELEASED):
             fall_back(st, g, MembersLost(g.key, len(live), 0, ("no valid declaration",)))
@@ -292,7 +292,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         found = try_preempt(st, g, [st.store.pods[k] for k in chosen], required, now)
         if isinstance(found, Plan):
             result = found
-            if (rec := st.preemptions.get(PreemptorId.of_gang(g.key))) is not None:
+            if (rec := st.preemption.inflight.get(PreemptorId.of_gang(g.key))) is not None:
                 timeout += max(0.0, rec.deadline - now)  # the victims' grace comes first
         elif found is None or isinstance(found, str):
             return short or DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key),
@@ -300,7 +300,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         else:
             return found
     requests = {k: st.store.pods[k].requests for k in result.assignments}
-    if (st.preemptions.get(PreemptorId.of_gang(g.key)) is None
+    if (st.preemption.inflight.get(PreemptorId.of_gang(g.key)) is None
             and (waits := outranked(st, g, result.assignments, requests)) is not None):
         return waits
     g.admit(result.assignments, requests, result.level, now, timeout)
@@ -346,7 +346,7 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
         if isinstance(found, str):
             g.reason = DoesNotFit(g.key, nofit, st.ledger.reserving_gangs(g.key), found)
         return False
-    rec = st.preemptions.get(PreemptorId.of_gang(g.key))
+    rec = st.preemption.inflight.get(PreemptorId.of_gang(g.key))
     timeout = spec.timeout_seconds + (max(0.0, rec.deadline - now) if rec is not None else 0.0)
     requests = {k: st.store.pods[k].requests for k in found.assignments}
     g.admit(found.assignments, requests, found.level, now, timeout)
@@ -386,12 +386,12 @@ def outranked(st: CoreState, g: Gang, plan: Mapping[PodKey, NodeName],
     plan; pods it found no node for make it wait only when the plan takes room they would
     fit in (one that fits nowhere either way must not hold the gang back for ever)."""
     priority = st.gang_priority(g)
-    placing = [k for k, p in st.pending_plain.items() if p > priority]
+    placing = [k for k, p in st.plain.pending.items() if p > priority]
     # Of the pods kube-scheduler found no node for, those Lockstep's filter turned away
     # for a reservation: the room they need is a gang's (others are held back by
     # something no reservation changes, and must not hold a gang back).
-    found_none = [k for k, p in st.unschedulable_plain.items() if p > priority
-                  and (v := st.plain_verdicts.get(k)) is not None and v.refused]
+    found_none = [k for k, p in st.preemption.unschedulable_plain.items() if p > priority
+                  and (v := st.plain.verdicts.get(k)) is not None and v.refused]
     if not placing and not found_none:
         return None
     pods = sorted((pod for k in (*placing, *found_none) if (pod := st.store.pods.get(k))),
@@ -462,7 +462,7 @@ def yield_to_higher_priority(st: CoreState) -> list[GangKey]:
     first, so a sweep costs one pass over the nodes and a look at each candidate's few
     nodes. Says which gangs yielded; the pods they yielded to are woken (no API event would
     tell kube-scheduler)."""
-    if not st.pending_plain and not st.unschedulable_plain:
+    if not st.plain.pending and not st.preemption.unschedulable_plain:
         return []
     gangs = sorted(((st.gang_priority(g), g) for g in st.gangs.values()
                     if g.phase is GangPhase.ADMITTED and g.plan and not g.binding
@@ -472,9 +472,9 @@ def yield_to_higher_priority(st: CoreState) -> list[GangKey]:
     if not gangs:
         return []
     low = gangs[0][0]
-    keys = [k for k, p in st.pending_plain.items() if p > low]
-    keys += [k for k, p in st.unschedulable_plain.items() if p > low
-             and (v := st.plain_verdicts.get(k)) is not None and v.refused]
+    keys = [k for k, p in st.plain.pending.items() if p > low]
+    keys += [k for k, p in st.preemption.unschedulable_plain.items() if p > low
+             and (v := st.plain.verdicts.get(k)) is not None and v.refused]
     pods = sorted((pod for k in keys if (pod := st.store.pods.get(k))),
                   key=lambda p: (-p.priority, -p.requests.get(GPU, 0), p.key)
                   )[:MAX_OUTRANKING_CHECKED]
@@ -498,7 +498,8 @@ def yield_to_higher_priority(st: CoreState) -> list[GangKey]:
         for n, room in own.items():
             left[n] = add(left.get(n, {}), room)
         stuck.remove(helped)
-        st.outbox.requeue.update(k for k, p in st.unschedulable_plain.items() if p > priority)
+        st.outbox.requeue.update(k for k, p in st.preemption.unschedulable_plain.items()
+                                 if p > priority)
         out.append(g.key)
         if not stuck:
             break

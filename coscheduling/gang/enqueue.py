@@ -96,7 +96,7 @@ def wake_queued(st: CoreState, queue: str | None = None) -> None:
         if isinstance(r, QueueFull | QueueNotFound | QueueNotOpen) \
                 and (queue is None or r.queue == queue):
             st.outbox.requeue.update(g.wake())
-            st.held_touched.add(g.key)
+            st.creation.gated.touched.add(g.key)
 
 
 def queue_freed(st: CoreState, g: Gang) -> None:

@@ -1,6 +1,6 @@
 """Preemption: its pure parts (which victims, what is in flight, what they free, what may be
-disrupted, and who was promised the room), and carrying one out in the core's state. Nothing
-here imports the core's state.
+disrupted, and who was promised the room), what the wing remembers, and carrying one out in
+the core's state.
 
 One module per concern, listed in the order they depend on each other (each imports only
 those above it, and the core's values: records, resources, topology, the planner):
@@ -16,12 +16,11 @@ those above it, and the core's values: records, resources, topology, the planner
 * :mod:`~coscheduling.preemption.inflight`: the book of preemptions in flight (searching,
   evicting, waiting for victims to go; :class:`PreemptionExpired` when a deadline passes).
 
-The carry part, :mod:`~coscheduling.preemption.carry`, carries a preemption out in the core's
-state (``try_preempt``, evictions, victims gone, expiry), asked by ``gang_admission``, the
-creation wing and the timers. The core's state holds this wing's book, budgets and
-nominations, so importing :class:`~coscheduling.corestate.CoreState` here would close an
-import circle (the acyclic contract): the carry part is handed the state and types it with
-its own protocol, :class:`~coscheduling.preemption.carry.CoreView`, which lists every field it
-reads or changes. The pure parts above never see the state at all (an import-linter contract
-each, in ``pyproject.toml``).
+What the wing remembers between events is its own, in
+:mod:`~coscheduling.preemption.state` (:class:`~coscheduling.preemption.state.PreemptionState`:
+the preemptions in flight, the nominations, the budgets and who tried in vain), which the core's
+state composes. The carry part, :mod:`~coscheduling.preemption.carry`, carries a preemption out
+over the core's state (``try_preempt``, evictions, victims gone, expiry), asked by admission,
+the creation wing and the timers. The pure parts above never see the state at all (a contract
+in ``pyproject.toml``).
 """

@@ -3,7 +3,8 @@ gangs and plain pods, and holds the room they free until they are gone.
 
 :mod:`coscheduling.preemption.victims` decides *which* victims (pure, over a capacity view);
 :mod:`coscheduling.preemption.inflight` remembers preemptions in flight. This module joins them
-to the core's state, which it is handed as a :class:`CoreView` (it never imports it):
+to the core's state (:class:`~coscheduling.corestate.CoreState`), whose preemption part
+(:class:`~coscheduling.preemption.state.PreemptionState`) is this wing's own:
 
 * :func:`try_preempt` is asked by admission when a gang's whole plan does not fit. It builds
   the candidates (every bound pod, each gang's bound members together), asks
@@ -34,26 +35,24 @@ Two rules make "no loop, no partial gang" hold by construction:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import replace
-from typing import Protocol
 
 from ..actions import Eviction, NoticeKind
 from ..conventions.kueue import quota_line
-from ..placement.planner import CapacityView, Member, Plan, plan_gang
-from ..podgroup import Membership, gang_of
+from ..corestate import CoreState
+from ..placement.planner import Member, Plan, plan_gang
+from ..podgroup import gang_of
 from ..reasons import BeingPreempted, GangReason, Preempting, PreemptionStalled
 from ..records import GangKey, NodeName, PodKey, PodRecord
 from ..resources import Resources, add, fits
-from ..state.cluster import ClusterStore
 from ..state.gang import Gang
-from ..state.nominations import BIND_WITHIN, Nomination, Nominations
-from ..state.outbox import Outbox
+from ..state.nominations import BIND_WITHIN, Nomination
 from ..topology.domains import GPU, Level
 from ..topology.eligibility import affinity_problem
 from .budgets import Budget, selecting
 from .freed import freed_view
-from .inflight import InFlight, PreemptionBook, PreemptionExpired, PreemptorId, Searching
+from .inflight import InFlight, PreemptionExpired, PreemptorId, Searching
 from .victims import (
     BOOK_COST,
     AlreadyFits,
@@ -68,104 +67,32 @@ from .victims import (
     describe,
 )
 
-__all__ = ["CoreView", "blocked", "displaced", "expired", "nominated_pod_done",
+__all__ = ["blocked", "displaced", "expired", "nominated_pod_done",
            "preempt_for_plain", "preempting_reason", "try_preempt", "victims_gone",
            "victims_hold"]
 
 
-class Switches(Protocol):
-    """The settings carrying a preemption out reads (:class:`~coscheduling.corestate.Settings`)."""
-
-    @property
-    def preemption(self) -> bool: ...
-
-    @property
-    def levels(self) -> tuple[Level, ...]: ...
-
-
-class CoreView(Protocol):
-    """The core's state as carrying a preemption out reads and changes it.
-
-    :class:`~coscheduling.corestate.CoreState` is the one implementation; mypy checks it
-    against this at every call. Why a protocol and not the class: the core's state holds this
-    wing's book, budgets and nominations, so importing it here would close an import circle
-    (the acyclic contract in ``pyproject.toml``). It also writes down which of the state's
-    fields preemption owns (``preemptions``, ``nominations``, ``preempt_tried``,
-    ``plain_tried``; it adds to ``held_touched`` and the outbox) and which it only reads."""
-
-    @property
-    def settings(self) -> Switches: ...
-
-    @property
-    def store(self) -> ClusterStore: ...
-
-    @property
-    def capacity(self) -> CapacityView: ...
-
-    @property
-    def gangs(self) -> Mapping[GangKey, Gang]: ...
-
-    @property
-    def membership(self) -> Mapping[PodKey, Membership]: ...
-
-    @property
-    def budgets(self) -> Mapping[str, Budget]: ...
-
-    @property
-    def unschedulable_plain(self) -> Mapping[PodKey, int]: ...
-
-    @property
-    def outbox(self) -> Outbox: ...
-
-    @property
-    def preemptions(self) -> PreemptionBook: ...
-
-    @property
-    def nominations(self) -> Nominations: ...
-
-    @property
-    def preempt_tried(self) -> dict[GangKey, tuple[int, str]]: ...
-
-    @property
-    def plain_tried(self) -> dict[PodKey, int]: ...
-
-    @property
-    def held_touched(self) -> set[GangKey]: ...
-
-    def gang_priority(self, g: Gang) -> int: ...
-
-    def unit_priority(self, pod: PodRecord, cache: dict[GangKey, int] | None = None) -> int: ...
-
-    def live(self, g: Gang) -> list[PodRecord]: ...
-
-    def notice(self, kind: NoticeKind, gang: GangKey | None, pods: Sequence[PodKey],
-               reason: GangReason | None = None, detail: str = "") -> None: ...
-
-    def verdict(self, pod: PodKey, **changes: object) -> None: ...
-
-
-
-def blocked(st: CoreView, g: Gang) -> GangReason | None:
+def blocked(st: CoreState, g: Gang) -> GangReason | None:
     """Why the gang may not be admitted now because of a preemption, or None.
 
     A gang being evicted waits (its recreated members must not race the preemptor for the
     room); a preemptor that gave its room back waits for its victims to finish going."""
-    by = st.preemptions.evicting(g.key)
+    by = st.preemption.inflight.evicting(g.key)
     if by is not None:
         return BeingPreempted(g.key, str(by.preemptor))
     return None
 
 
-def preempting_reason(st: CoreView, g: Gang) -> Preempting | None:
+def preempting_reason(st: CoreState, g: Gang) -> Preempting | None:
     """The gang's preemption in flight, as a reason (for members whose planned node still
     holds victims), or None."""
-    rec = st.preemptions.get(PreemptorId.of_gang(g.key))
+    rec = st.preemption.inflight.get(PreemptorId.of_gang(g.key))
     if rec is None:
         return None
     return _reason(g.key, rec)
 
 
-def victims_hold(st: CoreView, g: Gang, node: NodeName) -> Preempting | None:
+def victims_hold(st: CoreState, g: Gang, node: NodeName) -> Preempting | None:
     """The gang's preemption in flight, as a reason, while one of its victims still holds
     ``node``; else None.
 
@@ -173,7 +100,7 @@ def victims_hold(st: CoreView, g: Gang, node: NodeName) -> Preempting | None:
     issued and the API does not show yet): they may find room there while a victim still
     runs. A member bound then shares the node with its victim, and if the victim outlives
     the deadline the two (and the binding in flight) overcommit it."""
-    rec = st.preemptions.get(PreemptorId.of_gang(g.key))
+    rec = st.preemption.inflight.get(PreemptorId.of_gang(g.key))
     if rec is None:
         return None
     for k in rec.waiting_for:
@@ -189,7 +116,7 @@ def _reason(gang: GangKey, rec: InFlight) -> Preempting:
                       len(rec.waiting_for))
 
 
-def try_preempt(st: CoreView, g: Gang, members: Sequence[PodRecord], required: Level | None,
+def try_preempt(st: CoreState, g: Gang, members: Sequence[PodRecord], required: Level | None,
                 now: float) -> Plan | GangReason | str | None:
     """Evict for ``g`` so that ``members`` fit, and return the plan to admit them into.
 
@@ -202,12 +129,12 @@ def try_preempt(st: CoreView, g: Gang, members: Sequence[PodRecord], required: L
             # Eligible nowhere whatever is evicted: no search (a pass over every pod).
             return f"no eviction can place {p.key}: {problem}"
     me = PreemptorId.of_gang(g.key)
-    rec = st.preemptions.get(me)
+    rec = st.preemption.inflight.get(me)
     if rec is not None:
         # Its room was given back (a deadline) while victims still go: no second set.
         return _reason(g.key, rec)
     epoch = st.store.epoch
-    tried = st.preempt_tried.get(g.key)
+    tried = st.preemption.tried.get(g.key)
     if tried is not None and tried[0] == epoch:
         return tried[1]
     priority = st.gang_priority(g)
@@ -218,7 +145,7 @@ def try_preempt(st: CoreView, g: Gang, members: Sequence[PodRecord], required: L
                           required, g.key, quota_line(members[0].namespace, members[0].labels))
     found = _decide(st, me, preemptor, now)
     if isinstance(found, Unfinished):
-        st.held_touched.add(g.key)  # the next sweep goes on with it
+        st.creation.gated.touched.add(g.key)  # the next sweep goes on with it
         return _unfinished(found)
     if isinstance(found, AlreadyFits):
         # Only outside the nodes kube-scheduler's filters passed for the asking member:
@@ -226,20 +153,20 @@ def try_preempt(st: CoreView, g: Gang, members: Sequence[PodRecord], required: L
         return None
     if not isinstance(found, Victims):
         why = describe(found)
-        st.preempt_tried[g.key] = (epoch, why)
+        st.preemption.tried[g.key] = (epoch, why)
         return why
     requests = {p.key: p.requests for p in members}
-    started = st.preemptions.start(preemptor=me, gang=g.key, priority=priority,
+    started = st.preemption.inflight.start(preemptor=me, gang=g.key, priority=priority,
                                    victims=found, requests=requests, now=now)
     if not isinstance(started, InFlight):  # refused above already; the book has the say
         return None
-    st.preempt_tried.pop(g.key, None)
+    st.preemption.tried.pop(g.key, None)
     _evict(st, found, str(g.key), f"by gang {g.key} (priority {priority})", priority)
     st.notice(NoticeKind.PREEMPTING, g.key, (members[0].key,), _reason(g.key, started))
     return found.plan
 
 
-def _decide(st: CoreView, me: PreemptorId, preemptor: Preemptor, now: float
+def _decide(st: CoreState, me: PreemptorId, preemptor: Preemptor, now: float
             ) -> Victims | NoPreemption | Unfinished:
     """One slice of ``me``'s victim search, within what is left of this sweep's budget.
 
@@ -248,7 +175,7 @@ def _decide(st: CoreView, me: PreemptorId, preemptor: Preemptor, now: float
     decided over several slices was chosen while the cluster changed: it is checked
     against the cluster of now (:func:`_recheck`), and searched again if it no longer
     holds."""
-    book = st.preemptions
+    book = st.preemption.inflight
     key = (tuple(m.key for m in preemptor.members), preemptor.priority, preemptor.policy,
            preemptor.required, preemptor.quota)
     run = book.searches.get(me)
@@ -281,12 +208,12 @@ def _decide(st: CoreView, me: PreemptorId, preemptor: Preemptor, now: float
     return got
 
 
-def _recheck(st: CoreView, found: Victims, pre: Preemptor) -> Victims | None:
+def _recheck(st: CoreState, found: Victims, pre: Preemptor) -> Victims | None:
     """``found`` as it stands in the cluster of now, or None when it no longer holds: every
     victim still bound where it was, not terminating, below the preemptor; every victim
     gang with no member bound outside the set and no binding in flight; and the preemptor
     still planned into the freed nodes (the planner's answer, on those nodes only)."""
-    terminating = st.preemptions.terminating()
+    terminating = st.preemption.inflight.terminating()
     prio: dict[GangKey, int] = {}
     victims = {c.key for c in found.evict}
     for c in found.evict:
@@ -312,19 +239,20 @@ def _unfinished(u: Unfinished) -> str:
             f"{u.slices} sweep(s) so far; each sweep does at most a bounded share)")
 
 
-def _resume_searches(st: CoreView, now: float) -> None:
+def _resume_searches(st: CoreState, now: float) -> None:
     """The deadline timer: searches due for their next slice go back into the sweep (a
-    gang's through ``held_touched``; a plain pod is in every sweep while unschedulable)."""
-    book = st.preemptions
+    gang's through ``creation.gated.touched``; a plain pod is in every sweep while
+    unschedulable)."""
+    book = st.preemption.inflight
     book.idle_searches(now)
     for who, run in book.searches.items():
         if run.resume_at <= now:
             run.woken = now
             if who.kind == "gang":
-                st.held_touched.add(GangKey(who.name))
+                st.creation.gated.touched.add(GangKey(who.name))
 
 
-def _evict(st: CoreView, found: Victims, preemptor: str, by: str, priority: int) -> None:
+def _evict(st: CoreState, found: Victims, preemptor: str, by: str, priority: int) -> None:
     for c in found.evict:
         st.outbox.evictions.append(Eviction(c.key, st.store.pods[c.key].uid, c.node,
                                             preemptor, priority, c.gang))
@@ -335,87 +263,88 @@ def _evict(st: CoreView, found: Victims, preemptor: str, by: str, priority: int)
         st.notice(NoticeKind.PREEMPTED, None, (key,), detail=by)
 
 
-def preempt_for_plain(st: CoreView, now: float) -> None:
+def preempt_for_plain(st: CoreState, now: float) -> None:
     """Plain pods of Lockstep's schedulers that kube-scheduler found no node for look for
     victims, highest priority first (its own filters failed everywhere, so no filter call
     comes: this runs in the sweep after cluster events, as ``admit_by_preemption`` does
     for gangs). The room a preemption frees is held as the pod's nomination."""
-    if not st.settings.preemption or not st.unschedulable_plain:
+    if not st.settings.preemption or not st.preemption.unschedulable_plain:
         return
-    for key, _ in sorted(st.unschedulable_plain.items(), key=lambda t: (-t[1], t[0])):
+    for key, _ in sorted(st.preemption.unschedulable_plain.items(), key=lambda t: (-t[1], t[0])):
         pod = st.store.pods.get(key)
-        if pod is None or st.nominations.get(key) is not None \
-                or st.preemptions.get(PreemptorId.of_pod(key)) is not None \
-                or st.plain_tried.get(key) == st.store.epoch:
+        if pod is None or st.preemption.nominations.get(key) is not None \
+                or st.preemption.inflight.get(PreemptorId.of_pod(key)) is not None \
+                or st.preemption.plain_tried.get(key) == st.store.epoch:
             continue
         _preempt_for_plain(st, pod, now)
 
 
-def _preempt_for_plain(st: CoreView, pod: PodRecord, now: float) -> None:
+def _preempt_for_plain(st: CoreState, pod: PodRecord, now: float) -> None:
     policy = (PreemptionPolicy.NEVER if pod.preempt_never
               else PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
     preemptor = Preemptor(str(pod.key), (Member(pod),), pod.priority, policy,
                           quota=quota_line(pod.namespace, pod.labels))
     found = _decide(st, PreemptorId.of_pod(pod.key), preemptor, now)
     if isinstance(found, Unfinished):  # the next sweep goes on with it
-        st.verdict(pod.key, preemption=_unfinished(found))
+        st.plain.verdict(pod.key, preemption=_unfinished(found))
         return
     if not isinstance(found, Victims):
         # Nothing to do until capacity or pods change (AlreadyFits: kube-scheduler's own
         # filters turned it away for something no eviction changes).
-        st.plain_tried[pod.key] = st.store.epoch
+        st.preemption.plain_tried[pod.key] = st.store.epoch
         if not isinstance(found, AlreadyFits):
-            st.verdict(pod.key, preemption=describe(found))
+            st.plain.verdict(pod.key, preemption=describe(found))
         return
-    started = st.preemptions.start(preemptor=PreemptorId.of_pod(pod.key), gang=None,
+    started = st.preemption.inflight.start(preemptor=PreemptorId.of_pod(pod.key), gang=None,
                                    priority=pod.priority, victims=found,
                                    requests={pod.key: pod.requests}, now=now)
     if not isinstance(started, InFlight):
         return
-    st.plain_tried.pop(pod.key, None)
+    st.preemption.plain_tried.pop(pod.key, None)
     node = found.plan.assignments[pod.key]
-    st.nominations.add(Nomination(pod.key, node, dict(pod.requests), pod.priority,
+    st.preemption.nominations.add(Nomination(pod.key, node, dict(pod.requests), pod.priority,
                                   started.deadline + BIND_WITHIN))
     _evict(st, found, str(pod.key), f"by pod {pod.key} (priority {pod.priority})",
            pod.priority)
     units = len(found.gangs) + len(found.pods)
-    st.verdict(pod.key, preemption=(
+    st.plain.verdict(pod.key, preemption=(
         f"preempting {units} unit(s) ({len(found.evict)} pod(s)) on {node}; the room there "
         f"is held for this pod"))
 
 
-def nominated_pod_done(st: CoreView, pod: PodRecord) -> None:
+def nominated_pod_done(st: CoreState, pod: PodRecord) -> None:
     """The pod bound, finished or left: its nomination (and a preemption still in flight
     for it) ends."""
-    if st.nominations.remove(pod.key) is not None:
-        st.preemptions.cancel(PreemptorId.of_pod(pod.key))
+    if st.preemption.nominations.remove(pod.key) is not None:
+        st.preemption.inflight.cancel(PreemptorId.of_pod(pod.key))
 
 
-def displaced(st: CoreView, node: NodeName, by: PodKey) -> None:
+def displaced(st: CoreState, node: NodeName, by: PodKey) -> None:
     """A pod bound on ``node`` (kube-scheduler placed it: a higher-priority pod may take a
     nomination's room). Nominations whose victims are gone and whose room is no longer
     there are given back, lowest priority first, and their pods tried again."""
     leaving: Resources = {}
-    for k in st.preemptions.terminating():  # their room is on its way to a preemptor here
+    # Their room is on its way to a preemptor here.
+    for k in st.preemption.inflight.terminating():
         p = st.store.pods.get(k)
         if p is not None and p.node_name == node and p.holds_capacity:
             leaving = add(leaving, p.requests)
-    for n in st.nominations.on(node):
+    for n in st.preemption.nominations.on(node):
         if n.pod == by:
             continue
         if not fits(n.requests, add(add(st.capacity.free_for_gang(node), n.requests),
                                     leaving)):
-            st.nominations.remove(n.pod)
-            st.preemptions.cancel(PreemptorId.of_pod(n.pod))
-            st.plain_tried.pop(n.pod, None)
+            st.preemption.nominations.remove(n.pod)
+            st.preemption.inflight.cancel(PreemptorId.of_pod(n.pod))
+            st.preemption.plain_tried.pop(n.pod, None)
             st.outbox.requeue.add(n.pod)
 
 
-def victims_gone(st: CoreView, pods: Iterable[PodKey]) -> None:
+def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
     """The watch showed these pods gone (deleted or finished)."""
-    if not len(st.preemptions):
+    if not len(st.preemption.inflight):
         return
-    for done in st.preemptions.gone(pods):
+    for done in st.preemption.inflight.gone(pods):
         if done.record.gang is None:  # a plain pod: its room is free, wake it to bind there
             if (plain := done.record.preemptor.pod) is not None:
                 st.outbox.requeue.add(plain)
@@ -428,10 +357,10 @@ def victims_gone(st: CoreView, pods: Iterable[PodKey]) -> None:
         # ones lose the gate (pinned to their slot).
         st.outbox.requeue.update(g.wake())
         st.outbox.lift.update(p.key for p in st.live(g) if p.held)
-        st.held_touched.add(g.key)
+        st.creation.gated.touched.add(g.key)
 
 
-def _no_longer_preempting(st: CoreView, g: Gang, reason: GangReason | None) -> None:
+def _no_longer_preempting(st: CoreState, g: Gang, reason: GangReason | None) -> None:
     """The gang's own preemption ended (its victims went, or outlived the deadline): a
     "Preempting" reason it was told from that record goes with it. A gang that had given its
     room back (a member left) and was told it waits on the record would otherwise say so
@@ -441,20 +370,20 @@ def _no_longer_preempting(st: CoreView, g: Gang, reason: GangReason | None) -> N
         st.outbox.requeue.update(g.wake())
 
 
-def expired(st: CoreView, now: float) -> list[PreemptionExpired]:
+def expired(st: CoreState, now: float) -> list[PreemptionExpired]:
     """Preemptions whose victims outlived the deadline; the caller gives a gang's room back,
     a plain pod's nomination is dropped here. Nominations whose pod never came to bind
     end too."""
-    out = st.preemptions.expire(now) if len(st.preemptions) else []
+    out = st.preemption.inflight.expire(now) if len(st.preemption.inflight) else []
     _resume_searches(st, now)
     for e in out:
         if (plain := e.record.preemptor.pod) is not None:
-            st.nominations.remove(plain)
+            st.preemption.nominations.remove(plain)
         elif e.record.gang is not None and (g := st.gangs.get(e.record.gang)) is not None:
             _no_longer_preempting(st, g, PreemptionStalled(g.key, len(e.still_there)))
-    for n in st.nominations.expired(now):
-        st.nominations.remove(n.pod)
-        st.plain_tried.pop(n.pod, None)
+    for n in st.preemption.nominations.expired(now):
+        st.preemption.nominations.remove(n.pod)
+        st.preemption.plain_tried.pop(n.pod, None)
     return out
 
 
@@ -468,7 +397,7 @@ RECORD_COST = 2 * BOOK_COST
 """Units charged per candidate built (its gang, priority, budgets and quota are read)."""
 
 
-def _candidates(st: CoreView, below: int) -> list[Candidate]:
+def _candidates(st: CoreState, below: int) -> list[Candidate]:
     """:func:`candidate_steps` in one go, however long it takes."""
     steps = candidate_steps(st, below)
     try:
@@ -479,12 +408,12 @@ def _candidates(st: CoreView, below: int) -> list[Candidate]:
         return out
 
 
-def _listing(st: CoreView, below: int) -> Callable[[], Listing]:
+def _listing(st: CoreState, below: int) -> Callable[[], Listing]:
     """The candidates of a victim search, listed as its first budgeted pieces."""
     return lambda: candidate_steps(st, below)
 
 
-def candidate_steps(st: CoreView, below: int) -> Generator[int, None, list[Candidate]]:
+def candidate_steps(st: CoreState, below: int) -> Generator[int, None, list[Candidate]]:
     """Every bound pod that could be a victim, each gang's bound members all together,
     listed in pieces of at most :data:`LIST_GRAIN` pods, each announced with its cost as
     a victim search's pieces are (:class:`~coscheduling.preemption.victims.VictimSearch`): a
@@ -505,7 +434,7 @@ def candidate_steps(st: CoreView, below: int) -> Generator[int, None, list[Candi
     member of those gangs, only the third builds records. Between two pieces the cluster
     may change: a pod gone is skipped, and a set decided over several slices is checked
     against the cluster of its moment before anything is evicted (``_recheck``)."""
-    terminating = st.preemptions.terminating()
+    terminating = st.preemption.inflight.terminating()
     prio: dict[GangKey, int] = {}
     keys = list(st.store.pods)
     plain: list[PodRecord] = []
@@ -526,7 +455,7 @@ def candidate_steps(st: CoreView, below: int) -> Generator[int, None, list[Candi
         return []
     pods = plain + (yield from _gang_members(st, sorted(gangs_low), terminating))
     budgets: dict[str, list[Budget]] = {}
-    for b in st.budgets.values():
+    for b in st.preemption.budgets.values():
         budgets.setdefault(b.namespace, []).append(b)
     out: list[Candidate] = []
     for i in range(0, len(pods), LIST_GRAIN):
@@ -540,7 +469,7 @@ def candidate_steps(st: CoreView, below: int) -> Generator[int, None, list[Candi
     return out
 
 
-def _gang_members(st: CoreView, gangs: Sequence[GangKey], terminating: frozenset[PodKey]
+def _gang_members(st: CoreState, gangs: Sequence[GangKey], terminating: frozenset[PodKey]
                   ) -> Generator[int, None, list[PodRecord]]:
     """Every bound member of ``gangs`` not terminating, gang by gang, members by key;
     gangs with a binding in flight left out. Pieces of about :data:`LIST_GRAIN` members."""

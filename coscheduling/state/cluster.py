@@ -1,6 +1,6 @@
 """The cluster as the API server showed it (:class:`ClusterStore`), and every cache derived
-from it. (The module was ``store``; ``cluster`` says which store it is, beside the core's own
-state in ``corestate`` and the record types in ``records``.)
+from it, with the watch's own bookkeeping (the newest pod revision delivered, the pods it
+showed deleted).
 
 Nodes, pods, PodGroups and NUMA zones arrive by watch event or by relist; both paths go
 through the same ``put_*`` / ``drop_*`` methods here, so each derived cache (bound usage per
@@ -16,6 +16,7 @@ request alone.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,11 +24,13 @@ from ..conventions.base import PodGroupRecord
 from ..conventions.upstream import UpstreamPodGroup, UpstreamWorkload
 from ..conventions.volcano_queues import QueueRecord
 from ..podgroup import Source
-from ..records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
+from ..records import GangKey, NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
 from ..resources import Resources, add, sub
 from ..topology.domains import GPU, GpuLayout, Level, NumaZones, domain_of, gpu_layout
 
-__all__ = ["ClusterStore", "PodChange"]
+__all__ = ["GONE_REMEMBERED", "ClusterStore", "PodChange"]
+
+GONE_REMEMBERED = 10000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ class ClusterStore:
     """Kubernetes' own PodGroups (scheduling.k8s.io, whichever version the server serves)."""
     workloads: dict[GangKey, UpstreamWorkload] = field(default_factory=dict)
     """Kubernetes 1.35 Workloads (scheduling.k8s.io/v1alpha1), which 1.35 pods point at."""
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    """PriorityClass values by name, for groups that name a class themselves (Volcano
+    and upstream PodGroups): pods carry their resolved priority, groups do not."""
     numa: dict[NodeName, NumaZones] = field(default_factory=dict)
     used: dict[NodeName, Resources] = field(default_factory=dict)
     """Requests of bound, unfinished pods per node: what kube-scheduler counts as used."""
@@ -66,6 +72,13 @@ class ClusterStore:
     when the node is touched. Planning a gang reads every node's."""
     epoch: int = 0
     """Bumped whenever a node's free capacity or reservations may have changed."""
+    pods_revision: int = 0
+    """The newest pod resourceVersion the watch (or a list) has delivered: a pod in a verb
+    call that is newer is one the watch has not reached yet; an older one absent from the
+    store is gone."""
+    gone: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """UIDs of pods the watch showed deleted (the latest :data:`GONE_REMEMBERED`): a filter
+    call for one is kube-scheduler's stale view, never a pod to learn from the call."""
     _domains: dict[int, dict[tuple[str, ...], list[NodeName]]] = field(default_factory=dict)
     _node_domain: dict[int, dict[NodeName, tuple[str, ...]]] = field(default_factory=dict)
     _dom_free: dict[int, dict[tuple[str, ...], int]] = field(default_factory=dict)
@@ -145,6 +158,14 @@ class ClusterStore:
         if pod is not None and pod.holds_capacity:
             self._release_usage(pod)
         return pod
+
+    def forget_gone(self, uid: str) -> None:
+        """Remember that the pod with ``uid`` was deleted (the oldest such UID is forgotten
+        past :data:`GONE_REMEMBERED`)."""
+        if uid:
+            self.gone[uid] = None
+            while len(self.gone) > GONE_REMEMBERED:
+                self.gone.popitem(last=False)
 
     def _add_usage(self, pod: PodRecord) -> None:
         assert pod.node_name is not None

@@ -59,7 +59,7 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
     m = st.membership.get(key)
     if m is None:
         refused, displaced = _bind_unplanned(st, pod, node)
-        st.verdict(key, bind_at=now, bind_node=node,
+        st.plain.verdict(key, bind_at=now, bind_node=node,
                    bind_refused=refused.reason if refused is not None else None)
         if refused is not None:
             return refused
@@ -74,7 +74,7 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
     if isinstance(m, MissingPodGroup):
         return Reject(PodGroupNotFound(m.key, m.api))
     g = st.gangs[m.key]
-    if (by := st.preemptions.evicting(g.key)) is not None:
+    if (by := st.preemption.inflight.evicting(g.key)) is not None:
         # Its gang is a victim of a preemption in flight, chosen with the members bound
         # then: a member that binds now (its filter passed before) would outlive the
         # eviction, a gang evicted in part.
@@ -167,7 +167,7 @@ def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
 
     Returns the refusal, or the gangs that lost slots (the caller re-plans them once the pod
     is counted on the node)."""
-    if not st.ledger.reserved_on(node) and not st.nominations.held_on(node):
+    if not st.ledger.reserved_on(node) and not st.preemption.nominations.held_on(node):
         return None, []
     # A released gang's extra is measured by its gang's priority, as every victim and
     # preemptor is (``CoreState.unit_priority``): one measure on both sides.
@@ -176,7 +176,7 @@ def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
     if fits(pod.requests, free):
         return None, []
     holders = sorted(st.ledger.gangs_on(node))
-    nominated = tuple(n.pod for n in st.nominations.on(node)
+    nominated = tuple(n.pod for n in st.preemption.nominations.on(node)
                       if n.pod != pod.key and n.priority >= priority)
     if nominated or any(st.gang_priority(st.gangs[k]) >= priority for k in holders):
         return Reject(ReservedForGangs(node, tuple(holders), shortfall(pod.requests, free),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ..actions import GangExpired, NoticeKind
 from ..corestate import CoreState
-from ..creation.gated import HELD_RETRY_SECONDS
-from ..creation.placer import expire_provisional, next_provisional_deadline
+from ..creation.gated import GATED_RETRY_SECONDS
+from ..creation.placer import expire_pins, next_pin_deadline
 from ..gang.admission import fall_back
 from ..gang.enqueue import queue_freed
 from ..podgroup import Mode
@@ -21,13 +21,13 @@ __all__ = ["expire", "next_deadline"]
 def next_deadline(st: CoreState) -> float | None:
     times = [t for g in st.gangs.values()
              for t in (g.deadline, g.backoff_until) if t is not None]
-    if st.held_blocked and st.store.epoch != st.held_epoch:
-        times.append(st.held_swept + HELD_RETRY_SECONDS)
-    if (preempting := st.preemptions.next_deadline()) is not None:
+    if st.creation.gated.blocked and st.store.epoch != st.creation.gated.epoch:
+        times.append(st.creation.gated.swept + GATED_RETRY_SECONDS)
+    if (preempting := st.preemption.inflight.next_deadline()) is not None:
         times.append(preempting)
-    if (nominated := st.nominations.next_deadline()) is not None:
+    if (nominated := st.preemption.nominations.next_deadline()) is not None:
         times.append(nominated)
-    if (created := next_provisional_deadline(st)) is not None:
+    if (created := next_pin_deadline(st)) is not None:
         times.append(created)
     return min(times, default=None)
 
@@ -35,7 +35,7 @@ def next_deadline(st: CoreState) -> float | None:
 def expire(st: CoreState, now: float) -> list[GangExpired]:
     """Time out admitted gangs past their deadline and end finished backoffs."""
     out = []
-    expire_provisional(st, now)
+    expire_pins(st, now)
     for stalled in carry.expired(st, now):
         # Victims outlived their grace period: the held room goes back, the gang plans anew.
         g = st.gangs.get(stalled.record.gang) if stalled.record.gang is not None else None
@@ -47,7 +47,7 @@ def expire(st: CoreState, now: float) -> list[GangExpired]:
                 and now >= g.backoff_until:
             g.backoff_over()
             st.outbox.requeue.update(g.wake())
-            st.held_touched.add(g.key)
+            st.creation.gated.touched.add(g.key)
         if g.phase is not GangPhase.ADMITTED or g.deadline is None or now < g.deadline:
             continue
         spec = g.spec

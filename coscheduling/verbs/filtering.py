@@ -40,8 +40,8 @@ def filter_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName], no
                ) -> FilterDecision:
     """Which candidates ``pod`` may use; for gang pods exactly the planned node."""
     cached = st.store.pods.get(pod.key)
-    if cached is None and pod.uid and pod.uid not in st.gone \
-            and pod.resource_version > st.pods_revision:
+    if cached is None and pod.uid and pod.uid not in st.store.gone \
+            and pod.resource_version > st.store.pods_revision:
         # The watch has not reached this pod yet (it is newer than anything delivered): the
         # call carries it, as the API server gave it to kube-scheduler, so learn it now
         # rather than turn it away for a backoff (the watch's own event replaces it). An
@@ -127,7 +127,7 @@ def _filter_plain_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeNa
                       now: float) -> FilterDecision:
     """A pod outside any gang; its answer is kept for ``explain``."""
     decision = filter_plain(st, pod, candidates)
-    st.verdict(pod.key, filtered_at=now, passed=len(decision.passed),
+    st.plain.verdict(pod.key, filtered_at=now, passed=len(decision.passed),
                refused=dict(decision.failed))
     return decision
 
@@ -161,8 +161,8 @@ def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
             rest = filter_plain(st, replace(pod, claims=()), everything)
             return FilterDecision(rest.passed, {**taken, **rest.failed}, rest.unresolvable)
     totals = st.ledger.total
-    if st.nominations.total:  # room held for plain pods that preempted counts too
-        totals = {**st.nominations.total, **totals}
+    if st.preemption.nominations.total:  # room held for plain pods that preempted counts too
+        totals = {**st.preemption.nominations.total, **totals}
     if not totals:
         return FilterDecision(everything)
     cand = set(everything) if len(totals) > 8 else None
@@ -176,7 +176,7 @@ def filter_plain(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName]
         if fits(pod.requests, free):
             continue
         gangs = tuple(sorted(st.ledger.gangs_on(node)))
-        nominated = tuple(n.pod for n in st.nominations.on(node)
+        nominated = tuple(n.pod for n in st.preemption.nominations.on(node)
                           if n.pod != pod.key and n.priority >= priority)
         failed[node] = ReservedForGangs(node, gangs, shortfall(pod.requests, free), nominated)
     if not failed:

@@ -36,7 +36,7 @@ def gang_priority(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> i
     """``CoreState.gang_priority`` for a gang whose members are not in the store yet."""
     if spec.priority is not None:
         return spec.priority
-    if spec.priority_class is not None and (pc := st.priority_classes.get(
+    if spec.priority_class is not None and (pc := st.store.priority_classes.get(
             spec.priority_class)) is not None:
         return pc.value
     return max((p.priority for p in pods), default=0)

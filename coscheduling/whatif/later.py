@@ -100,7 +100,7 @@ def known_events(st: CoreState, now: float) -> list[tuple[float, str, list[_Goin
                     if (r := st.ledger.get(k)) is not None]
             out.append((g.deadline, f"gang {g.key} gives its reservation back if it has not "
                         "bound by its deadline", room))
-    for rec in st.preemptions.by_preemptor.values():
+    for rec in st.preemption.inflight.by_preemptor.values():
         going = [_Going(p.node_name, p.requests) for k in sorted(rec.waiting_for)
                  if (p := st.store.pods.get(k)) is not None and p.node_name is not None
                  and p.holds_capacity]

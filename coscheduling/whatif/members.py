@@ -49,7 +49,7 @@ def _record(st: CoreState, m: Manifest) -> PodRecord:
     where = f"{m.source}: pod {obj['metadata']['name']}"
     cls = spec.get("priorityClassName")
     if cls and spec.get("priority") is None:
-        pc = st.priority_classes.get(str(cls))
+        pc = st.store.priority_classes.get(str(cls))
         if pc is None:
             raise WhatIfError(f"{where}.spec.priorityClassName",
                               f"{str(cls)[:253]!r} is not a PriorityClass of the cluster")

@@ -142,5 +142,6 @@ def test_a_gang_over_an_affinity_limit_tries_no_placement_and_searches_no_victim
     assert AFFINITY_FIELD in " ".join(d.unresolvable.nofit.notes)
     assert "no eviction can place default/g-0" in d.unresolvable.preemption
     assert f"at most {MAX_AFFINITY_TERMS}" in d.unresolvable.preemption
-    assert state_of(core).preemptions.searches == {} and core.drain_evictions() == []
-    assert state_of(core).preemptions.get(PreemptorId.of_gang(gang_key("default", "g"))) is None
+    assert state_of(core).preemption.inflight.searches == {} and core.drain_evictions() == []
+    assert state_of(core).preemption.inflight.get(
+        PreemptorId.of_gang(gang_key("default", "g"))) is None

@@ -104,7 +104,7 @@ def test_a_gang_created_in_one_burst_is_pinned_whole_once_its_quorum_exists() ->
     assert set(others.values()) == {last}  # every held review pinned, on the same node
     g = core.gangs()[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and reserved(core) == 4
-    assert state_of(core).holds == {}
+    assert state_of(core).creation.holds == {}
     assert core.drain_lift() == []  # nothing was gated, nothing to lift
     check_invariants(core)
 
@@ -115,7 +115,7 @@ def test_members_pinned_at_creation_bind_as_a_gang_once_the_watch_shows_them() -
     placed = burst(core, objs)
     assert all(isinstance(p, PinAtCreation) for p in placed.values())
     land_all(core, objs, placed)
-    assert state_of(core).provisional == {}
+    assert state_of(core).creation.pinned == {}
     decisions = []
     for i in range(3):
         rec = core.pods[pod_key("default", f"w{i}")]
@@ -229,7 +229,7 @@ def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -
     core.upsert_pod(pod_from_json(pod("w0").gang("g", 2, timeout=30).gpu(1).held().build()))
     placed = core.place_at_creation(pod_from_json(creating("w1", "g", 10)), 0.0)
     assert isinstance(placed, GateAtCreation) and "disagree" in placed.why
-    assert reserved(core) == 0 and state_of(core).holds == {}
+    assert reserved(core) == 0 and state_of(core).creation.holds == {}
     assert set(core.pods) == {pod_key("default", "w0")}
     check_invariants(core)
 
@@ -253,7 +253,8 @@ def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pi
     assert reserved(core) == 0 and set(core.pods) == {pod_key("default", "w1")}
     spec = state_of(core).gangs[gang_key("default", "g")].spec
     assert spec is not None and spec.min_member == 3
-    assert [list(h.pods) for h in state_of(core).holds.values()] == [[pod_key("default", "w2")]]
+    assert [list(h.pods) for h in state_of(core).creation.holds.values()] == [
+        [pod_key("default", "w2")]]
     placed = burst(core, [creating("w3", "g", 3)], 0.2)
     assert set(placed) == {"w2", "w3"} and all(
         isinstance(p, PinAtCreation) for p in placed.values())
@@ -272,7 +273,7 @@ def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
         placed = core.place_at_creation(pod_from_json(creating("w0", f"g{size}", size)), 0.0)
         assert time.perf_counter() - start < 0.1
         assert isinstance(placed, GateAtCreation)
-        assert core.pods == {} and state_of(core).holds == {}
+        assert core.pods == {} and state_of(core).creation.holds == {}
 
 
 def test_a_relist_keeps_what_was_placed_at_creation() -> None:
@@ -290,7 +291,7 @@ def test_a_filter_call_before_the_watch_takes_the_created_pod() -> None:
     assert isinstance(placed, PinAtCreation)
     rec = pod_from_json(created(obj, placed, "u0"))
     assert core.filter(rec, [placed.node], 0.1).passed == [placed.node]
-    assert core.pods[rec.key].uid == "u0" and state_of(core).provisional == {}
+    assert core.pods[rec.key].uid == "u0" and state_of(core).creation.pinned == {}
 
 
 def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_pinned_one(
@@ -308,7 +309,7 @@ def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_p
     placed = core.place_at_creation(pod_from_json(creating("w0", "g", 1)), 1.0)
     assert isinstance(placed, PinAtCreation)
     core.filter(old, [placed.node], 1.1)
-    assert core.pods[old.key].uid == "" and old.key in state_of(core).provisional
+    assert core.pods[old.key].uid == "" and old.key in state_of(core).creation.pinned
     core.expire(1.0 + PROVISIONAL_SECONDS + 0.01)
     assert reserved(core) == 0 and old.key not in core.pods
     check_invariants(core)
@@ -321,7 +322,7 @@ def test_a_held_review_whose_pod_appears_in_the_watch_is_held_no_more() -> None:
     obj = creating("w0", "g", 2)
     assert isinstance(core.place_at_creation(pod_from_json(obj), 0.0), AwaitQuorum)
     core.upsert_pod(pod_from_json(pod("w0").gang("g", 2, timeout=30).gpu(1).build()))
-    assert state_of(core).holds == {}
+    assert state_of(core).creation.holds == {}
 
 
 def test_a_restarted_lockstep_admits_pinned_members_onto_their_pins() -> None:

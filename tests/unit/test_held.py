@@ -89,7 +89,7 @@ def test_a_held_gang_that_does_not_fit_waits_holding_nothing_then_goes_when_room
     assert core.drain_lift() == []
     for i in range(3):
         core.delete_pod(pod_key("default", f"a{i}"))
-    core.admit_held(0.1)  # capacity changed, but the retry waits HELD_RETRY_SECONDS
+    core.admit_held(0.1)  # capacity changed, but the retry waits GATED_RETRY_SECONDS
     assert b.phase is GangPhase.WAITING
     core.admit_held(1.0)
     assert b.phase is GangPhase.ADMITTED

@@ -550,7 +550,7 @@ class GangModel(RuleBasedStateMachine):
         plain = PodKey(pre)
         if plain in self.pods and self.core.gang_of(plain) is None:
             saw("Preempted:for-plain-pod")
-            nominated = state_of(self.core).nominations.get(plain)
+            nominated = state_of(self.core).preemption.nominations.get(plain)
             if nominated is None or self.pods[plain]["spec"].get("nodeName"):
                 raise AssertionError(f"evicted for plain pod {plain}, which holds no room")
             freed = sum(gpu(self.pods[k]) for k in keys if k in self.pods
@@ -1063,7 +1063,7 @@ class GangModel(RuleBasedStateMachine):
         eviction is the user's doing, not the core's: a victim at 0 when chosen is not one
         of 100 because its PodGroup was made basic, or a gang of 1000, while it goes)."""
         key = gang_key("default", gang)
-        book = state_of(self.core).preemptions
+        book = state_of(self.core).preemption.inflight
         return book.evicting(key) is not None or any(
             r.gang == key for r in book.by_preemptor.values()) or any(
             self._unit_of(k) == gang for k in book.terminating())
@@ -1489,7 +1489,8 @@ class GangModel(RuleBasedStateMachine):
             reserved = sum(r.requests.get("nvidia.com/gpu", 0)
                            for r in state_of(self.core).ledger.on_node(n) if r.pod not in api_bound)
             # Room a preemption frees is reserved for its preemptor while victims go.
-            reserved -= sum(gpu(self.pods[k]) for k in state_of(self.core).preemptions.terminating()
+            reserved -= sum(gpu(self.pods[k])
+                            for k in state_of(self.core).preemption.inflight.terminating()
                             if k in self.pods and self.pods[k]["spec"].get("nodeName") == n)
             if reserved and self._raw_free(n) + sum(
                     gpu(self.pods[k]) for k in self.parked
@@ -1681,7 +1682,8 @@ def test_replay_a_plain_pod_named_like_a_gang_preempts_on_its_own_record() -> No
                 ("schedule_gang", "a", 0, _Script()),
                 ("create_namesake_plain", "d", 4, False), ("create_whole_gang", "d", False),
                 ("schedule_gang", "d", 0, _Script()))
-    assert state_of(m.core).preemptions.by_preemptor, "nothing preempted: the replay is stale"
+    assert state_of(m.core).preemption.inflight.by_preemptor, \
+        "nothing preempted: the replay is stale"
 
 
 def test_replay_members_disagreeing_on_min_member_hold_no_extra_slots() -> None:

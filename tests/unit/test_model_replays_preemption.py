@@ -35,7 +35,7 @@ def test_replay_a_group_priority_edited_away_leaves_the_gang_at_its_members_prio
                 ("schedule_gang", "b", 0, _Script()))
     ups = [p for k, p in m.pods.items() if k.startswith("default/up")]
     assert len(ups) == 2 and all(p["spec"].get("nodeName") for p in ups), "UP not bound: stale"
-    assert not m.evicting and not state_of(m.core).preemptions.by_preemptor
+    assert not m.evicting and not state_of(m.core).preemption.inflight.by_preemptor
 
 
 def test_replay_a_gang_that_gave_its_room_back_is_not_left_preempting() -> None:
@@ -53,7 +53,8 @@ def test_replay_a_gang_that_gave_its_room_back_is_not_left_preempting() -> None:
     assert isinstance(d.reason, Preempting) and len(m.evicting) == 2, "stale replay"
     _replay_more(m, ("victim_terminates", _Script(0), "delete"),
                  ("victim_terminates", _Script(0), "delete"))
-    assert not state_of(m.core).preemptions.by_preemptor and not isinstance(d.reason, Preempting)
+    assert not state_of(m.core).preemption.inflight.by_preemptor \
+        and not isinstance(d.reason, Preempting)
     m.schedule_gang("d", 0, _Script())
     assert all(m.pods[PodKey(f"default/d-{k}")]["spec"].get("nodeName") for k in range(4))
 
@@ -96,7 +97,8 @@ def test_replay_a_gang_that_gave_its_room_back_is_told_when_its_victims_outlive_
     d = m.core.gangs()[GangKey("default/d")]
     assert isinstance(d.reason, Preempting), "stale replay"
     _replay_more(m, *[("advance_time", 8.0)] * 4)
-    assert not state_of(m.core).preemptions.by_preemptor, "the preemption did not expire: stale"
+    assert not state_of(m.core).preemption.inflight.by_preemptor, \
+        "the preemption did not expire: stale"
     assert isinstance(d.reason, PreemptionStalled), d.reason
 
 
@@ -114,7 +116,7 @@ def test_replay_a_preemptor_does_not_bind_onto_room_its_victims_still_hold() -> 
                 ("low_then_high", "a", "c", "",
                  _Script("n0", False, False, "n0", False, False,
                          "n0", False, False, "n1", False, False)))
-    assert state_of(m.core).preemptions.by_preemptor, "c preempted nothing: stale replay"
+    assert state_of(m.core).preemption.inflight.by_preemptor, "c preempted nothing: stale replay"
     assert not m.pods[PodKey("default/c-0")]["spec"].get("nodeName"), \
         "c-0 bound on n0 while its victims still hold it"
     _replay_more(m, ("advance_time", 25.0), ("advance_time", 8.0))
@@ -132,7 +134,7 @@ def test_replay_victims_gone_from_the_api_keep_their_measure_while_the_watch_is_
                 ("watch_falls_behind",),
                 ("low_then_high", "b", "c", "", _Script("n2", False, False, "n0", False, False)),
                 ("delete_node", _Script("n0")))
-    going = state_of(m.core).preemptions.terminating()
+    going = state_of(m.core).preemption.inflight.terminating()
     assert going and not going & set(m.pods), "victims not gone from the API: stale replay"
     _replay_more(m, ("change_upstream_podgroup", 1, False, False, "1000"))
     assert m.upstream is not None and "basic" in m.upstream["spec"]["schedulingPolicy"]

@@ -62,11 +62,11 @@ def snapshot(core: Coscheduler) -> dict[str, Any]:
     s = state_of(core)
     return {
         **core_snapshot(core),
-        "holds": {k: (h.spec, h.first, h.until, dict(h.pods)) for k, h in s.holds.items()},
-        "provisional": dict(s.provisional),
-        "slow": list(s.slow_gangs),
+        "holds": {k: (h.spec, h.first, h.until, dict(h.pods)) for k, h in s.creation.holds.items()},
+        "provisional": dict(s.creation.pinned),
+        "slow": list(s.creation.slow_gangs),
         "plans": core.plans(),
-        "answers": dict(s.creation_answers),
+        "answers": dict(s.creation.answers),
     }
 
 

@@ -198,7 +198,7 @@ def test_a_plain_bind_is_refused_for_a_reservation_only_of_its_priority_or_highe
     if gang_priority < pod_priority:
         # A gang of lower priority is admitted over a pending pod only when Lockstep did
         # not know the pod was pending (its filter went to a replica that has since died).
-        state_of(core).pending_plain.clear()
+        state_of(core).plain.pending.clear()
     held_gang(core, "g", 2, gpus=2, priority=gang_priority)
     core.admit_held(0.0)
     gang = core.gang_view(gang_key("default", "g"))

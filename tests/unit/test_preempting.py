@@ -90,10 +90,10 @@ def test_a_gang_evicts_a_whole_lower_gang_and_holds_the_room_until_it_is_gone() 
     # A recreated low member waits while the preemption is in flight.
     for obj in low[:3]:
         core.delete_pod(pod_key("default", obj["metadata"]["name"]), obj["metadata"]["uid"])
-    assert state_of(core).preemptions.get(HIGH) is not None
+    assert state_of(core).preemption.inflight.get(HIGH) is not None
     core.drain_requeue()
     core.delete_pod(pod_key("default", "low-3"), "uid-low-3")
-    assert state_of(core).preemptions.get(HIGH) is None  # completed
+    assert state_of(core).preemption.inflight.get(HIGH) is None  # completed
     assert set(core.drain_requeue()) >= {pod_key("default", "high-0")}
     d = core.filter(core.pods[pod_key("default", "high-1")], [NodeName("n0")], 1.0)
     assert d.passed == [NodeName("n0")]
@@ -139,7 +139,7 @@ def test_victims_that_never_go_give_the_room_back_at_the_deadline() -> None:
     running(core, "low", 4, "n0", 10)
     arrive(core, "high", 4, 100)
     core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
-    rec = state_of(core).preemptions.get(HIGH)
+    rec = state_of(core).preemption.inflight.get(HIGH)
     assert rec is not None
     core.expire(rec.deadline + 0.1)
     high = core.gangs()[gang_key("default", "high")]
@@ -318,7 +318,7 @@ def test_an_unschedulable_plain_pod_evicts_what_it_needs_and_holds_the_room() ->
     evicted = core.drain_evictions()
     assert len(evicted) == 2 and len({e.node for e in evicted}) == 1  # one node, both pods
     node = evicted[0].node
-    nominated = state_of(core).nominations.get(pod_key("default", "urgent"))
+    nominated = state_of(core).preemption.nominations.get(pod_key("default", "urgent"))
     assert nominated is not None and nominated.node == node
     for e in evicted:
         core.delete_pod(e.pod, e.uid)
@@ -333,7 +333,7 @@ def test_an_unschedulable_plain_pod_evicts_what_it_needs_and_holds_the_room() ->
     urgent = core.pods[pod_key("default", "urgent")]
     assert core.filter(urgent, [NodeName(node)], 1.0).passed == [NodeName(node)]
     core.upsert_pod(pod_from_json(pod("urgent").gpu(4).priority(100).on(node).build()))
-    assert state_of(core).nominations.get(pod_key("default", "urgent")) is None
+    assert state_of(core).preemption.nominations.get(pod_key("default", "urgent")) is None
 
 
 def test_a_plain_pod_that_may_not_preempt_or_would_not_fit_evicts_nothing() -> None:
@@ -345,7 +345,7 @@ def test_a_plain_pod_that_may_not_preempt_or_would_not_fit_evicts_nothing() -> N
         core.upsert_pod(pod_from_json(obj))
         core.admit_held(0.0)
         assert core.drain_evictions() == [], obj["metadata"]["name"]
-        assert len(state_of(core).nominations) == 0
+        assert len(state_of(core).preemption.nominations) == 0
 
 
 def test_a_higher_priority_pod_may_take_the_room_and_the_nomination_is_given_back() -> None:
@@ -361,7 +361,7 @@ def test_a_higher_priority_pod_may_take_the_room_and_the_nomination_is_given_bac
     core.upsert_pod(top)
     assert core.filter(top, [NodeName("n0")], 1.0).passed == [NodeName("n0")]  # gives way
     plain_on(core, "top", 4, "n0", 1000)  # kube-scheduler bound it
-    assert state_of(core).nominations.get(pod_key("default", "mid")) is None
+    assert state_of(core).preemption.nominations.get(pod_key("default", "mid")) is None
     assert pod_key("default", "mid") in core.drain_requeue()
 
 
@@ -372,11 +372,11 @@ def test_victims_that_never_go_give_a_plain_pods_room_back_at_the_deadline() -> 
     core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
     core.admit_held(0.0)
     assert core.drain_evictions()
-    rec = state_of(core).preemptions.get(URGENT)
+    rec = state_of(core).preemption.inflight.get(URGENT)
     assert rec is not None
     core.expire(rec.deadline + 0.1)
-    assert state_of(core).nominations.get(pod_key("default", "urgent")) is None
-    assert state_of(core).preemptions.get(URGENT) is None
+    assert state_of(core).preemption.nominations.get(pod_key("default", "urgent")) is None
+    assert state_of(core).preemption.inflight.get(URGENT) is None
 
 
 def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
@@ -386,11 +386,12 @@ def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
         plain_on(core, f"low-{i}", 2, "n0", 10)
     core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
     core.admit_held(0.0)
-    assert core.drain_evictions() and state_of(core).nominations.get(pod_key("default", "urgent"))
+    assert core.drain_evictions() \
+        and state_of(core).preemption.nominations.get(pod_key("default", "urgent"))
     core.drain_requeue()
     core.delete(ingest.NODES, NodeName("n0"))
-    assert state_of(core).nominations.get(pod_key("default", "urgent")) is None
-    assert state_of(core).preemptions.get(URGENT) is None
+    assert state_of(core).preemption.nominations.get(pod_key("default", "urgent")) is None
+    assert state_of(core).preemption.inflight.get(URGENT) is None
     assert pod_key("default", "urgent") in core.drain_requeue()
 
 
@@ -529,8 +530,8 @@ def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> No
     assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "lowgang")}
     gang = PreemptorId.of_gang(gang_key("default", "job"))
     plain = PreemptorId.of_pod(pod_key("default", "job"))
-    assert state_of(core).preemptions.get(gang) is not None
-    assert state_of(core).preemptions.get(plain) is not None
+    assert state_of(core).preemption.inflight.get(gang) is not None
+    assert state_of(core).preemption.inflight.get(plain) is not None
 
 
 # ------------------------------------------------------------------ a bounded search
@@ -543,7 +544,7 @@ def test_a_victim_search_runs_in_bounded_slices_across_sweeps_and_then_evicts() 
     core = cluster(4, 4, 4, 4)
     for i in range(4):
         running(core, f"low{i}", 4, f"n{i}", 10 + i)
-    state_of(core).preemptions.budget = 30
+    state_of(core).preemption.inflight.budget = 30
     for i in range(4):
         obj = pod(f"high-{i}").gang("high", 4, timeout=30).gpu(1).priority(100).build()
         obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
@@ -564,7 +565,7 @@ def test_a_victim_search_runs_in_bounded_slices_across_sweeps_and_then_evicts() 
         assert sweeps < 200
     assert sweeps > 2
     assert {e.gang for e in evicted} == {gang_key("default", "low0")} and len(evicted) == 4
-    assert state_of(core).preemptions.searches == {}
+    assert state_of(core).preemption.inflight.searches == {}
 
 
 def test_a_set_decided_over_slices_is_checked_against_the_cluster_of_now() -> None:
@@ -595,19 +596,20 @@ def test_preemptors_of_one_sweep_share_its_budget() -> None:
     core = cluster(4, 4)
     for i in range(4):
         plain_on(core, f"low-{i}", 2, f"n{i // 2}", 10)
-    state_of(core).preemptions.budget = 30
+    state_of(core).preemption.inflight.budget = 30
     for name in ("a", "b"):
         core.upsert_pod(pod_from_json(unschedulable(name, 4, 100)))
     core.admit_held(0.0)
-    assert set(state_of(core).preemptions.searches) == {PreemptorId.of_pod(pod_key("default", "a"))}
+    assert set(state_of(core).preemption.inflight.searches) == {
+        PreemptorId.of_pod(pod_key("default", "a"))}
     now = 0.0
     for _ in range(200):
         now += 0.05
         core.expire(now)
         core.admit_held(now)
-        if len(state_of(core).nominations) == 2:
+        if len(state_of(core).preemption.nominations) == 2:
             break
-    assert len(state_of(core).nominations) == 2  # both preempted, one node each
+    assert len(state_of(core).preemption.nominations) == 2  # both preempted, one node each
     assert len({e.node for e in core.drain_evictions()}) == 2
 
 
@@ -631,7 +633,8 @@ def test_a_held_volcano_gang_whose_min_resources_need_evictions_preempts() -> No
     core.admit_held(0.0)
     evictions = core.drain_evictions()
     assert sorted(e.pod for e in evictions) == [pod_key("default", f"low-{i}") for i in range(4)]
-    assert state_of(core).preemptions.get(PreemptorId.of_gang(gang_key("default", "urgent")))
+    assert state_of(core).preemption.inflight.get(
+        PreemptorId.of_gang(gang_key("default", "urgent")))
 
 
 def test_a_held_gang_whose_min_resources_evictions_could_not_free_evicts_nothing() -> None:
@@ -665,4 +668,4 @@ def test_a_held_scheduler_plugins_gang_with_min_resources_preempts() -> None:
             "scheduling.x-k8s.io/pod-group", "high").build()))
     core.admit_held(0.0)
     assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "low")}
-    assert state_of(core).preemptions.get(HIGH) is not None
+    assert state_of(core).preemption.inflight.get(HIGH) is not None

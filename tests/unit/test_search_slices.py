@@ -95,7 +95,7 @@ def test_no_sweep_of_a_victim_search_reads_more_pods_than_its_budget(
     st = state_of(core)
     pods = len(st.store.pods)
     assert pods > 5 * 2 * GRAIN  # the listing alone takes several sweeps
-    st.preemptions.budget = BUDGET
+    st.preemption.inflight.budget = BUDGET
     _ask(core)
     counter = _Counter(monkeypatch)
     per_sweep = []

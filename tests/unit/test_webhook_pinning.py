@@ -156,7 +156,7 @@ async def test_a_member_created_alone_is_held_a_moment_then_gated(
     assert 0.2 <= time.monotonic() - start < 10.0
     assert gates(out) == [GANG_GATE] and terms(out) == []
     assert reserved(service) == 0 and service.core.pods == {}
-    assert state_of(service.core).holds == {}
+    assert state_of(service.core).creation.holds == {}
 
 
 async def test_the_pin_narrows_the_authors_own_terms(
