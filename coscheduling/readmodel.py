@@ -10,8 +10,8 @@ from .conventions.scheduler_plugins import PodGroupStatus, podgroup_status
 from .conventions.volcano import VolcanoStatus, volcano_statuses
 from .corestate import CoreState
 from .gang.admission import free_outside_reservations
-from .gang.enqueue import queue_use
 from .gang.membership import part_of
+from .gang.queue_gate import queue_use
 from .podgroup import GangKey, GangSpec, InvalidGang, Source
 from .reasons import GangReason, InvalidDeclaration, PartiallyBound
 from .records import NodeName, PodKey, PodRecord

@@ -11,7 +11,8 @@ decides the phase Lockstep writes, in Volcano's vocabulary (``Pending``, ``Inque
 
 Capacity is handed out in order: a group enqueued but not running yet keeps its
 ``minResources`` out of what the next one may count, so two groups are never enqueued against
-the same GPUs.
+the same GPUs. The queues' rules are ``volcano_queues``; the same rules gate a Volcano gang's
+admission in the core (``coscheduling.gang.queue_gate``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "WATCHES",
     "StatusReads",
     "VolcanoStatus",
+    "enqueued",
     "status_patches",
     "volcano_podgroup_from_json",
     "volcano_statuses",
@@ -131,6 +133,12 @@ class VolcanoStatus:
     failed: int
     waiting: GangReason | None = None
     """Why the group stays Pending (becomes an ``Unschedulable`` condition)."""
+
+
+def enqueued(groups: Mapping[GangKey, PodGroupRecord]) -> list[tuple[GangKey, str, Resources]]:
+    """(group, queue, ``minResources``) of each group whose phase says it is enqueued: it
+    holds that much in its queue while its pods are on their way (Volcano's ``inqueue``)."""
+    return [(k, pg.queue, pg.min_resources) for k, pg in groups.items() if pg.phase == "Inqueue"]
 
 
 def volcano_statuses(
