@@ -1,6 +1,7 @@
 """The status each convention's PodGroup object shows, written as the core decides it.
 
-Once a second, one loop over the convention registry: each convention declares how its
+Once a second, one loop over the convention registry: the core is asked once for its status
+model (``Coscheduler.status_model``, a snapshot), each convention computes from it how its
 status is written (``Convention.status``, a :class:`~coscheduling.conventions.base.StatusWrite`:
 which objects, with what status, by which kind of patch), and this module only sends the
 patches. scheduler-plugins PodGroups get their phase and counts (and a
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coscheduling import Coscheduler, conventions
-from coscheduling.conventions.base import FIELD_MANAGER, StatusWrite
+from coscheduling.conventions.base import FIELD_MANAGER, StatusModel, StatusWrite
 
 from .errors import APIError, APIUnreachable
 from .kube import KubeClient
@@ -43,28 +44,34 @@ class StatusWriter:
         """Passes that raised (logged, then tried again)."""
 
     async def run(self) -> None:
-        """Once a second, every registered convention's statuses. A convention whose pass
-        raises is logged and counted (``failed``) and the others still written: a status no
-        one could write must never stop Lockstep (the service stops when any of its loops
-        ends)."""
+        """Once a second, every registered convention's statuses, all from one status model.
+        A convention whose pass raises is logged and counted (``failed``) and the others
+        still written: a status no one could write must never stop Lockstep (the service
+        stops when any of its loops ends)."""
         while True:
             await asyncio.sleep(1.0)
             if self.kube.may_write is not None and not self.kube.may_write():
                 continue  # a standby writes no status (``app.lease``)
+            try:
+                model = self.core.status_model()
+            except Exception:
+                self.failed += 1
+                log.exception("reading the status model failed; trying again next pass")
+                continue
             for conv in conventions.REGISTRY:
                 if conv.status is None:
                     continue
                 try:
-                    await self.write(conv.status)
+                    await self.write(conv.status, model)
                 except Exception:
                     self.failed += 1
                     log.exception("writing PodGroup statuses failed; trying again next pass")
 
-    async def write(self, how: StatusWrite) -> None:
-        """One convention's statuses: each patch it asks for that differs from what was last
-        written to its object (condition timestamps aside), unless the convention compares
-        with the object as watched itself (``remembered`` false)."""
-        for patch in how.patches(self.core, render, _now()):
+    async def write(self, how: StatusWrite, model: StatusModel) -> None:
+        """One convention's statuses from ``model``: each patch it asks for that differs
+        from what was last written to its object (condition timestamps aside), unless the
+        convention compares with the object as watched itself (``remembered`` false)."""
+        for patch in how.patches(model, render, _now()):
             status = dict(patch.status)
             if patch.remembered and _same(self._written.get(patch.path), status):
                 continue

@@ -41,16 +41,14 @@ from .actions import (
     Placement,
     Unparked,
 )
-from .conventions.scheduler_plugins import PodGroupStatus
-from .conventions.upstream import UpstreamPodGroup
-from .conventions.volcano import VolcanoStatus
+from .conventions.base import StatusModel
 from .corestate import CoreState, PlainVerdict, Settings
 from .creation import gated, placer
 from .devices.narrow import narrow
 from .events import ingest
 from .events.ingest import Kind
 from .gang.membership import meets_quorum
-from .podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_of
+from .podgroup import GangKey, GangSpec, Membership, gang_of
 from .preemption.inflight import InFlight
 from .readmodel import GangView
 from .reasons import PartiallyBound
@@ -332,26 +330,14 @@ class Coscheduler:
         return sorted(self._state.preemption.inflight.by_preemptor.values(),
                       key=lambda r: r.started)
 
-    def invalid_podgroups(self) -> dict[GangKey, InvalidGang]:
-        """scheduler-plugins PodGroups whose own fields are out of range, and why."""
-        return {k: r.error for k, r in self._store.podgroups.items() if r.error is not None}
-
-    def upstream_podgroups(self) -> Mapping[GangKey, UpstreamPodGroup]:
-        """The upstream ``scheduling.k8s.io`` PodGroups in the cache."""
-        return MappingProxyType(self._store.upstream)
-
     def gang_views(self) -> list[GangView]:
         found = (readmodel.gang_view(self._state, k) for k in sorted(self._state.gangs))
         return [v for v in found if v is not None]
 
-    def podgroup_status(self, key: GangKey) -> PodGroupStatus | None:
-        return readmodel.podgroup_status_of(self._state, key)
-
-    def podgroup_statuses(self) -> dict[GangKey, PodGroupStatus]:
-        return readmodel.podgroup_statuses(self._state)
-
-    def volcano_statuses(self) -> dict[GangKey, VolcanoStatus]:
-        return readmodel.volcano_status_map(self._state)
+    def status_model(self) -> StatusModel:
+        """What every convention's status is made from, one snapshot
+        (``readmodel.status_model``): each convention computes its own patches from it."""
+        return readmodel.status_model(self._state)
 
     # ------------------------------------------------------------------ what-if
 

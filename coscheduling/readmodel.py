@@ -1,24 +1,25 @@
-"""Read models: what each gang looks like from outside, and the status each convention's
-PodGroup object should show. Nothing here changes state; ``/debug``, ``explain``, metrics
-and the status writers read these."""
+"""Read models: what each gang looks like from outside (``/debug``, ``explain``, metrics),
+and the one status model every convention's status is made from (:func:`status_model`, the
+``base.StatusModel`` the adapter's status writer hands to each convention's status
+declaration). Nothing here changes state."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
-from .conventions.scheduler_plugins import PodGroupStatus, podgroup_status
-from .conventions.volcano import VolcanoStatus, volcano_statuses
+from .conventions.base import GangStatusModel, MemberCounts, StatusModel
 from .corestate import CoreState
 from .gang.admission import free_outside_reservations
-from .gang.enqueue import queue_use
 from .gang.membership import part_of
+from .gang.queue_gate import holds, queue_of
 from .podgroup import GangKey, GangSpec, InvalidGang, Source
 from .reasons import GangReason, InvalidDeclaration, PartiallyBound
 from .records import NodeName, PodKey, PodRecord
 from .state.gang import Gang, GangPhase
 
-__all__ = ["STATES", "GangView", "gang_state", "gang_view", "members_of", "podgroup_status_of",
-           "podgroup_statuses", "volcano_status_map"]
+__all__ = ["STATES", "GangView", "gang_state", "gang_view", "members_of", "status_model"]
 
 STATES = ("partial", "timed out", "waiting", "binding", "admitted", "running", "invalid")
 """What a person calls a gang's state (the page, its counts), worst first; the core's
@@ -106,45 +107,68 @@ def _invalid_reason(st: CoreState, g: Gang) -> GangReason | None:
     return g.reason
 
 
-def podgroup_status_of(st: CoreState, key: GangKey) -> PodGroupStatus | None:
-    """The status a PodGroup object of this gang should show (rules live in ``status``)."""
-    g = st.gangs.get(key)
-    if g is None or g.spec is None:
-        return None
-    return podgroup_status(g.spec, members_of(st, key),
-                           holding=bool(g.plan) or st.waiting.count(key) > 0,
-                           partial=g.partial)
+def status_model(st: CoreState) -> StatusModel:
+    """What every convention's status is made from, in one pass: a snapshot (the objects'
+    maps are copied), so the adapter may write it out over many awaits.
 
-
-def podgroup_statuses(st: CoreState) -> dict[GangKey, PodGroupStatus]:
-    """Every scheduler-plugins PodGroup's status; a Koordinator gang group declared the CRD
-    way reports on each member PodGroup with that gang's own members and minimum."""
-    out: dict[GangKey, PodGroupStatus] = {}
+    Only gangs some status may speak of are counted: those with an object of their key (a
+    convention's PodGroup, an upstream PodGroup), gang groups (their PodGroups are their
+    parts) and gangs in a Volcano queue (what they hold counts against the others). A gang
+    declared on its pods alone has no object to write to, and counting its members every
+    pass would be work for nothing."""
+    store = st.store
+    objects = {s: MappingProxyType(dict(m)) for s, m in store.groups.items() if m}
+    gangs: dict[GangKey, GangStatusModel] = {}
     for key, g in st.gangs.items():
-        spec = g.spec
-        if spec is None or spec.source is not Source.SCHEDULER_PLUGINS:
-            continue
-        if not spec.group:
-            status = podgroup_status_of(st, key)
-            if status is not None:
-                out[key] = status
-            continue
-        holding = bool(g.plan) or st.waiting.count(key) > 0
-        members = members_of(st, key)
+        queue = queue_of(st, g)
+        if queue is not None or key in store.upstream \
+                or (g.spec is not None and g.spec.group) \
+                or any(key in m for m in objects.values()):
+            gangs[key] = _gang_status(st, g, queue)
+    return StatusModel(
+        gangs=MappingProxyType(gangs),
+        objects=MappingProxyType(objects),
+        upstream=MappingProxyType(dict(store.upstream)),
+        queues=None if store.queues is None else MappingProxyType(dict(store.queues)),
+        free=free_outside_reservations(st) if store.groups.get(Source.VOLCANO) else {},
+    )
+
+
+def _gang_status(st: CoreState, g: Gang, queue: str | None) -> GangStatusModel:
+    """One gang's entry: its members as the store holds them (every phase, name order),
+    its reason (an invalid declaration's first member's), and for a Volcano gang what it
+    holds in ``queue``."""
+    spec = g.spec
+    members = members_of(st, g.key)
+    holding = bool(g.plan) or st.waiting.count(g.key) > 0
+    parts: tuple[GangStatusModel, ...] = ()
+    if spec is not None and spec.group:
         mins = dict(spec.parts)
-        for part in spec.group:
-            if part not in st.store.podgroups:
-                continue
-            own = [p for p in members if part_of(st, p.key) == part]
-            out[part] = podgroup_status(
-                replace(spec, key=part, min_member=mins.get(part, 1), parts=(), group=()),
-                own, holding=holding, partial=g.partial)
-    return out
+        parts = tuple(
+            GangStatusModel(part, spec.source, mins.get(part, 1),
+                            _counts([p for p in members if part_of(st, p.key) == part]),
+                            holding, g.partial)
+            for part in spec.group)
+    return GangStatusModel(
+        g.key, spec.source if spec is not None else None,
+        spec.min_member if spec is not None else None, _counts(members), holding, g.partial,
+        g.reason if spec is not None else _invalid_reason(st, g), parts,
+        tuple(p.requests for p in members), queue,
+        holds(st, g) if queue is not None else {})
 
 
-def volcano_status_map(st: CoreState) -> dict[GangKey, VolcanoStatus]:
-    """The phase each Volcano PodGroup should show (Lockstep plays Volcano's enqueue)."""
-    if not st.store.volcano:
-        return {}
-    return volcano_statuses(st.store.volcano, lambda k: members_of(st, k),
-                            free_outside_reservations(st), queue_use(st))
+def _counts(members: Sequence[PodRecord]) -> MemberCounts:
+    """Every count a status reads, in one pass over the members."""
+    scheduled = placed = bound = running = succeeded = failed = 0
+    for p in members:
+        if p.node_name is not None:
+            scheduled += 1
+            placed += not p.terminal
+            bound += p.active
+        if p.phase == "Running":
+            running += 1
+        elif p.phase == "Succeeded":
+            succeeded += 1
+        elif p.phase == "Failed":
+            failed += 1
+    return MemberCounts(len(members), scheduled, placed, bound, running, succeeded, failed)

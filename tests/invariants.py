@@ -54,8 +54,8 @@ from typing import Any
 from coscheduling.core import Coscheduler
 from coscheduling.devices.model import Claim, DeviceId
 from coscheduling.devices.room import held_devices
-from coscheduling.gang.enqueue import holds, queue_of
 from coscheduling.gang.gating import pinned_node
+from coscheduling.gang.queue_gate import holds, queue_of
 from coscheduling.reasons import Preempting
 from coscheduling.records import GangKey, NodeName, PodKey, PodRecord
 from coscheduling.resources import Resources, add, sub

@@ -29,9 +29,11 @@ size keys on the pod, then each convention's own options. The webhook
 (``coscheduling.gang.gating``) gates every pod that names a gang by any registered key; the adapter
 watches each convention's PodGroup API and writes its status there.
 
-Beside them: ``base`` (what a convention is), ``volcano_queues`` (Volcano's queue math, a pure
-leaf that ``volcano`` and the enqueue rules in ``coscheduling.gang.enqueue`` read) and
-``kueue.quota_line`` (Kueue's quota line, which preemption never crosses).
+Beside them: ``base`` (what a convention is, and the status model every convention's status
+is computed from), ``volcano_queues`` (Volcano's queue rules, a pure leaf that Volcano's
+enqueue step in ``volcano`` and the core's queue gate in ``coscheduling.gang.queue_gate``
+read), ``upstream_objects`` (the upstream gang API's records) and ``kueue.quota_line``
+(Kueue's quota line, which preemption never crosses).
 
 A pod may declare its gang by several conventions at once (a Kubeflow job, say, carries both
 Volcano's and scheduler-plugins' keys): they must name the same gang and agree on its size,

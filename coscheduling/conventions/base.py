@@ -11,9 +11,16 @@ module and its line in the registry. As behaviour, two optional steps of the res
 declares the convention), and ``refine`` adds the convention's own options to a resolved spec
 (run for every gang: Koordinator's options may sit on a scheduler-plugins PodGroup).
 
-This module imports only the value modules (the gang declaration, the pod record), so each
-convention module stays near the bottom of the import graph and the webhook, the store and
-the resolver can all read them without a circle.
+Status is written from one :class:`StatusModel`, which the core builds in one pass and the
+adapter's writer hands to every convention's :class:`StatusWrite`: each gang's counts, reason
+and queue (:class:`GangStatusModel`) and the objects as watched. A convention computes its own
+patches from it, without reaching into the core, so each status is a pure function tested
+over a model built by hand.
+
+This module imports only the value modules (the gang declaration, the pod record, reasons)
+and the record leaves of the objects the status model carries (Volcano's Queues, the upstream
+PodGroups), so each convention module stays near the bottom of the import graph and the
+webhook, the store and the resolver can all read them without a circle.
 """
 
 from __future__ import annotations
@@ -23,16 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..podgroup import GangKey, GangSpec, InvalidGang, MissingPodGroup, Source
-from ..reasons import Reason
+from ..reasons import GangReason, PartiallyBound, Reason
 from ..records import PodRecord, gang_key
 from ..resources import Resources
+from .upstream_objects import UpstreamPodGroup
+from .volcano_queues import QueueRecord
 
 __all__ = [
     "FIELD_MANAGER",
     "MAX_GANG_SIZE_FLAG",
     "Convention",
     "Found",
+    "GangStatusModel",
     "Key",
+    "MemberCounts",
     "ObjectStep",
     "Objects",
     "PodGroupAPI",
@@ -40,6 +51,7 @@ __all__ = [
     "RefineStep",
     "Render",
     "Source",
+    "StatusModel",
     "StatusPatch",
     "StatusWrite",
     "Watch",
@@ -202,16 +214,83 @@ class StatusPatch:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberCounts:
+    """A gang's members as the cluster shows them (every phase), counted for its status."""
+
+    total: int = 0
+    scheduled: int = 0
+    """On a node, finished ones too (scheduler-plugins' ``scheduled``)."""
+    placed: int = 0
+    """On a node and not finished, deleting ones too: they still take the node's room."""
+    bound: int = 0
+    """On a node and live (neither deleting, finished nor gated): what counts toward the
+    gang's minimum."""
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GangStatusModel:
+    """What any convention's status needs of one gang, as the core decided it."""
+
+    key: GangKey
+    source: Source | None
+    """The convention its spec came from; None when its declaration is invalid."""
+    min_member: int | None
+    """Its minimum (None when its declaration is invalid)."""
+    members: MemberCounts = field(default_factory=MemberCounts)
+    holding: bool = False
+    """It holds a reservation or parked binds: it is being scheduled."""
+    partial: PartiallyBound | None = None
+    """A binding failed for good after siblings bound (never hidden)."""
+    reason: GangReason | None = None
+    """Why it is not bound, when the core said; for an invalid declaration, its first
+    member's, naming the field and its limit."""
+    parts: tuple[GangStatusModel, ...] = ()
+    """A Koordinator gang group's gangs (a PodGroup each), each with its own members and
+    minimum, and the group's ``holding`` and ``partial``."""
+    requests: tuple[Resources, ...] = ()
+    """Its members' requests in name order (a Volcano group without ``minResources`` asks
+    its queue for these)."""
+    queue: str | None = None
+    """Its Volcano queue; None for any other convention."""
+    held: Resources = field(default_factory=dict)
+    """For a Volcano gang, what it holds in its queue: its reservations and its bound live
+    members' requests (Volcano's ``allocated``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusModel:
+    """Everything the conventions' statuses are made from, one snapshot built by the core
+    in one pass (``coscheduling.readmodel.status_model``): the statuses of one pass agree
+    with each other, and none is computed while the core changes under it."""
+
+    gangs: Mapping[GangKey, GangStatusModel] = field(default_factory=dict)
+    """Every gang some status may speak of: one with an object of its key, a gang group, or
+    a gang in a Volcano queue. A key not here has no members."""
+    objects: Objects = field(default_factory=dict)
+    """The PodGroup objects as watched, by convention (invalid ones with their error)."""
+    upstream: Mapping[GangKey, UpstreamPodGroup] = field(default_factory=dict)
+    """Kubernetes' own PodGroups, as watched."""
+    queues: Mapping[str, QueueRecord] | None = None
+    """Volcano's Queues by name; None while their CRD is not served (nothing is gated)."""
+    free: Resources = field(default_factory=dict)
+    """The cluster's capacity outside bound pods and gang reservations, which Volcano's
+    enqueue step hands out; summed only while a Volcano PodGroup exists (no other status
+    reads it, and it is a pass over every node)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StatusWrite:
     """How a convention's status is written back, which the adapter's one writer loop reads
     for every convention in the registry (``app.status_writer``)."""
 
     group: str
     """The API group written to (for logs)."""
-    patches: Callable[[Any, Render, str], Iterable[StatusPatch]]
-    """From the facade (``coscheduling.Coscheduler``, whose read methods the convention's
-    own reads protocol names), the wording of reasons, and now (RFC 3339): each status to
-    write this pass."""
+    patches: Callable[[StatusModel, Render, str], Iterable[StatusPatch]]
+    """From the core's status model, the wording of reasons and now (RFC 3339): each status
+    to write this pass."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,21 +3,20 @@ size (``spec.minMember``), ``minResources`` and the timeout (``scheduleTimeoutSe
 
 Lockstep writes the PodGroup's status as scheduler-plugins would (``status.phase`` and the
 counts, plus a ``GangPartiallyBound`` condition when a binding failed for good after siblings
-bound): the rules are :func:`podgroup_status`, decided once here, and the status object is
-built by :func:`status_patches` (the convention's :class:`~.base.StatusWrite`); the app only
-sends it.
+bound): the rules are :func:`podgroup_status`, decided once here over the core's status
+model (``base.StatusModel``), and the status object is built by :func:`status_patches` (the
+convention's :class:`~.base.StatusWrite`); the app only sends it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ..podgroup import (
     MAX_NAME_CHARS,
     GangKey,
-    GangSpec,
     InvalidGang,
     MissingPodGroup,
     Source,
@@ -33,11 +32,13 @@ from . import koordinator
 from .base import (
     Convention,
     Found,
+    GangStatusModel,
     Key,
     Objects,
     PodGroupAPI,
     PodGroupRecord,
     Render,
+    StatusModel,
     StatusPatch,
     StatusWrite,
     Watch,
@@ -50,9 +51,9 @@ __all__ = [
     "SIZE_FIELD",
     "WATCHES",
     "PodGroupStatus",
-    "StatusReads",
     "podgroup_from_json",
     "podgroup_status",
+    "podgroup_statuses",
     "status_patches",
 ]
 
@@ -142,43 +143,45 @@ class PodGroupStatus:
     partial: PartiallyBound | None = None
 
 
-def podgroup_status(spec: GangSpec, members: Sequence[PodRecord], *, holding: bool,
-                    partial: PartiallyBound | None) -> PodGroupStatus:
-    """scheduler-plugins' phases: Pending, Scheduling, Running, Finished, Failed.
-
-    ``holding``: the gang holds a reservation or parked binds (it is being scheduled).
-    """
-    running = sum(1 for p in members if p.phase == "Running")
-    succeeded = sum(1 for p in members if p.phase == "Succeeded")
-    failed = sum(1 for p in members if p.phase == "Failed")
-    scheduled = sum(1 for p in members if p.node_name is not None)
-    if succeeded >= spec.min_member:
+def podgroup_status(g: GangStatusModel) -> PodGroupStatus:
+    """scheduler-plugins' phases: Pending, Scheduling, Running, Finished, Failed (the gang
+    is being scheduled while it holds a reservation or parked binds, ``holding``)."""
+    m, need = g.members, g.min_member or 1
+    if m.succeeded >= need:
         phase = "Finished"
-    elif running >= spec.min_member:
+    elif m.running >= need:
         phase = "Running"
-    elif failed and failed > len(members) - spec.min_member:
+    elif m.failed and m.failed > m.total - need:
         phase = "Failed"
-    elif holding or scheduled or failed:
+    elif g.holding or m.scheduled or m.failed:
         phase = "Scheduling"
     else:
         phase = "Pending"
-    return PodGroupStatus(phase, scheduled, running, succeeded, failed, partial)
+    return PodGroupStatus(phase, m.scheduled, m.running, m.succeeded, m.failed, g.partial)
 
 
-class StatusReads(Protocol):
-    """What this convention's status is made from: the facade's reads."""
+def podgroup_statuses(model: StatusModel) -> dict[GangKey, PodGroupStatus]:
+    """Every scheduler-plugins PodGroup's status; a Koordinator gang group declared the CRD
+    way reports on each of its PodGroups with that gang's own members and minimum."""
+    objects = model.objects.get(Source.SCHEDULER_PLUGINS, {})
+    out: dict[GangKey, PodGroupStatus] = {}
+    for g in model.gangs.values():
+        if g.source is not Source.SCHEDULER_PLUGINS:
+            continue
+        if not g.parts:
+            out[g.key] = podgroup_status(g)
+        for part in g.parts:
+            if part.key in objects:
+                out[part.key] = podgroup_status(part)
+    return out
 
-    def podgroup_statuses(self) -> Mapping[GangKey, PodGroupStatus]: ...
 
-    def invalid_podgroups(self) -> Mapping[GangKey, InvalidGang]: ...
-
-
-def status_patches(core: StatusReads, render: Render, now: str) -> list[StatusPatch]:
+def status_patches(model: StatusModel, render: Render, now: str) -> list[StatusPatch]:
     """The status each scheduler-plugins PodGroup should show: the core's phases and counts,
     and for a group Lockstep cannot honour (a field out of range, say) phase ``Pending`` with
     a ``GangInvalid`` condition naming the field and its limit."""
     out: dict[GangKey, dict[str, Any]] = {}
-    for key, st in core.podgroup_statuses().items():
+    for key, st in podgroup_statuses(model).items():
         status: dict[str, Any] = {
             "phase": st.phase, "scheduled": st.scheduled, "running": st.running,
             "succeeded": st.succeeded, "failed": st.failed}
@@ -189,11 +192,11 @@ def status_patches(core: StatusReads, render: Render, now: str) -> list[StatusPa
                 "lastTransitionTime": now,
             }]
         out[key] = status
-    for key, error in core.invalid_podgroups().items():
-        if key not in out:
+    for key, pg in model.objects.get(Source.SCHEDULER_PLUGINS, {}).items():
+        if pg.error is not None and key not in out:
             out[key] = {"phase": "Pending", "conditions": [{
                 "type": "GangInvalid", "status": "True", "reason": "InvalidDeclaration",
-                "message": render(InvalidDeclaration(error))[:1024],
+                "message": render(InvalidDeclaration(pg.error))[:1024],
                 "lastTransitionTime": now}]}
     return [StatusPatch(key, API.status_path(*key.split("/", 1)), status)
             for key, status in out.items()]

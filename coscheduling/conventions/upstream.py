@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from ..podgroup import (
     INT32_MAX,
@@ -70,9 +70,18 @@ from ..reasons import (
     PlannedNodeLost,
     TimedOut,
 )
-from ..records import PodKey, PodRecord
+from ..records import PodRecord
 from ..topology.domains import Level, level_by_name
-from .base import FIELD_MANAGER, Convention, Render, StatusPatch, StatusWrite, Watch
+from .base import (
+    FIELD_MANAGER,
+    Convention,
+    Render,
+    StatusModel,
+    StatusPatch,
+    StatusWrite,
+    Watch,
+)
+from .upstream_objects import Condition, GroupPolicy, Priority, UpstreamPodGroup, UpstreamWorkload
 
 __all__ = [
     "CONDITION_TYPES",
@@ -88,7 +97,6 @@ __all__ = [
     "GangProgress",
     "GroupPolicy",
     "Priority",
-    "StatusReads",
     "UpstreamPodGroup",
     "UpstreamWorkload",
     "combine",
@@ -119,72 +127,6 @@ CONDITION_TYPES = {
 """The PodGroup condition the native gang plugin writes, by served version."""
 SCHEDULING_GROUP_FIELD = "spec.schedulingGroup.podGroupName"
 WORKLOAD_REF_FIELD = "spec.workloadRef"
-
-
-
-@dataclass(frozen=True, slots=True)
-class GroupPolicy:
-    """A pod group's scheduling policy: ``min_count`` None is ``basic`` (no gang)."""
-
-    min_count: int | None
-    topology_key: str | None = None
-    """``schedulingConstraints.topology[0].key``: all members in one domain of this label."""
-    where: str = ""
-    """The object and field path the policy came from, for reasons naming the field."""
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    """A PodGroup status condition as the API server holds it."""
-
-    type: str
-    status: str
-    reason: str
-    message: str
-    last_transition: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamPodGroup:
-    """An upstream ``PodGroup`` (v1alpha2, v1alpha3 or v1beta1), parsed."""
-
-    key: GangKey
-    version: str
-    policy: GroupPolicy | None
-    error: InvalidGang | None = None
-    condition: Condition | None = None
-    """The version's scheduling condition (``CONDITION_TYPES``), if present."""
-    condition_managers: tuple[str, ...] = ()
-    """Field managers that have written that condition (``metadata.managedFields``)."""
-    generation: int = 0
-    priority: Priority | None = None
-    """The group's priority fields; None until parsed (or when the spec is invalid)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Priority:
-    """A PodGroup's own priority fields (1.36+): ``priority`` (the 1.37 API server's
-    admission fills it from ``priorityClassName``, as the test bed shows) and
-    ``preemptionPolicy`` (1.37, behind ``PodGroupPreemptionPolicy``).
-
-    ``disruptionMode`` is not read: the API server defaults it to ``{single: {}}``
-    (``pkg/apis/scheduling/v1beta1/zz_generated.defaults.go`` in k8s.io/kubernetes
-    v1.37.2) and records the default as the creator's field, so a user's choice cannot be
-    told from the default; and a gang evicted in part stops anyway. Lockstep evicts a
-    victim gang whole whatever it says (docs/preemption.md)."""
-
-    value: int | None = None
-    class_name: str | None = None
-    never: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamWorkload:
-    """An upstream v1alpha1 ``Workload``: its pod groups' policies by name."""
-
-    key: GangKey
-    version: str
-    groups: Mapping[str, GroupPolicy | InvalidGang]
 
 
 def workload_gang_key(namespace: str, ref: tuple[str, str, str]) -> GangKey:
@@ -507,53 +449,16 @@ WATCHES = (
 server serves (API discovery), or nothing (before 1.35, or the feature gate off)."""
 
 
-class _View(Protocol):
-    """A gang as the facade shows it (``coscheduling.readmodel.GangView``), as far as the
-    condition reads it."""
-
-    @property
-    def key(self) -> GangKey: ...
-
-    @property
-    def spec(self) -> GangSpec | None: ...
-
-    @property
-    def bound(self) -> int: ...
-
-    @property
-    def reason(self) -> GangReason | None: ...
-
-
-class StatusReads(Protocol):
-    """What this convention's status is made from: the facade's reads."""
-
-    def upstream_podgroups(self) -> Mapping[GangKey, UpstreamPodGroup]: ...
-
-    def gang_views(self) -> Sequence[_View]: ...
-
-    def members_of(self, gang: GangKey) -> Sequence[PodRecord]: ...
-
-    def membership(self, pod: PodKey) -> Membership: ...
-
-
-def status_patches(core: StatusReads, render: Render, now: str) -> list[StatusPatch]:
+def status_patches(model: StatusModel, render: Render, now: str) -> list[StatusPatch]:
     """The scheduling condition on upstream PodGroups whose pods are Lockstep's (rules in
-    :func:`condition_updates`). A strategic merge patch touches only that condition; the
-    watch brings it back, and a condition already saying the same is not written again."""
-    groups = core.upstream_podgroups()
+    :func:`condition_updates`), from the core's status model. A strategic merge patch
+    touches only that condition; the watch brings it back, and a condition already saying
+    the same is not written again."""
+    groups = model.upstream
     if not groups:
         return []
-    gangs: dict[GangKey, GangProgress] = {}
-    for view in core.gang_views():
-        if view.key not in groups:
-            continue
-        why = view.reason
-        if view.spec is None:  # an invalid declaration: say which field
-            bad = [m for p in core.members_of(view.key)
-                   if isinstance(m := core.membership(p.key), InvalidGang)]
-            why = InvalidDeclaration(bad[0]) if bad else why
-        gangs[view.key] = GangProgress(view.bound, view.spec.min_member if view.spec
-                                       else None, why)
+    gangs = {g.key: GangProgress(g.members.bound, g.min_member, g.reason)
+             for g in model.gangs.values() if g.key in groups}
     out: list[StatusPatch] = []
     for upd in condition_updates(groups, gangs, manager=FIELD_MANAGER):
         status = "True" if upd.scheduled else "False"

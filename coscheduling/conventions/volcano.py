@@ -7,18 +7,20 @@ creating pods (Kubeflow's training-operator in volcano mode creates none until t
 Lockstep in place of Volcano's scheduler nobody else would, so :func:`volcano_statuses`
 decides the phase Lockstep writes, in Volcano's vocabulary (``Pending``, ``Inqueue``,
 ``Running``, ``Completed``) with an ``Unschedulable`` condition saying why a group stays
-``Pending``.
+``Pending``. It reads only the core's status model (``base.StatusModel``): each group's
+members, what each gang holds in its queue, the Queues and the free capacity.
 
 Capacity is handed out in order: a group enqueued but not running yet keeps its
 ``minResources`` out of what the next one may count, so two groups are never enqueued against
-the same GPUs.
+the same GPUs. The queues' rules are ``volcano_queues``; the same rules gate a Volcano gang's
+admission in the core (``coscheduling.gang.queue_gate``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from ..podgroup import MAX_NAME_CHARS, GangKey, InvalidGang, MissingPodGroup, Source, shown
 from ..reasons import (
@@ -35,17 +37,19 @@ from .base import (
     Convention,
     Found,
     Key,
+    MemberCounts,
     Objects,
     PodGroupAPI,
     PodGroupRecord,
     Render,
+    StatusModel,
     StatusPatch,
     StatusWrite,
     Watch,
     lookup,
 )
 from .scheduler_plugins import podgroup_from_json
-from .volcano_queues import DEFAULT_QUEUE, QueueUse, demand, queue_from_json
+from .volcano_queues import DEFAULT_QUEUE, demand, queue_from_json, queue_use
 
 __all__ = [
     "API",
@@ -54,8 +58,8 @@ __all__ = [
     "MIN_MEMBER",
     "SIZE_FIELD",
     "WATCHES",
-    "StatusReads",
     "VolcanoStatus",
+    "enqueued",
     "status_patches",
     "volcano_podgroup_from_json",
     "volcano_statuses",
@@ -133,26 +137,33 @@ class VolcanoStatus:
     """Why the group stays Pending (becomes an ``Unschedulable`` condition)."""
 
 
-def volcano_statuses(
-    groups: Mapping[GangKey, PodGroupRecord],
-    members_of: Callable[[GangKey], Sequence[PodRecord]],
-    free: Resources,
-    queues: QueueUse | None = None,
-) -> dict[GangKey, VolcanoStatus]:
-    """The status each Volcano PodGroup should show; ``free`` is the cluster's capacity
-    outside bound pods and gang reservations. With ``queues`` (Volcano's Queue CRD is
-    served), a group is enqueued only into an open queue with room under its capability
-    (:mod:`~coscheduling.conventions.volcano_queues`); what each group holds there is already
-    counted in it."""
-    budget = dict(free)
+def enqueued(groups: Mapping[GangKey, PodGroupRecord]) -> list[tuple[GangKey, str, Resources]]:
+    """(group, queue, ``minResources``) of each group whose phase says it is enqueued: it
+    holds that much in its queue while its pods are on their way (Volcano's ``inqueue``)."""
+    return [(k, pg.queue, pg.min_resources) for k, pg in groups.items() if pg.phase == "Inqueue"]
+
+
+def volcano_statuses(model: StatusModel) -> dict[GangKey, VolcanoStatus]:
+    """The status each Volcano PodGroup should show, handing out ``model.free`` (the
+    cluster's capacity outside bound pods and gang reservations) in name order. With
+    ``model.queues`` (Volcano's Queue CRD is served), a group is enqueued only into an open
+    queue with room under its capability (:mod:`~coscheduling.conventions.volcano_queues`);
+    what each gang holds there is counted in it."""
+    groups = model.objects.get(Source.VOLCANO, {})
+    if not groups:
+        return {}
+    queues = None
+    if model.queues is not None:
+        queues = queue_use(model.queues, ((g.key, g.queue, g.held) for g in model.gangs.values()
+                                          if g.queue is not None), enqueued(groups))
+    budget = dict(model.free)
     out: dict[GangKey, VolcanoStatus] = {}
     pending: list[GangKey] = []
     for key in sorted(groups):
         pg = groups[key]
-        pods = members_of(key)
-        running = sum(1 for p in pods if p.phase == "Running")
-        succeeded = sum(1 for p in pods if p.phase == "Succeeded")
-        failed = sum(1 for p in pods if p.phase == "Failed")
+        gang = model.gangs.get(key)
+        m = gang.members if gang is not None else MemberCounts()
+        running, succeeded, failed = m.running, m.succeeded, m.failed
         need = pg.min_member or 1
         if pg.error is not None:
             out[key] = VolcanoStatus(pg.phase or "Pending", running, succeeded, failed,
@@ -163,8 +174,7 @@ def volcano_statuses(
             out[key] = VolcanoStatus("Running", running, succeeded, failed)
         elif pg.phase in STARTED:
             # Enqueued and not running yet: its pods will need this capacity.
-            bound = sum(1 for p in pods if p.node_name is not None and not p.terminal)
-            if bound == 0:
+            if m.placed == 0:
                 budget = sub(budget, pg.min_resources)
             out[key] = VolcanoStatus("Inqueue" if pg.phase == "Inqueue" else pg.phase,
                                      running, succeeded, failed)
@@ -176,8 +186,9 @@ def volcano_statuses(
         st = out[key]
         want: Resources = {}
         if queues is not None:
+            gang = model.gangs.get(key)
             want = demand(pg.min_resources, pg.min_member or 1,
-                          [p.requests for p in members_of(key)])
+                          gang.requests if gang is not None else ())
             if (held_back := queues.check(key, pg.queue, want)) is not None:
                 out[key] = VolcanoStatus("Pending", st.running, st.succeeded, st.failed,
                                          held_back)
@@ -194,17 +205,11 @@ def volcano_statuses(
     return out
 
 
-class StatusReads(Protocol):
-    """What this convention's status is made from: the facade's reads."""
-
-    def volcano_statuses(self) -> Mapping[GangKey, VolcanoStatus]: ...
-
-
-def status_patches(core: StatusReads, render: Render, now: str) -> list[StatusPatch]:
+def status_patches(model: StatusModel, render: Render, now: str) -> list[StatusPatch]:
     """The status each Volcano PodGroup should show: its phase (Lockstep plays Volcano's
     enqueue step) and counts, and why it waits as an ``Unschedulable`` condition."""
     out: list[StatusPatch] = []
-    for key, st in core.volcano_statuses().items():
+    for key, st in volcano_statuses(model).items():
         status: dict[str, Any] = {"phase": st.phase, "running": st.running,
                                   "succeeded": st.succeeded, "failed": st.failed}
         if st.waiting is not None:

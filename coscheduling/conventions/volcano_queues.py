@@ -1,5 +1,9 @@
 """Volcano's queues, as Volcano's enqueue step decides them: a pure leaf over plain data.
 
+Both places a queue is asked use these rules: Volcano's enqueue step, which writes each
+PodGroup's phase (``coscheduling.conventions.volcano``), and the gate in front of a Volcano
+gang's admission, which the core feeds what its gangs hold (``coscheduling.gang.queue_gate``).
+
 A Volcano ``PodGroup`` names a cluster-scoped ``Queue`` (``spec.queue``, ``default`` when
 unset). Lockstep plays Volcano's enqueue step (``coscheduling.conventions.volcano``), so it
 honours what that step honours, as Volcano's source has it:
@@ -27,12 +31,12 @@ stay Volcano's, or Kueue's: Lockstep only keeps a queue within its capability an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..podgroup import GangKey
-from ..reasons import QueueFull, QueueNotFound, QueueNotOpen
+from ..reasons import GangReason, QueueFull, QueueNotFound, QueueNotOpen
 from ..resources import CPU, Resources, add, resource_list
 
 __all__ = [
@@ -40,8 +44,12 @@ __all__ = [
     "OPEN",
     "QueueRecord",
     "QueueUse",
+    "asks",
     "demand",
+    "held_back",
     "queue_from_json",
+    "queue_use",
+    "unlimited",
 ]
 
 DEFAULT_QUEUE = "default"
@@ -101,6 +109,34 @@ def demand(min_resources: Resources, min_member: int, requests: Iterable[Resourc
     return total
 
 
+def asks(min_resources: Resources, min_member: int, requests: Sequence[Resources]
+         ) -> Resources:
+    """What a gang asks of its queue to be admitted: its :func:`demand`, and never less than
+    all its live members (``requests``) together: admission plans every member that fits,
+    extras beyond minMember too, so this keeps what a queue's gangs hold within its
+    capability whatever the plan takes."""
+    want = demand(min_resources, min_member, requests)
+    everyone: Resources = {}
+    for r in requests:
+        everyone = add(everyone, r)
+    return {r: max(want.get(r, 0), everyone.get(r, 0)) for r in want.keys() | everyone.keys()}
+
+
+def unlimited(queues: Mapping[str, QueueRecord], queue: str) -> bool:
+    """Whether ``queue`` lets any group in without adding up what its groups hold: open and
+    without a capability, or the ``default`` queue nobody created."""
+    q = queues.get(queue)
+    return (q is None and queue == DEFAULT_QUEUE) or (q is not None and q.open
+                                                      and not q.capability)
+
+
+def held_back(reason: GangReason | None, queue: str | None = None) -> bool:
+    """Whether a queue (``queue``, or any) held a gang back for ``reason``: such a gang is
+    tried again when that queue changes or makes room."""
+    return isinstance(reason, QueueFull | QueueNotFound | QueueNotOpen) \
+        and (queue is None or reason.queue == queue)
+
+
 @dataclass(slots=True)
 class QueueUse:
     """What each queue's groups hold, and whether one more group may enter."""
@@ -139,3 +175,20 @@ class QueueUse:
         return QueueFull(gang, queue, {r: want[r] for r in names},
                          {r: used.get(r, 0) for r in names},
                          {r: q.capability[r] for r in names}, over)
+
+
+def queue_use(queues: Mapping[str, QueueRecord],
+              held: Iterable[tuple[GangKey, str, Resources]],
+              enqueued: Iterable[tuple[GangKey, str, Resources]]) -> QueueUse:
+    """What each queue's groups hold: ``held``, (group, queue, amount) for what Lockstep
+    reserved or bound for a group (Volcano's ``allocated``); then ``enqueued``, the
+    ``minResources`` of each group enqueued that holds nothing yet, its pods on their way
+    (Volcano's ``inqueue``)."""
+    use = QueueUse(queues)
+    for gang, queue, amount in held:
+        if amount:
+            use.take(gang, queue, amount)
+    for gang, queue, amount in enqueued:
+        if gang not in use.held:
+            use.take(gang, queue, amount)
+    return use

@@ -23,9 +23,9 @@ from ..conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_
 from ..conventions.volcano_queues import QueueRecord
 from ..corestate import CoreState
 from ..gang.admission import reconcile
-from ..gang.enqueue import queue_freed, wake_queued
 from ..gang.gating import pinned_node
 from ..gang.membership import declares_alike, refresh_spec, resolve_pod
+from ..gang.queue_gate import queue_freed, wake_queued
 from ..podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_of
 from ..preemption.budgets import Budget
 from ..preemption.carry import displaced, nominated_pod_done, victims_gone

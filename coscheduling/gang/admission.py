@@ -44,9 +44,9 @@ from ..resources import Resources, add, fits, sub
 from ..state.gang import Gang, GangPhase
 from ..topology.domains import GPU, Level, level_by_name
 from ..topology.eligibility import eligible
-from .enqueue import queue_gate
 from .gating import pinned_node
 from .membership import countable, departed, meets_quorum, pick
+from .queue_gate import queue_gate
 
 __all__ = [
     "TOPOLOGY_REQUIRED",

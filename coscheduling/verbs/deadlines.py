@@ -9,7 +9,7 @@ from ..corestate import CoreState
 from ..creation.gated import GATED_RETRY_SECONDS
 from ..creation.placer import expire_pins, next_pin_deadline
 from ..gang.admission import fall_back
-from ..gang.enqueue import queue_freed
+from ..gang.queue_gate import queue_freed
 from ..podgroup import Mode
 from ..preemption import carry
 from ..reasons import DoesNotFit, PlannedNodeLost, PreemptionStalled, TimedOut

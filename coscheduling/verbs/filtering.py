@@ -16,8 +16,8 @@ from ..corestate import CoreState
 from ..devices.align import spared
 from ..events.ingest import learn_newer, upsert_pod
 from ..gang.admission import admit, devices_ready, extend, replan, turn_away
-from ..gang.enqueue import queue_gate
 from ..gang.membership import countable, meets_quorum, resolve_pod
+from ..gang.queue_gate import queue_gate
 from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
 from ..preemption.carry import blocked, preempting_reason, victims_hold
 from ..reasons import (

@@ -11,14 +11,13 @@ from collections.abc import Mapping, Sequence
 
 from ..conventions import kueue
 from ..conventions.base import PodGroupRecord, Source
-from ..conventions.volcano_queues import DEFAULT_QUEUE, demand
+from ..conventions.volcano_queues import DEFAULT_QUEUE, asks, unlimited
 from ..corestate import CoreState
 from ..gang.admission import TOPOLOGY_REQUIRED
-from ..gang.enqueue import queue_use
+from ..gang.queue_gate import queue_use
 from ..podgroup import GangSpec, InvalidGang
 from ..reasons import GangReason, InvalidDeclaration
 from ..records import PodRecord
-from ..resources import Resources, add
 from ..topology.domains import Level, level_by_name
 
 __all__ = ["gang_priority", "gated_by_another", "queue_full", "required_level"]
@@ -61,21 +60,16 @@ def required_level(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]
 
 def queue_full(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord],
            manifest: Mapping[str, PodGroupRecord]) -> GangReason | None:
-    """``enqueue.queue_gate`` for a Volcano gang not created yet: its queue is its
+    """``queue_gate.queue_gate`` for a Volcano gang not created yet: its queue is its
     PodGroup's, the manifest's own before one the store holds."""
     if spec.source is not Source.VOLCANO or st.store.queues is None:
         return None
     pg = manifest.get(str(spec.key)) or st.store.volcano.get(spec.key)
     queue = pg.queue if pg is not None else DEFAULT_QUEUE
-    q = st.store.queues.get(queue)
-    if (q is None and queue == DEFAULT_QUEUE) or (q is not None and q.open and not q.capability):
+    if unlimited(st.store.queues, queue):
         return None
     use = queue_use(st)
     if use is None:
         return None
-    want = demand(spec.min_resources, spec.min_member, [p.requests for p in pods])
-    everyone: Resources = {}
-    for p in pods:
-        everyone = add(everyone, p.requests)
-    return use.check(spec.key, queue, {r: max(want.get(r, 0), everyone.get(r, 0))
-                                       for r in want.keys() | everyone.keys()})
+    return use.check(spec.key, queue, asks(spec.min_resources, spec.min_member,
+                                           [p.requests for p in pods]))

@@ -41,14 +41,14 @@ MODULE = '''
 """Example.com's gangs: a pod label names a ``Gang`` object, whose ``spec.members`` is the
 size; Lockstep writes back how many members are bound."""
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from coscheduling.conventions.base import (
-    Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord, Render, StatusPatch,
-    StatusWrite, Watch,
+    Convention, Found, Key, Objects, PodGroupAPI, PodGroupRecord, Render, StatusModel,
+    StatusPatch, StatusWrite, Watch,
 )
-from coscheduling.podgroup import GangKey, GangSpec, MissingPodGroup, Source, gang_key
+from coscheduling.podgroup import GangKey, MissingPodGroup, Source, gang_key
 from coscheduling.records import PodRecord
 
 SOURCE = Source("example.com")
@@ -72,19 +72,9 @@ def from_object(pod: PodRecord, key: GangKey, found: Found, objects: Objects
     return Found(SOURCE, gang.min_member, size_field=API.size_field)
 
 
-class View(Protocol):
-    key: GangKey
-    spec: GangSpec | None
-    bound: int
-
-
-class Reads(Protocol):
-    def gang_views(self) -> Sequence[View]: ...
-
-
-def patches(core: Reads, render: Render, now: str) -> list[StatusPatch]:
-    return [StatusPatch(v.key, API.status_path(*v.key.split("/", 1)), {"bound": v.bound})
-            for v in core.gang_views() if v.spec is not None and v.spec.source is SOURCE]
+def patches(model: StatusModel, render: Render, now: str) -> list[StatusPatch]:
+    return [StatusPatch(g.key, API.status_path(*g.key.split("/", 1)), {"bound": g.members.bound})
+            for g in model.gangs.values() if g.source is SOURCE]
 
 
 CONVENTION = Convention(SOURCE, declares=(Key(LABEL, "label"),), podgroup=API,

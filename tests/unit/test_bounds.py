@@ -29,7 +29,7 @@ from app.status_writer import StatusWriter
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from coscheduling.actions import NoticeKind
 from coscheduling.conventions import resolve, scheduler_plugins, upstream, volcano
-from coscheduling.conventions.base import Convention, StatusWrite
+from coscheduling.conventions.base import Convention, StatusModel, StatusWrite
 from coscheduling.conventions.koordinator import GROUPS, MAX_GROUP_GANGS
 from coscheduling.conventions.scheduler_plugins import podgroup_from_json
 from coscheduling.conventions.upstream import (
@@ -38,7 +38,7 @@ from coscheduling.conventions.upstream import (
     upstream_workload_from_json,
 )
 from coscheduling.conventions.volcano import volcano_podgroup_from_json, volcano_statuses
-from coscheduling.conventions.volcano_queues import QueueUse, demand, queue_from_json
+from coscheduling.conventions.volcano_queues import demand, queue_from_json
 from coscheduling.events import ingest
 from coscheduling.podgroup import (
     DEFAULT_MAX_GANG_SIZE,
@@ -454,9 +454,9 @@ def test_demand_is_constant_in_min_member() -> None:
 
 def test_volcano_enqueue_of_a_huge_group_with_no_pods_is_quick() -> None:
     rec = volcano_podgroup_from_json(podgroup("pg", 2**31 - 1))
-    use = QueueUse({})
-    got = timed(lambda: volcano_statuses({rec.key: rec}, lambda _: [], {"nvidia.com/gpu": 8},
-                                         use))
+    model = StatusModel(objects={Source.VOLCANO: {rec.key: rec}}, queues={},
+                        free={"nvidia.com/gpu": 8})
+    got = timed(lambda: volcano_statuses(model))
     assert got[rec.key].phase in ("Pending", "Inqueue")
 
 
@@ -512,7 +512,7 @@ def test_a_volcano_group_over_the_limit_says_so_in_its_condition() -> None:
     core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(podgroup("pg", 5000)))
     b = pod("m").gpu(1).annotate("scheduling.k8s.io/group-name", "pg")
     core.upsert_pod(pod_from_json(b.build()))
-    status = core.volcano_statuses()[gang_key("default", "pg")]
+    status = volcano_statuses(core.status_model())[gang_key("default", "pg")]
     assert status.waiting is not None
     assert "above the limit of 100 (--max-gang-size)" in render(status.waiting)
     invalid(core.membership(pod_key("default", "m")),
@@ -681,7 +681,7 @@ async def test_an_upstream_group_over_the_limit_gets_a_scheduler_error_condition
             f"{UP}.schedulingPolicy.gang.minCount", "above the limit of 100 (--max-gang-size)")
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
-    await writer.write(status_of(upstream.CONVENTION))
+    await writer.write(status_of(upstream.CONVENTION), core.status_model())
     [(path, body)] = api.writes
     assert path.endswith("/podgroups/train/status")
     [cond] = body["status"]["conditions"]
@@ -694,7 +694,7 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 101)))
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
-    await writer.write(status_of(scheduler_plugins.CONVENTION))
+    await writer.write(status_of(scheduler_plugins.CONVENTION), core.status_model())
     [(path, body)] = api.writes
     assert path.endswith("/podgroups/pg/status")
     assert body["status"]["phase"] == "Pending"
@@ -702,7 +702,7 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     assert (cond["type"], cond["status"]) == ("GangInvalid", "True")
     assert "PodGroup.spec.minMember" in cond["message"]
     assert "above the limit of 100 (--max-gang-size)" in cond["message"]
-    await writer.write(status_of(scheduler_plugins.CONVENTION))
+    await writer.write(status_of(scheduler_plugins.CONVENTION), core.status_model())
     assert len(api.writes) == 1  # written once, not every pass
 
 
@@ -716,8 +716,8 @@ async def test_a_volcano_and_a_scheduler_plugins_group_of_one_name_are_each_writ
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
     for _ in range(3):
-        await writer.write(status_of(volcano.CONVENTION))
-        await writer.write(status_of(scheduler_plugins.CONVENTION))
+        await writer.write(status_of(volcano.CONVENTION), core.status_model())
+        await writer.write(status_of(scheduler_plugins.CONVENTION), core.status_model())
     paths = sorted(path for path, _ in api.writes)
     assert len(paths) == 2 and paths[0] != paths[1], paths
     assert all(p.endswith("/namespaces/default/podgroups/pg/status") for p in paths)
@@ -736,7 +736,7 @@ async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
                                                        connect=Wire(Recorder())))
     calls: list[str] = []
 
-    async def write(how: StatusWrite) -> None:
+    async def write(how: StatusWrite, _: StatusModel) -> None:
         calls.append(how.group)
         if how is volcano.CONVENTION.status:
             raise RuntimeError("a bug in one status")

@@ -24,7 +24,7 @@ from coscheduling import (
 )
 from coscheduling.conventions import resolve
 from coscheduling.conventions.koordinator import group_key
-from coscheduling.conventions.scheduler_plugins import podgroup_from_json
+from coscheduling.conventions.scheduler_plugins import podgroup_from_json, podgroup_statuses
 from coscheduling.events import ingest
 from coscheduling.podgroup import (
     GangDefaults,
@@ -292,7 +292,7 @@ def test_a_gang_group_declared_the_crd_way_reports_on_each_podgroup() -> None:
     members = [("w0", "workers"), ("w1", "workers"), ("l0", "launcher")]
     objs = [pod(n).label("scheduling.x-k8s.io/pod-group", g).gpu(1).build() for n, g in members]
     add(core, *objs)
-    st = core.podgroup_statuses()
+    st = podgroup_statuses(core.status_model())
     assert set(st) == {gang_key("default", "workers"), gang_key("default", "launcher")}
     assert all(s.phase == "Pending" for s in st.values())
     for n, _ in members:
@@ -302,7 +302,7 @@ def test_a_gang_group_declared_the_crd_way_reports_on_each_podgroup() -> None:
         o["spec"]["nodeName"] = "n0"
         o["status"] = {"phase": "Running"}
     add(core, *objs)
-    st = core.podgroup_statuses()
+    st = podgroup_statuses(core.status_model())
     assert (st[gang_key("default", "workers")].running,
             st[gang_key("default", "launcher")].running) == (2, 1)
     assert all(s.phase == "Running" for s in st.values())

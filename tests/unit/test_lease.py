@@ -359,7 +359,7 @@ async def test_a_standby_admits_nothing_binds_nothing_and_writes_nothing() -> No
     assert await svc.bind("default", "g-0", "uid-g-0", "n0") == NOT_LEADING
     for conv in conventions.REGISTRY:  # every convention's status, as the writer's pass
         if conv.status is not None:
-            await svc.status.write(conv.status)
+            await svc.status.write(conv.status, svc.core.status_model())
     assert svc.poster.lifts.empty() and api.writes == []
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from app.render import render
 from coscheduling import Coscheduler, GangPhase, Settings, node_from_json, pod_from_json, pod_key
-from coscheduling.conventions.volcano import volcano_podgroup_from_json
+from coscheduling.conventions.volcano import volcano_podgroup_from_json, volcano_statuses
 from coscheduling.conventions.volcano_queues import QueueRecord, QueueUse, demand, queue_from_json
 from coscheduling.events import ingest
 from coscheduling.podgroup import gang_key
@@ -212,7 +212,7 @@ def test_the_enqueue_status_says_which_queue_holds_a_group_back() -> None:
     for name, q in (("a", "q"), ("b", "q"), ("c", "shut"), ("d", "gone")):
         core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(vpg(name, 4, q)))
     out = {k.split("/")[1]: (s.phase, type(s.waiting).__name__ if s.waiting else None)
-           for k, s in core.volcano_statuses().items()}
+           for k, s in volcano_statuses(core.status_model()).items()}
     assert out == {"a": ("Inqueue", None), "b": ("Pending", "QueueFull"),
                    "c": ("Pending", "QueueNotOpen"), "d": ("Pending", "QueueNotFound")}
 

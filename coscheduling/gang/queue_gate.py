@@ -1,10 +1,11 @@
-"""Volcano's queues over the core's state: what each queue's groups hold, the admission
-gate, and waking the groups a queue held back.
+"""The gate in front of a Volcano gang's admission: the core's side of Volcano's queues.
 
-The rules are ``coscheduling.conventions.volcano_queues`` (a pure leaf); this module feeds
-them what the core knows. A group holds in its queue what Lockstep reserved or bound for it
-(Volcano's ``allocated``) or, while its pods are on their way, the ``minResources`` it was
-enqueued with (``inqueue``). Only Volcano gangs are gated, and only while Volcano's Queue
+The rules are the convention's (``coscheduling.conventions.volcano_queues``: who may enter a
+queue, what a gang asks of it, which reasons a queue gives); this module only gathers what
+they read from the core's state, what each Volcano gang holds in its queue, and wakes the
+gangs a queue held back when it changes or makes room. A gang holds what Lockstep reserved
+or bound for it (Volcano's ``allocated``); a group enqueued with no pods placed yet holds its
+``minResources`` (``inqueue``). Only Volcano gangs are gated, and only while Volcano's Queue
 CRD is served (``ClusterStore.queues`` is not None).
 """
 
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..conventions.volcano_queues import DEFAULT_QUEUE, QueueUse, demand
+from ..conventions import volcano_queues
+from ..conventions.volcano import enqueued
+from ..conventions.volcano_queues import DEFAULT_QUEUE, QueueUse, asks, held_back, unlimited
 from ..corestate import CoreState
 from ..podgroup import GangSpec, Source
-from ..reasons import GangReason, QueueFull, QueueNotFound, QueueNotOpen
+from ..reasons import GangReason
 from ..records import PodRecord
 from ..resources import Resources, add
 from ..state.gang import Gang
@@ -49,52 +52,34 @@ def queue_use(st: CoreState) -> QueueUse | None:
     """What every Volcano group holds in its queue; None when Queues are not served."""
     if st.store.queues is None:
         return None
-    use = QueueUse(st.store.queues)
-    for g in st.gangs.values():
-        queue = queue_of(st, g)
-        if queue is not None and (held := holds(st, g)):
-            use.take(g.key, queue, held)
-    for key, pg in st.store.volcano.items():
-        if key not in use.held and pg.phase == "Inqueue":
-            use.take(key, pg.queue, pg.min_resources)  # enqueued, its pods on their way
-    return use
+    held = [(g.key, queue, holds(st, g)) for g in st.gangs.values()
+            if (queue := queue_of(st, g)) is not None]
+    return volcano_queues.queue_use(st.store.queues, held, enqueued(st.store.volcano))
 
 
 def queue_gate(st: CoreState, g: Gang, spec: GangSpec, live: Sequence[PodRecord],
                adding: Resources | None = None) -> GangReason | None:
     """Why a Volcano gang may not be admitted for its queue, or None (other conventions,
-    no Queue CRD, an open queue with room).
-
-    The gang asks for its ``minResources`` (or members x minMember), and never less than
-    all its live members together: admission plans every member that fits, extras beyond
-    minMember too, so this keeps what a queue's gangs hold within its capability whatever
-    the plan takes. With ``adding``, an admitted gang asks to grow by one extra member."""
+    no Queue CRD, an open queue with room). The gang asks what ``volcano_queues.asks``
+    says of its live members; with ``adding``, an admitted gang asks to grow by one extra
+    member."""
     queue = queue_of(st, g)
-    if queue is None or st.store.queues is None:
-        return None
-    q = st.store.queues.get(queue)
-    if (q is None and queue == DEFAULT_QUEUE) or (q is not None and q.open and not q.capability):
+    if queue is None or st.store.queues is None or unlimited(st.store.queues, queue):
         return None  # unlimited: no need to add up what the queue's groups hold
     use = queue_use(st)
     if use is None:
         return None
     if adding is not None:
         return use.check(g.key, queue, add(holds(st, g), adding))
-    want = demand(spec.min_resources, spec.min_member, [p.requests for p in live])
-    everyone: Resources = {}
-    for p in live:
-        everyone = add(everyone, p.requests)
-    return use.check(g.key, queue, {r: max(want.get(r, 0), everyone.get(r, 0))
-                                    for r in want.keys() | everyone.keys()})
+    return use.check(g.key, queue, asks(spec.min_resources, spec.min_member,
+                                        [p.requests for p in live]))
 
 
 def wake_queued(st: CoreState, queue: str | None = None) -> None:
     """A queue changed or one of its groups gave room back: try the groups it held back
     again (members kube-scheduler parked are nudged, held gangs planned again)."""
     for g in st.gangs.values():
-        r = g.reason
-        if isinstance(r, QueueFull | QueueNotFound | QueueNotOpen) \
-                and (queue is None or r.queue == queue):
+        if held_back(g.reason, queue):
             st.outbox.requeue.update(g.wake())
             st.creation.gated.touched.add(g.key)
 
