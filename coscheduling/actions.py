@@ -1,7 +1,7 @@
 """What the coscheduler decides, as the actions the app carries out and renders.
 
-(The module was ``decisions``; ``actions`` says what its values are for, the app's to do, apart
-from ``reasons``, which say why Lockstep said no.)
+Its values are what the app does, apart from :mod:`coscheduling.reasons`, which say why
+Lockstep said no.
 
 Each verb returns exactly one of these; ``app/`` maps them to HTTP answers, API calls and
 Events in one place. Notices are the things a person should see as Events.

@@ -1,8 +1,7 @@
 """Gang admission: a gang is planned whole and reserved at once, or told why not.
 
 Admission in Kueue's and Volcano's sense (a gang let into reserved capacity), not Kubernetes'
-admission webhook, which is the placement-at-creation wing (``creation/``); the module was
-``admission`` and is named for the gang so the two cannot be taken for each other.
+admission webhook, which is the placement-at-creation wing (``creation/``).
 
 Deadlock freedom comes from here: a gang is admitted only when all of it fits in capacity no
 other gang holds, and an admitted gang always holds a whole plan. A lost member or node is
