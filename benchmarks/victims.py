@@ -25,16 +25,8 @@ from typing import Any
 
 from coscheduling.placement.capacity import Capacity
 from coscheduling.placement.planner import Member
-from coscheduling.preemption.victims import (
-    SEARCH_BUDGET,
-    Candidate,
-    Preemptor,
-    Unfinished,
-    Victims,
-    VictimSearch,
-    choose_victims,
-    describe,
-)
+from coscheduling.preemption.units import Candidate, Preemptor, Victims, describe
+from coscheduling.preemption.victims import SEARCH_BUDGET, Unfinished, VictimSearch, choose_victims
 from coscheduling.records import GangKey, NodeName, PodRecord, node_from_json
 from coscheduling.state.cluster import ClusterStore
 from coscheduling.state.ledger import Ledger

@@ -53,19 +53,16 @@ from ..topology.eligibility import affinity_problem
 from .budgets import Budget, selecting
 from .freed import freed_view
 from .inflight import InFlight, PreemptionExpired, PreemptorId, Searching
-from .victims import (
-    BOOK_COST,
+from .units import (
     AlreadyFits,
     Candidate,
-    Listing,
     NoPreemption,
     PreemptionPolicy,
     Preemptor,
-    Unfinished,
     Victims,
-    VictimSearch,
     describe,
 )
+from .victims import BOOK_COST, Listing, Unfinished, VictimSearch
 
 __all__ = ["blocked", "displaced", "expired", "nominated_pod_done",
            "preempt_for_plain", "preempting_reason", "try_preempt", "victims_gone",

@@ -36,7 +36,8 @@ from typing import Literal
 
 from ..records import GangKey, NodeName, PodKey
 from ..resources import Resources
-from .victims import SEARCH_BUDGET, Victims, VictimSearch
+from .units import Victims
+from .victims import SEARCH_BUDGET, VictimSearch
 
 __all__ = [
     "DEFAULT_MARGIN",

@@ -24,17 +24,15 @@ from ..gang.admission import free_outside_reservations, outranked
 from ..placement.planner import CapacityView, Member, Plan, plan_gang
 from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
 from ..preemption.carry import candidate_steps
-from ..preemption.victims import (
-    SEARCH_BUDGET,
+from ..preemption.units import (
     NoLowerPriority,
     PolicyNever,
     PreemptionPolicy,
     Preemptor,
-    Unfinished,
     Victims,
-    VictimSearch,
     describe,
 )
+from ..preemption.victims import SEARCH_BUDGET, Unfinished, VictimSearch
 from ..reasons import (
     DoesNotFit,
     GangReason,

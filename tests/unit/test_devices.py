@@ -36,7 +36,7 @@ from coscheduling.devices.wire import (
 from coscheduling.events import ingest
 from coscheduling.placement.planner import Member, Plan, plan_gang
 from coscheduling.preemption.freed import freed_view
-from coscheduling.preemption.victims import Candidate
+from coscheduling.preemption.units import Candidate
 from coscheduling.reasons import DevicesNotReady, DoesNotFit, InvalidDeclaration, WaitingForMembers
 from coscheduling.records import RecordError
 from coscheduling.resources import MAX_QUANTITY

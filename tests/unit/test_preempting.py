@@ -33,7 +33,8 @@ from coscheduling.placement.planner import Member
 from coscheduling.preemption.budgets import budget_from_json
 from coscheduling.preemption.carry import _candidates, _recheck
 from coscheduling.preemption.inflight import PreemptorId
-from coscheduling.preemption.victims import Preemptor, Victims, choose_victims
+from coscheduling.preemption.units import Preemptor, Victims
+from coscheduling.preemption.victims import choose_victims
 from coscheduling.reasons import (
     BeingPreempted,
     DoesNotFit,

@@ -27,7 +27,7 @@ from coscheduling.preemption.inflight import (
     PreemptionExpired,
     PreemptorId,
 )
-from coscheduling.preemption.victims import (
+from coscheduling.preemption.units import (
     AlreadyFits,
     Candidate,
     Cost,
@@ -36,13 +36,11 @@ from coscheduling.preemption.victims import (
     PolicyNever,
     PreemptionPolicy,
     Preemptor,
-    Unfinished,
     Victims,
-    VictimSearch,
     WouldNotFit,
-    choose_victims,
     describe,
 )
+from coscheduling.preemption.victims import Unfinished, VictimSearch, choose_victims
 from coscheduling.records import NodeName, PodKey, PodRecord, node_from_json, pod_key
 from coscheduling.state.cluster import ClusterStore
 from coscheduling.state.ledger import Ledger, Reservation

@@ -14,13 +14,8 @@ from coscheduling.events import ingest
 from coscheduling.placement.planner import Member
 from coscheduling.preemption import carry
 from coscheduling.preemption.carry import LIST_COST, _candidates, candidate_steps
-from coscheduling.preemption.victims import (
-    Preemptor,
-    Unfinished,
-    Victims,
-    VictimSearch,
-    choose_victims,
-)
+from coscheduling.preemption.units import Preemptor, Victims
+from coscheduling.preemption.victims import Unfinished, VictimSearch, choose_victims
 from tests.builders import node, pod
 from tests.internals import state_of
 
