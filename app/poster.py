@@ -81,7 +81,7 @@ class Poster:
     async def post_events(self) -> None:
         while True:
             key, notice = await self.events.get()
-            pod = self.core.pod(key)
+            pod = self.core.queries.pod(key)
             if pod is None:
                 continue
             message = render_notice(notice)
@@ -136,7 +136,7 @@ class Poster:
         seq = 0
         while True:
             key = await self.requeue.get()
-            pod = self.core.pod(key)
+            pod = self.core.queries.pod(key)
             if pod is None or pod.node_name is not None:
                 continue
             seq += 1
@@ -233,8 +233,8 @@ class Poster:
         while True:
             key, attempt = await self.lifts.get()
             self._lift_queued.discard(key)
-            lift = self.core.lift_target(key)
-            pod = self.core.pod(key)
+            lift = self.core.queries.lift_target(key)
+            pod = self.core.queries.pod(key)
             if lift is None or pod is None or self._lift_sent.get(key) == (lift.uid, lift.node):
                 continue
             if len(self._lift_sent) > 50000:

@@ -92,7 +92,8 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
         if (denied := guard(request)) is not None:
             return denied
         now = service.clock()
-        return json_response({"gangs": [gang_json(v, now) for v in service.core.gang_views()]})
+        views = service.core.queries.gang_views()
+        return json_response({"gangs": [gang_json(v, now) for v in views]})
 
     @app.get("/debug/loop")
     async def debug_loop(request: Request) -> Response:
@@ -111,8 +112,8 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
     async def debug_nodes(request: Request) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        core = service.core
-        return json_response({"nodes": [node_json(core, n) for n in core.node_names()]})
+        q = service.core.queries
+        return json_response({"nodes": [node_json(q, n) for n in sorted(q.nodes)]})
 
     @app.get("/debug/pods/{namespace}/{name}")
     async def debug_pod(namespace: str, name: str, request: Request) -> Response:
@@ -125,7 +126,7 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
                 raise BadRequest(400, f"{field} {value!r} is not a valid Kubernetes name",
                                  [field])
         key = pod_key(namespace, name)
-        if service.core.pod(key) is None:
+        if service.core.queries.pod(key) is None:
             raise UnknownObject("pod", key)
         return json_response(explain_pod(service, key))
 

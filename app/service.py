@@ -45,6 +45,7 @@ from . import STARTED
 from .binder import Binder
 from .cache import ClusterCache
 from .errors import APIError, APIUnreachable, NotFound
+from .held import HeldReviews
 from .kube import KubeClient
 from .lease import LeaseFollower
 from .metrics import Metrics
@@ -174,8 +175,10 @@ class Lockstep:
         self.kube = kube
         self.clock = clock
         self.cache = ClusterCache(core, kube, on_change=self.after_change)
-        self.metrics = Metrics(core, self.cache.sync_age, self.cache.failures)
+        self.metrics = Metrics(core.queries, self.cache.sync_age, self.cache.failures)
         self.parked = ParkedCalls()
+        self.held = HeldReviews()
+        """Admission reviews held for their gang's quorum (``app.pinning``)."""
         self.kick = asyncio.Event()
         """Set when the deadline timer should look again (a call was parked, state moved)."""
         self.poster = Poster(core, kube, self.metrics, clock)
@@ -363,7 +366,7 @@ class Lockstep:
     def filter(self, pod: PodRecord, names: Sequence[str]) -> FilterDecision:
         now = self.clock()
         decision = self.core.filter(pod, cast(list[NodeName], names), now)
-        gang = self.core.gang_of(pod.key)
+        gang = self.core.queries.gang_of(pod.key)
         if gang is not None:
             self.binder.first_seen.setdefault(gang, now)
         if decision.unresolvable is not None:
@@ -380,12 +383,13 @@ class Lockstep:
         if not await self.await_acting():
             return NOT_LEADING
         key = pod_key(namespace, name)
-        if self.core.pod(key) is None:
+        q = self.core.queries
+        if q.pod(key) is None:
             try:
                 await self._read_pod(namespace, name, uid)
             except (APIError, APIUnreachable) as e:
                 return f"pod {key} is not in Lockstep's cache yet and reading it failed: {e}"
-        if not self.core.has_node(node):
+        if node not in q.nodes:
             raise UnknownObject("node", node)
         return await self.binder.bind(key, NodeName(node), uid)
 
@@ -406,63 +410,60 @@ class Lockstep:
             raise APIError(200, "BadResponse", f"unreadable pod: {e}") from None
         if uid and rec.uid != uid:
             raise UnknownObject("pod", key)
-        if self.core.pod(key) is None:  # the watch may have delivered it meanwhile
+        if self.core.queries.pod(key) is None:  # the watch may have delivered it meanwhile
             self.core.upsert_pod(rec)
             self.after_change()
 
     # ------------------------------------------------------------------ side effects
 
     def after_change(self) -> None:
-        """After anything changed the core (a watch event, a verb, a review): admit the held
+        """After anything changed the core (a watch event, a verb, a review): admit the gated
         gangs it made ready, then act on what the core queued."""
         self.admit_ready()
         self.send_queued()
 
     def admit_ready(self) -> None:
-        """Admit the held gangs that fit now, once the cache is synced and the verbs are
-        served: with half a cache every held gang would look unplaceable, and a member
+        """Admit the gated gangs that fit now, once the cache is synced and the verbs are
+        served: with half a cache every gated gang would look unplaceable, and a member
         lifted before the verbs answer would find no one to filter it."""
         if not (self.cache.synced and self.verbs_served and self.acting):
             return
         if not self._said_synced:
             self._said_synced = True
+            q = self.core.queries
             log.info("cache synced and verbs served %.2fs after start: %d nodes, %d pods",
-                     time.monotonic() - STARTED, len(self.core.nodes), len(self.core.pods))
+                     time.monotonic() - STARTED, len(q.nodes), len(q.pods))
             freeze_synced_heap()
-        self.core.admit_held(self.clock())
+        self.core.admit_gated(self.clock())
 
     def send_queued(self) -> None:
-        """Act on what the core queued: parked calls to answer, Events, requeue nudges,
-        gates to lift and victims to evict; wake the deadline timer."""
+        """Act on what the core queued: parked calls and held reviews to answer, Events,
+        requeue nudges, gates to lift, victims to evict and claims to deallocate; wake the
+        deadline timer.
+
+        A replica that does not act answers the calls and reviews it holds and carries out
+        nothing else: the leader does, and this replica's view is rebuilt before it ever
+        acts."""
         if not self.core.queued():
             self.kick.set()
             return
-        for unparked in self.core.drain_unparked():
+        out = self.core.drain()
+        for unparked in out.unparked:
             text = render(unparked.reason)
             for k in unparked.pods:
                 if self.parked.answer(k, text):
                     self.metrics.bind_errors.labels(type(unparked.reason).__name__).inc()
-        if not self.acting:
-            self._drop_queued()
-            self.kick.set()
-            return
-        for notice in self.core.drain_notices():
-            for pod in notice.pods:
-                self.poster.offer(self.poster.events, (pod, notice))
-        for pod in self.core.drain_requeue():
-            self.poster.offer(self.poster.requeue, pod)
-        for lift in self.core.drain_lift():
-            self.poster.offer_lift(lift.pod, lift.uid, lift.node)
-        self.poster.offer_evictions(self.core.drain_evictions())
-        for claim in self.core.drain_deallocate():
-            self.poster.offer(self.poster.deallocations, claim)
+        if out.answers:
+            self.held.answer(out.answers)
+        if self.acting:
+            for notice in out.notices:
+                for pod in notice.pods:
+                    self.poster.offer(self.poster.events, (pod, notice))
+            for pod in out.requeue:
+                self.poster.offer(self.poster.requeue, pod)
+            for lift in out.lift:
+                self.poster.offer_lift(lift.pod, lift.uid, lift.node)
+            self.poster.offer_evictions(out.evictions)
+            for claim in out.deallocate:
+                self.poster.offer(self.poster.deallocations, claim)
         self.kick.set()
-
-    def _drop_queued(self) -> None:
-        """A replica that does not act carries out nothing the core queued: the leader
-        does, and this replica's view is rebuilt before it ever acts."""
-        self.core.drain_notices()
-        self.core.drain_requeue()
-        self.core.drain_lift()
-        self.core.drain_evictions()
-        self.core.drain_deallocate()

@@ -277,7 +277,7 @@ class VerbsApp:
     async def _filter(self, scope: Scope, receive: Receive) -> tuple[int, bytes, bytes]:
         done = self._timed("filter")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
-        pod, names = _pod(args, self.service.core.pod), _names(args)
+        pod, names = _pod(args, self.service.core.queries.pod), _names(args)
         if not self.service.acting and not await self.service.await_acting():
             # A replica that does not act decides nothing (a filter may reserve, nominate
             # or preempt): kube-scheduler retries the pod, by then calling the leader.
@@ -310,7 +310,7 @@ class VerbsApp:
         done = self._timed("prioritize")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
         names = _names(args)
-        pod = _pod(args, self.service.core.pod)
+        pod = _pod(args, self.service.core.queries.pod)
         body = _host_priorities(names, self.service.prioritize(pod, names))
         done()
         return 200, body, JSON

@@ -20,6 +20,7 @@ part and the part that carries a preemption out (``preemption.carry``).
 """
 
 from .actions import (
+    Answer,
     AwaitQuorum,
     BindFailed,
     BindGroup,
@@ -39,7 +40,7 @@ from .actions import (
     Unparked,
 )
 from .conventions.scheduler_plugins import podgroup_from_json
-from .core import Coscheduler
+from .core import Coscheduler, Drained
 from .corestate import PlainVerdict, Settings
 from .devices.selectors import warm as warm_selectors
 from .events.ingest import PODS, Kind
@@ -55,6 +56,7 @@ from .gang.gating import (
 )
 from .placement.planner import NoFit, Plan
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, MissingPodGroup, gang_key
+from .queries import Queries
 from .readmodel import STATES as GANG_STATES
 from .readmodel import GangView
 from .records import (
@@ -79,6 +81,7 @@ __all__ = [
     "GANG_GATE",
     "GANG_STATES",
     "PODS",
+    "Answer",
     "AwaitQuorum",
     "BindFailed",
     "BindGroup",
@@ -86,6 +89,7 @@ __all__ = [
     "BindOutcome",
     "Bound",
     "Coscheduler",
+    "Drained",
     "DryRun",
     "Eviction",
     "FilterDecision",
@@ -117,6 +121,7 @@ __all__ = [
     "PodRecord",
     "Proposal",
     "QuantityError",
+    "Queries",
     "RecordError",
     "Reject",
     "Resources",

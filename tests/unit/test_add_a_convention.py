@@ -84,7 +84,7 @@ class Reads(Protocol):
 
 def patches(core: Reads, render: Render, now: str) -> list[StatusPatch]:
     return [StatusPatch(v.key, API.status_path(*v.key.split("/", 1)), {"bound": v.bound})
-            for v in core.gang_views() if v.spec is not None and v.spec.source is SOURCE]
+            for v in core.queries.gang_views() if v.spec is not None and v.spec.source is SOURCE]
 
 
 CONVENTION = Convention(SOURCE, declares=(Key(LABEL, "label"),), podgroup=API,
@@ -147,9 +147,9 @@ async def test_a_registered_convention_is_watched_ingested_and_its_status_writte
     for obj in members:
         core.upsert_pod(pod_from_json(obj))
     member = pod_key("default", "t-0")
-    assert isinstance(core.membership(member), MissingPodGroup)
+    assert isinstance(core.queries.membership(member), MissingPodGroup)
     core.upsert(gangs.kind, gangs.watch.parse(gang_object(2), "v1"))
-    spec = core.membership(member)
+    spec = core.queries.membership(member)
     assert isinstance(spec, GangSpec)
     assert (spec.source, spec.min_member) == (example.SOURCE, 2)
 
@@ -172,4 +172,4 @@ async def test_a_registered_convention_is_watched_ingested_and_its_status_writte
 
     # Its object gone, its pods wait for it again.
     core.delete(gangs.kind, spec.key)
-    assert isinstance(core.membership(member), MissingPodGroup)
+    assert isinstance(core.queries.membership(member), MissingPodGroup)

@@ -484,8 +484,8 @@ def test_a_huge_gang_in_the_core_is_invalid_and_says_why_everywhere() -> None:
     p = gang_pod({"lockstep.dev/pod-group": "g", "lockstep.dev/min-member": str(2**31 - 1)})
     timed(lambda: core.upsert_pod(pod_from_json(p)))
     key = pod_key("default", "p")
-    invalid(core.membership(key), "lockstep.dev/min-member", LIMIT)
-    notices = [n for n in core.drain_notices() if n.kind is NoticeKind.INVALID]
+    invalid(core.queries.membership(key), "lockstep.dev/min-member", LIMIT)
+    notices = [n for n in core.drain().notices if n.kind is NoticeKind.INVALID]
     assert notices and LIMIT in render_notice(notices[0])
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
                                         connect=Wire(lambda _: httpx.Response(201, json={}))))
@@ -515,7 +515,7 @@ def test_a_volcano_group_over_the_limit_says_so_in_its_condition() -> None:
     status = core.volcano_statuses()[gang_key("default", "pg")]
     assert status.waiting is not None
     assert "above the limit of 100 (--max-gang-size)" in render(status.waiting)
-    invalid(core.membership(pod_key("default", "m")),
+    invalid(core.queries.membership(pod_key("default", "m")),
             "PodGroup (scheduling.volcano.sh).spec.minMember", "above the limit of 100")
 
 
@@ -524,10 +524,11 @@ def test_a_scheduler_plugins_group_over_the_limit_is_invalid_for_its_members() -
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 101)))
     core.upsert_pod(pod_from_json(pod("m").gpu(1).label("scheduling.x-k8s.io/pod-group", "pg")
                                   .build()))
-    invalid(core.membership(pod_key("default", "m")), "PodGroup.spec.minMember",
+    invalid(core.queries.membership(pod_key("default", "m")), "PodGroup.spec.minMember",
             "above the limit of 100 (--max-gang-size)")
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 100)))
-    assert not isinstance(core.membership(pod_key("default", "m")), InvalidGang | MissingPodGroup)
+    m = core.queries.membership(pod_key("default", "m"))
+    assert not isinstance(m, InvalidGang | MissingPodGroup)
 
 
 # ---------------------------------------------------------------------------- the watch
@@ -544,7 +545,7 @@ def test_the_5000_digit_pod_through_the_watch() -> None:
     cache = cache_for(core)
     obj = gang_pod({"lockstep.dev/pod-group": "g", "lockstep.dev/min-member": HUGE_DIGITS})
     timed(lambda: cache._apply("pods", "ADDED", obj))
-    invalid(core.membership(pod_key("default", "p")), "lockstep.dev/min-member", LIMIT)
+    invalid(core.queries.membership(pod_key("default", "p")), "lockstep.dev/min-member", LIMIT)
     assert cache.resources["pods"].failed == 0
 
 
@@ -563,8 +564,8 @@ def test_an_error_ingesting_one_object_is_logged_counted_and_skipped(
     cache._apply("pods", "ADDED", pod("bad").build())
     cache._apply("pods", "ADDED", pod("good").build())
     assert cache.resources["pods"].failed == 1
-    assert pod_key("default", "good") in core.pods
-    assert pod_key("default", "bad") not in core.pods
+    assert pod_key("default", "good") in core.queries.pods
+    assert pod_key("default", "bad") not in core.queries.pods
 
 
 def test_an_error_in_a_relist_applies_the_rest_one_by_one(
@@ -585,7 +586,7 @@ def test_an_error_in_a_relist_applies_the_rest_one_by_one(
     monkeypatch.setattr(core, "upsert", upsert)
     recs = [record_of(pod(n).build()) for n in ("a", "bad", "b")]
     cache._apply_all("pods", recs)
-    assert {pod_key("default", "a"), pod_key("default", "b")} <= set(core.pods)
+    assert {pod_key("default", "a"), pod_key("default", "b")} <= set(core.queries.pods)
     assert cache.resources["pods"].failed == 2
 
 
@@ -677,7 +678,7 @@ async def test_an_upstream_group_over_the_limit_gets_a_scheduler_error_condition
     core.upsert(ingest.UPSTREAM_PODGROUPS,
                 upstream_podgroup_from_json(upstream_pg(500), "v1beta1"))
     core.upsert_pod(upstream_member())
-    invalid(core.membership(pod_key("default", "w0")),
+    invalid(core.queries.membership(pod_key("default", "w0")),
             f"{UP}.schedulingPolicy.gang.minCount", "above the limit of 100 (--max-gang-size)")
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
@@ -930,10 +931,10 @@ async def test_an_undecodable_watch_line_relists_and_the_task_goes_on() -> None:
     task = asyncio.create_task(cache.run("pods"))
     try:
         for _ in range(300):
-            if pod_key("default", "after") in core.pods:
+            if pod_key("default", "after") in core.queries.pods:
                 break
             await asyncio.sleep(0.01)
-        assert pod_key("default", "after") in core.pods
+        assert pod_key("default", "after") in core.queries.pods
         assert not task.done()
         assert cache.resources["pods"].failed == 1
     finally:

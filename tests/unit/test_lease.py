@@ -355,7 +355,7 @@ async def test_a_standby_admits_nothing_binds_nothing_and_writes_nothing() -> No
     svc.after_change()
     assert not svc.acting
     assert svc.metrics.registry.get_sample_value("lockstep_leading") == 0.0
-    assert svc.core.lift_target("default/g-0") is None
+    assert svc.core.queries.lift_target("default/g-0") is None
     assert await svc.bind("default", "g-0", "uid-g-0", "n0") == NOT_LEADING
     for conv in conventions.REGISTRY:  # every convention's status, as the writer's pass
         if conv.status is not None:
@@ -378,7 +378,7 @@ async def test_a_new_leader_lists_again_before_it_acts_then_admits() -> None:
                 break
         assert svc.acting and svc.rebuilds == 1 and api.lists >= lists + 2
         assert svc.metrics.registry.get_sample_value("lockstep_leading") == 1.0
-        assert svc.core.lift_target("default/g-0") is not None  # admitted once acting
+        assert svc.core.queries.lift_target("default/g-0") is not None  # admitted once acting
     finally:
         await asyncio.wait_for(svc.stop(), 5)
 
@@ -438,7 +438,7 @@ async def test_a_standby_answers_filter_with_an_error_kube_scheduler_retries() -
     async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as c:
         r = await c.post("/filter", json=args)
     assert r.status_code == 200 and r.json()["Error"] == NOT_LEADING
-    assert svc.core.pod(pod_key("default", "p")) is None  # nothing decided, nothing kept
+    assert svc.core.queries.pod(pod_key("default", "p")) is None  # nothing decided, nothing kept
 
 
 class LeaseAndCluster(ClusterAPI):

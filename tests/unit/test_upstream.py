@@ -373,13 +373,13 @@ def test_pods_before_their_podgroup_wait_then_are_woken_when_it_arrives() -> Non
     core = six_gpus()
     for i in range(4):
         core.upsert_pod(member(f"w{i}"))
-    w0 = core.pods[pod_key("default", "w0")]
-    d = core.filter(w0, sorted(core.nodes), 0.0)
+    w0 = core.queries.pods[pod_key("default", "w0")]
+    d = core.filter(w0, sorted(core.queries.nodes), 0.0)
     assert d.unresolvable == PodGroupNotFound(KEY, "scheduling.k8s.io")
-    core.drain_requeue()
+    core.drain()
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(podgroup(), "v1beta1"))
-    assert pod_key("default", "w0") in core.drain_requeue()  # woken, as for Volcano
-    assert len(core.filter(w0, sorted(core.nodes), 1.0).passed) == 1
+    assert pod_key("default", "w0") in core.drain().requeue  # woken, as for Volcano
+    assert len(core.filter(w0, sorted(core.queries.nodes), 1.0).passed) == 1
 
 
 def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
@@ -387,14 +387,15 @@ def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(podgroup(), "v1beta1"))
     for i in range(3):
         core.upsert_pod(member(f"w{i}"))
-    w0 = core.pods[pod_key("default", "w0")]
-    assert isinstance(core.filter(w0, sorted(core.nodes), 0.0).unresolvable, WaitingForMembers)
-    core.drain_requeue()
+    w0 = core.queries.pods[pod_key("default", "w0")]
+    d = core.filter(w0, sorted(core.queries.nodes), 0.0)
+    assert isinstance(d.unresolvable, WaitingForMembers)
+    core.drain()
     written = podgroup(status={"conditions": [{"type": "PodGroupInitiallyScheduled",
                                                 "status": "False", "reason": "Unschedulable",
                                                 "message": "x"}]})
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(written, "v1beta1"))
-    assert core.drain_requeue() == []
+    assert core.drain().requeue == []
     assert state_of(core).store.upstream[KEY].condition is not None
 
 
@@ -404,10 +405,11 @@ def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
         min_count=3, topology=[{"key": "topology.kubernetes.io/zone"}]), "v1beta1"))
     for i in range(3):
         core.upsert_pod(member(f"w{i}"))
-    placed = {core.filter(core.pods[pod_key("default", f"w{i}")], sorted(core.nodes),
-                          0.0).passed[0] for i in range(3)}
+    q = core.queries
+    placed = {core.filter(q.pods[pod_key("default", f"w{i}")], sorted(q.nodes), 0.0).passed[0]
+              for i in range(3)}
     assert placed <= {"n0", "n2"}
-    view = core.gang_view(KEY)
+    view = core.queries.gang_view(KEY)
     assert view is not None and view.phase is GangPhase.ADMITTED and view.plan_level == "zone"
 
 
@@ -416,9 +418,10 @@ def test_podgroup_deleted_turns_members_back_to_missing() -> None:
     core.upsert(ingest.UPSTREAM_PODGROUPS,
                 upstream_podgroup_from_json(podgroup(min_count=1), "v1beta1"))
     core.upsert_pod(member("w0"))
-    assert isinstance(core.membership(pod_key("default", "w0")), GangSpec)
+    assert isinstance(core.queries.membership(pod_key("default", "w0")), GangSpec)
     core.replace(ingest.UPSTREAM_PODGROUPS, [])
-    assert core.membership(pod_key("default", "w0")) == MissingPodGroup(KEY, "scheduling.k8s.io")
+    m = core.queries.membership(pod_key("default", "w0"))
+    assert m == MissingPodGroup(KEY, "scheduling.k8s.io")
 
 
 def test_pods_of_other_schedulers_are_not_locksteps() -> None:
@@ -426,7 +429,7 @@ def test_pods_of_other_schedulers_are_not_locksteps() -> None:
     obj = pod("native").gpu(1).scheduler("default-scheduler").build()
     obj["spec"]["schedulingGroup"] = {"podGroupName": "train"}
     core.upsert_pod(pod_from_json(obj))
-    assert core.membership(pod_key("default", "native")) is None
+    assert core.queries.membership(pod_key("default", "native")) is None
 
 
 # ------------------------------------------------------------------------------ discovery
