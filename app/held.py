@@ -26,6 +26,9 @@ class HeldReviews:
     def __init__(self) -> None:
         self._held: dict[PodKey, tuple[asyncio.Future[Terms], PodRecord]] = {}
 
+    def __len__(self) -> int:
+        return len(self._held)
+
     def open(self, rec: PodRecord) -> asyncio.Future[Terms]:
         """Hold ``rec``'s review: the future its request awaits."""
         fut: asyncio.Future[Terms] = asyncio.get_running_loop().create_future()

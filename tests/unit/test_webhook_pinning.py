@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from app.kube import KubeClient, KubeConfig
+from app.routes import create_rest_app
 from app.service import Lockstep
 from app.webhook import create_webhook_app
 from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
@@ -144,6 +145,28 @@ async def test_members_created_together_are_pinned_with_no_gate(
     assert service.core.queries.gangs[gang_key("ml", "g")].phase.value == "Admitted"
     assert counted(service, "pinned") == 3
     check_invariants(service.core)
+
+
+async def test_a_review_held_on_one_port_is_answered_when_the_other_port_completes_its_quorum(
+        client: httpx.AsyncClient, service: Lockstep) -> None:
+    """The webhook answers on its own port and on the extender's: a review held by one is
+    answered when a review reaching the other completes its gang's quorum (the held reviews
+    are the service's, not each server's, or the first two would wait out their window and
+    be gated)."""
+    transport = httpx.ASGITransport(app=create_rest_app(service))
+    async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as rest:
+        objs = [member(f"w-{i}") for i in range(3)]
+        first = [asyncio.ensure_future(mutate(client, o)) for o in objs[:2]]
+        while len(service.held) < 2:
+            await asyncio.sleep(0.001)  # both held on the webhook's port
+        start = time.monotonic()
+        last = await mutate(rest, objs[2])
+        outs = [apply(o, ops) for o, ops in zip(objs, [*await asyncio.gather(*first), last],
+                                                strict=True)]
+    assert time.monotonic() - start < 0.5  # answered with the quorum, not at the window
+    assert all(gates(out) == [] for out in outs)
+    assert len({pinned_node(tuple(terms(out))) for out in outs}) == 1
+    assert reserved(service) == 3
 
 
 async def test_a_member_created_alone_is_held_a_moment_then_gated(
