@@ -240,7 +240,7 @@ def group_priority(core: Coscheduler, g: Gang, pods: Mapping[PodKey, PodRecord] 
         pc = state_of(core).priority_classes.get(spec.priority_class)
         if pc is not None:
             return pc.value
-    among = state_of(core).store.pods if pods is None else pods
+    among = core.queries.pods if pods is None else pods
     return max((p.priority for k in g.members if (p := among.get(k)) is not None), default=0)
 
 

@@ -86,7 +86,7 @@ def land_all(core: Coscheduler, objs: list[dict[str, Any]], placed: dict[str, An
 
 
 def reserved(core: Coscheduler) -> int:
-    return sum(r.requests.get("nvidia.com/gpu", 0) for r in state_of(core).ledger.by_pod.values())
+    return core.queries.reserved_gpus()
 
 
 def test_a_gang_created_in_one_burst_is_pinned_whole_once_its_quorum_exists() -> None:
@@ -251,7 +251,7 @@ def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pi
     assert set(answers) == {"w0"}, answers  # w2 is held for the third member
     assert isinstance(answers["w0"], GateAtCreation) and "disagree" in answers["w0"].why
     assert reserved(core) == 0 and set(core.queries.pods) == {pod_key("default", "w1")}
-    spec = state_of(core).gangs[gang_key("default", "g")].spec
+    spec = core.queries.gangs[gang_key("default", "g")].spec
     assert spec is not None and spec.min_member == 3
     assert [list(h.pods) for h in state_of(core).holds.values()] == [[pod_key("default", "w2")]]
     placed = burst(core, [creating("w3", "g", 3)], 0.2)

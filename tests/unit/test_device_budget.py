@@ -110,7 +110,7 @@ class Work:
 
 
 def plan(core: Coscheduler, members: list[Member]) -> Plan | NoFit:
-    return plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+    return plan_gang(members, state_of(core).capacity, core.settings.levels)
 
 
 def test_a_member_asking_more_devices_than_any_node_has_builds_no_units(

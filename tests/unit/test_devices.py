@@ -270,7 +270,7 @@ def test_the_plan_fills_one_pcie_root_per_member_first() -> None:
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template("two", count=2)))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "two")))
     plan = plan_gang([Member(core.queries.pods[pod_key("default", "a")])], state_of(core).capacity,
-                     state_of(core).settings.levels)
+                     core.settings.levels)
     assert isinstance(plan, Plan)
     got = {d[2] for _, d in plan.devices[pod_key("default", "a")].devices}
     assert got == {"gpu-1", "gpu-3"}  # both on pci0
@@ -382,7 +382,7 @@ def test_preemption_counts_a_victims_claims_as_freed_devices() -> None:
             "reservedFor": [{"resource": "pods", "name": "v", "uid": "v"}]}}))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "any")))
     a = Member(core.queries.pods[pod_key("default", "a")])
-    levels = state_of(core).settings.levels
+    levels = core.settings.levels
     assert not isinstance(plan_gang([a], state_of(core).capacity, levels), Plan)
     victim = Candidate(pod_key("default", "v"), NodeName("n0"), {}, 0, None, 0.0)
     freed = freed_view(state_of(core).capacity, levels, [victim])
@@ -527,7 +527,7 @@ def test_138765_exactly_whole_or_half_plans_two_halves() -> None:
     for i in range(2):
         core.upsert_pod(pod_from_json(gang_pod(f"g-{i}", "g", 2, "whole-or-half")))
         members.append(Member(core.queries.pods[pod_key("default", f"g-{i}")]))
-    plan = plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+    plan = plan_gang(members, state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)
     got = sorted(d[2] for pd in plan.devices.values() for _, d in pd.devices)
     assert got == ["gpu-0-mig-0", "gpu-0-mig-1"]
@@ -545,7 +545,7 @@ def test_a_whole_gpu_is_planned_when_one_member_asks() -> None:
     core.upsert_pod(pod_from_json(gang_pod("g-0", "g", 1, "whole-or-half")))
     g0 = core.queries.pods[pod_key("default", "g-0")]
     plan = plan_gang([Member(g0)], state_of(core).capacity,
-                     state_of(core).settings.levels)
+                     core.settings.levels)
     assert isinstance(plan, Plan)
     assert [d[2] for pd in plan.devices.values() for _, d in pd.devices] == ["gpu-0"]
 
@@ -632,7 +632,7 @@ def test_one_claim_shared_by_two_members_is_planned_once_on_one_node() -> None:
         core.upsert_pod(pod_from_json(by_claim(pod(f"s-{i}").gang("s", min_member=2).build(),
                                                "shared")))
     members = [Member(core.queries.pods[pod_key("default", f"s-{i}")]) for i in range(2)]
-    plan = plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+    plan = plan_gang(members, state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)
     assert len(set(plan.assignments.values())) == 1
     devices = {d for pd in plan.devices.values() for _, d in pd.devices}
@@ -645,7 +645,7 @@ def test_a_member_whose_claim_is_allocated_goes_where_its_devices_are() -> None:
     core.upsert_pod(pod_from_json(by_claim(pod("m-0").gang("m", min_member=1).build(), "mine")))
     m0 = core.queries.pods[pod_key("default", "m-0")]
     plan = plan_gang([Member(m0)], state_of(core).capacity,
-                     state_of(core).settings.levels)
+                     core.settings.levels)
     assert isinstance(plan, Plan) and plan.assignments == {pod_key("default", "m-0"): "n1"}
 
 
@@ -671,14 +671,14 @@ def test_network_attached_devices_reach_the_nodes_their_slice_selects() -> None:
     for i in range(2):
         core.upsert_pod(pod_from_json(gang_pod(f"f-{i}", "f", 2, "h100")))
         members.append(Member(core.queries.pods[pod_key("default", f"f-{i}")]))
-    plan = plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+    plan = plan_gang(members, state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)
     assert set(plan.assignments.values()) <= {"n0", "n1"}  # never n2 (fabric b)
     assert {d[1] for pd in plan.devices.values() for _, d in pd.devices} == {"fabric-a"}
     core.upsert_pod(pod_from_json(gang_pod("f-2", "f3", 1, "any")))
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template("any")))
     third = Member(core.queries.pods[pod_key("default", "f-2")], frozenset({NodeName("n2")}))
-    plan = plan_gang([third], state_of(core).capacity, state_of(core).settings.levels)
+    plan = plan_gang([third], state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)  # n2 reaches the allNodes pool
     assert [d[1] for pd in plan.devices.values() for _, d in pd.devices] == ["shared-pool"]
 

@@ -329,7 +329,7 @@ def test_an_unschedulable_plain_pod_evicts_what_it_needs_and_holds_the_room() ->
     core.upsert_pod(later)
     d = core.filter(later, [NodeName(node)], 0.5)
     assert d.passed == [] and pod_key("default", "urgent") in d.failed[NodeName(node)].nominated
-    assert state_of(core).capacity.free_for_gang(NodeName(node)).get("nvidia.com/gpu", 0) == 0
+    assert core.queries.free_unreserved(NodeName(node)).get("nvidia.com/gpu", 0) == 0
     urgent = core.queries.pods[pod_key("default", "urgent")]
     assert core.filter(urgent, [NodeName(node)], 1.0).passed == [NodeName(node)]
     core.upsert_pod(pod_from_json(pod("urgent").gpu(4).priority(100).on(node).build()))

@@ -41,7 +41,6 @@ from coscheduling.records import PodRecord, pod_from_json
 from coscheduling.topology.domains import DEFAULT_LEVELS
 from tests.builders import node, pod
 from tests.fakeapi import Wire
-from tests.internals import state_of
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
 KEY = gang_key("default", "train")
@@ -396,7 +395,7 @@ def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
                                                 "message": "x"}]})
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(written, "v1beta1"))
     assert core.drain().requeue == []
-    assert state_of(core).store.upstream[KEY].condition is not None
+    assert core.queries.upstream_podgroups()[KEY].condition is not None
 
 
 def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
@@ -487,11 +486,11 @@ async def test_podgroups_are_found_by_discovery_or_synced_empty(
     try:
         await until(lambda: res.synced)
         if want_version:
-            await until(lambda: KEY in state_of(core).store.upstream)
-            assert state_of(core).store.upstream[KEY].version == want_version
+            await until(lambda: KEY in core.queries.upstream_podgroups())
+            assert core.queries.upstream_podgroups()[KEY].version == want_version
             assert res.path == f"/apis/scheduling.k8s.io/{want_version}/podgroups"
         else:
-            assert state_of(core).store.upstream == {} and res.version == ""
+            assert core.queries.upstream_podgroups() == {} and res.version == ""
         assert not task.done()  # never fails, never exits
     finally:
         task.cancel()

@@ -123,8 +123,7 @@ def gates(obj: dict[str, Any]) -> list[str]:
 
 
 def reserved(service: Lockstep) -> int:
-    return sum(r.requests.get("nvidia.com/gpu", 0)
-               for r in state_of(service.core).ledger.by_pod.values())
+    return service.core.queries.reserved_gpus()
 
 
 def counted(service: Lockstep, decision: str) -> float:
