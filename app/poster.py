@@ -49,15 +49,15 @@ class Poster:
         self.events: asyncio.Queue[tuple[PodKey, Notice]] = asyncio.Queue(QUEUE_SIZE)
         self.requeue: asyncio.Queue[PodKey] = asyncio.Queue(QUEUE_SIZE)
         self.lifts: asyncio.Queue[tuple[PodKey, int]] = asyncio.Queue(QUEUE_SIZE)
+        """Gated pods to take Lockstep's gate off, with the attempt number."""
         self.evictions: asyncio.Queue[Eviction] = asyncio.Queue(QUEUE_SIZE)
         self.deallocations: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue(QUEUE_SIZE)
         """DRA claims whose allocation to clear: (namespace/name, uid, resourceVersion)."""
-        """Held pods to take Lockstep's gate off, with the attempt number."""
         self.dropped = 0
         self._posted: dict[tuple[PodKey, str, str], float] = {}
         self._lift_queued: set[PodKey] = set()
         self._lift_sent: dict[PodKey, tuple[str, NodeName | None]] = {}
-        """The lift last written per pod: events on a pod still cached as held must not
+        """The lift last written per pod: events on a pod still cached as gated must not
         write it again before the watch shows the gate gone."""
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
         self.history: OrderedDict[str, deque[dict[str, str]]] = OrderedDict()
@@ -229,7 +229,7 @@ class Poster:
         plan that moved meanwhile is honoured. A pod recreated under the same name fails the
         UID precondition and a deleted one 404s: both are dropped, since the watch brings
         the new pod back through the core. Transient failures are retried; a refusal (422:
-        say, a validating webhook) leaves the pod held and is logged."""
+        say, a validating webhook) leaves the pod gated and is logged."""
         while True:
             key, attempt = await self.lifts.get()
             self._lift_queued.discard(key)

@@ -191,7 +191,7 @@ class Lockstep:
         self._cel_warm: asyncio.Future[None] | None = None
         self.failed: BaseException | None = None
         self.verbs_served = not verbs_later
-        """The extender verbs answer: until then held gangs are not admitted (the process
+        """The extender verbs answer: until then gated gangs are not admitted (the process
         lists the cluster before its HTTP server has started)."""
         self.webhook_listening = not webhook_later
         """False while the admission webhook's own server (``--webhook-port``) is starting:
@@ -347,7 +347,7 @@ class Lockstep:
         log.info("view rebuilt from the API server in %.2fs", time.monotonic() - t0)
 
     def serve_verbs(self) -> None:
-        """The HTTP server listens: admit the held gangs the cache already holds."""
+        """The HTTP server listens: admit the gated gangs the cache already holds."""
         self.verbs_served = True
         self.after_change()
 
