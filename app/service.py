@@ -5,12 +5,12 @@ in between) and then performs what the decision needs. :class:`Lockstep` wires t
 and supervises their loops as named tasks; if one dies the whole service stops rather than
 limp on with a stale view:
 
-* ``cache``: list/watch of every kind the core reads (``app.cache``);
-* ``binder``: bindings, parked calls and the deadline timer (``app.binder``);
-* ``poster``: Events, requeue nudges and gate lifts (``app.poster``);
-* ``status``: each convention's PodGroup status (``app.status_writer``);
+* ``cache``: list/watch of every kind the core reads (``app.kube.cache``);
+* ``binder``: bindings, parked calls and the deadline timer (``app.effects.binder``);
+* ``poster``: Events, requeue nudges and gate lifts (``app.effects.poster``);
+* ``status``: each convention's PodGroup status (``app.effects.status_writer``);
 * ``loop-lag``: how long the loop was held by work that did not yield (:class:`LoopLag`);
-* ``lease`` and ``leadership`` (with a :class:`~app.lease.LeaseFollower`): whether this
+* ``lease`` and ``leadership`` (with a :class:`~app.kube.lease.LeaseFollower`): whether this
   replica leads. It *acts* (admits, lifts, pins, evicts, binds, writes status and Events) only
   while it leads and after it rebuilt its view from the API server for this term
   (:meth:`Lockstep.rebuild`); every write is fenced in the API client as well, as its bytes
@@ -42,17 +42,17 @@ from coscheduling import (
 )
 
 from . import STARTED
-from .binder import Binder
-from .cache import ClusterCache
-from .errors import APIError, APIUnreachable, NotFound
-from .held import HeldReviews
-from .kube import KubeClient
-from .lease import LeaseFollower
+from .effects.binder import Binder
+from .effects.held import HeldReviews
+from .effects.parked import ParkedCalls
+from .effects.poster import LIFTERS, Poster
+from .effects.status_writer import StatusWriter
+from .kube.cache import ClusterCache
+from .kube.client import KubeClient
+from .kube.errors import APIError, APIUnreachable, NotFound
+from .kube.lease import LeaseFollower
 from .metrics import Metrics
-from .parked import ParkedCalls
-from .poster import LIFTERS, Poster
 from .render import render
-from .status_writer import StatusWriter
 
 __all__ = [
     "LOOP_LAG_WARN_SECONDS",
@@ -178,7 +178,7 @@ class Lockstep:
         self.metrics = Metrics(core.queries, self.cache.sync_age, self.cache.failures)
         self.parked = ParkedCalls()
         self.held = HeldReviews()
-        """Admission reviews held for their gang's quorum (``app.pinning``)."""
+        """Admission reviews held for their gang's quorum (``app.http.pinning``)."""
         self.kick = asyncio.Event()
         """Set when the deadline timer should look again (a call was parked, state moved)."""
         self.poster = Poster(core, kube, self.metrics, clock)
@@ -326,7 +326,7 @@ class Lockstep:
     async def rebuild(self) -> None:
         """List every kind again, as at start-up, before a new term's first act.
 
-        The previous leader stopped writing before the Lease could pass (``app.lease``), so
+        The previous leader stopped writing before the Lease could pass (``app.kube.lease``), so
         a consistent list taken now holds every pin, gate lift, nomination and eviction it
         made; the watch might still be behind them. Each watch loop is restarted: it lists
         (replacing the core's set of that kind, as after a 410) and then watches on."""

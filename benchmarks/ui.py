@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangKey, Settings, node_from_json, pod_from_json
@@ -135,7 +135,7 @@ def _compute(core: Coscheduler, rack: str, gang: str, rounds: int) -> dict[str, 
     """The same answers without HTTP: what each costs Lockstep's event loop (median ms)."""
     import orjson
 
-    from app import ui
+    from app.http import ui
 
     now, wall = time.monotonic(), time.time()
     calls: dict[str, Callable[[], dict[str, Any]]] = {

@@ -11,7 +11,7 @@ import asyncio
 
 import uvicorn
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import pod_from_json

@@ -217,9 +217,9 @@ class Coscheduler:
 
     # ------------------------------------------------------------------ PodGroup statuses
 
-    # Each convention's ``status_patches`` is handed this object (``app.status_writer``) and
-    # reads these; they answer from :attr:`queries` and go once the conventions are handed
-    # a read model of their own.
+    # Each convention's ``status_patches`` is handed this object
+    # (``app.effects.status_writer``) and reads these; they answer from :attr:`queries` and go
+    # once the conventions are handed a read model of their own.
 
     def gang_views(self) -> list[GangView]:
         return self.queries.gang_views()

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import (

@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app import status_writer
-from app.cache import ClusterCache
-from app.kube import KubeClient, KubeConfig
-from app.status_writer import StatusWriter
+from app.effects import status_writer
+from app.effects.status_writer import StatusWriter
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from coscheduling import (
     Coscheduler,
     GangSpec,

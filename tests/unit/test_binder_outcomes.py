@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.binder import Binder
+from app.effects.binder import Binder
+from app.effects.parked import ParkedCalls
 from app.metrics import Metrics
-from app.parked import ParkedCalls
 from coscheduling import (
     Bound,
     Coscheduler,

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.cache import ClusterCache
-from app.explain import explain_pod
-from app.kube import KubeClient, KubeConfig
+from app.effects.status_writer import StatusWriter
+from app.http.explain import explain_pod
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.render import render, render_notice
 from app.service import Lockstep
-from app.status_writer import StatusWriter
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from coscheduling.actions import NoticeKind
 from coscheduling.conventions import resolve, scheduler_plugins, upstream, volcano
@@ -617,7 +617,7 @@ def review(obj: dict[str, Any]) -> dict[str, Any]:
                          ids=["5000-digits", "ten-million", "int32-max", "arabic-indic"])
 async def test_the_webhook_answers_200_for_a_hostile_size(
         declares: dict[str, str], size_key: str, value: str) -> None:
-    from app.webhook import create_webhook_app
+    from app.http.webhook import create_webhook_app
 
     core = core_with_node()
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
@@ -731,7 +731,7 @@ async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
     import asyncio
     from types import SimpleNamespace
 
-    from app import status_writer
+    from app.effects import status_writer
 
     writer = StatusWriter(core_with_node(), KubeClient(KubeConfig("http://api.test"),
                                                        connect=Wire(Recorder())))

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from app.cache import ClusterCache
-from app.kube import KubeClient, KubeConfig
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from coscheduling import Coscheduler, node_from_json
 from coscheduling.events import ingest
 from coscheduling.topology.domains import nrt_from_json

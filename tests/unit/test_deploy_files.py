@@ -132,7 +132,7 @@ def test_webhook_is_installed_by_default_with_a_certificate_lockstep_keeps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app import cli
-    from app.webhook import WEBHOOK_PATH
+    from app.http.webhook import WEBHOOK_PATH
 
     kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     assert kustomization["components"] == ["webhook"]
@@ -234,7 +234,7 @@ def test_two_replicas_rolled_one_at_a_time_spread_and_kept_by_a_budget() -> None
 
 
 def test_lockstep_follows_the_lease_its_sidecar_holds_with_the_same_timing() -> None:
-    from app.lease import LeaseTiming
+    from app.kube.lease import LeaseTiming
 
     (deploy,) = docs(DEPLOY / "deployment.yaml")
     containers = {c["name"]: c for c in deploy["spec"]["template"]["spec"]["containers"]}

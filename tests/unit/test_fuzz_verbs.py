@@ -47,7 +47,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
@@ -435,7 +435,7 @@ def test_fuzz_debug_endpoints(harness: Harness) -> None:
 # ---------------------------------------------------------------------------- regressions
 # What the fuzzer found (and the same class of bug read off the parsing path it reached),
 # pinned: each was an unhandled exception (a 500) or a 4xx naming no
-# field before app/wire.py's PodShape and the edge's handlers.
+# field before app/http/wire.py's PodShape and the edge's handlers.
 
 def _with(path: str, value: Any) -> bytes:
     p = pod("web-0").gpu(1).build()

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
@@ -196,7 +196,7 @@ async def test_kicks_in_a_burst_coalesce_into_sweeps_at_least_a_gap_apart(
 ) -> None:
     """Every event and verb kicks the deadline timer; a sweep reads every gang, so a burst
     of kicks must not become a sweep each (it was one per loop turn)."""
-    from app.binder import SWEEP_GAP
+    from app.effects.binder import SWEEP_GAP
 
     sweeps: list[float] = []
     expire = service.core.expire
@@ -332,7 +332,7 @@ async def test_shutdown_answers_every_parked_call_at_once(service: Lockstep) -> 
 async def test_a_409_for_our_own_earlier_binding_counts_as_bound() -> None:
     """The answer to a binding was lost and the retry got 409: the API server says the pod
     is on our node with our UID, so it is bound, not a partial gang."""
-    from app.kube import KubeClient, KubeConfig
+    from app.kube.client import KubeClient, KubeConfig
     from coscheduling import Bound, NodeName, PodKey
 
     def api(request: httpx.Request) -> httpx.Response:

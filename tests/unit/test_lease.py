@@ -1,4 +1,4 @@
-"""Leader election (``app.lease``): Lockstep leads while its sidecar kube-scheduler holds the
+"""Leader election (``app.kube.lease``): Lockstep leads while its sidecar kube-scheduler holds the
 Lease, is fenced by its own clock before another replica could take it, and acts (admits,
 binds, pins, writes) only while it leads, after rebuilding its view from the API server."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.errors import NotLeading
-from app.kube import KubeClient, KubeConfig
-from app.lease import LeaseFollower, LeaseTiming, holder_host
+from app.kube.client import KubeClient, KubeConfig
+from app.kube.errors import NotLeading
+from app.kube.lease import LeaseFollower, LeaseTiming, holder_host
 from app.service import NOT_LEADING, Lockstep, LostLease
 from coscheduling import Coscheduler, Settings, conventions, node_from_json, pod_from_json, pod_key
 from coscheduling.events import ingest
@@ -413,7 +413,7 @@ def test_a_lease_that_never_lists_is_refused_by_the_cli() -> None:
 async def test_a_standbys_webhook_gates_a_gang_that_fits_and_reserves_nothing() -> None:
     """A member whose gang fits is pinned by the leader; a standby gates it (its ledger may
     be stale) and the leader lifts it."""
-    from app.webhook import create_webhook_app
+    from app.http.webhook import create_webhook_app
     from tests.unit.test_webhook_pinning import member, mutate
 
     api = ClusterAPI(*held_gang())
@@ -429,7 +429,7 @@ async def test_a_standbys_webhook_gates_a_gang_that_fits_and_reserves_nothing() 
 
 
 async def test_a_standby_answers_filter_with_an_error_kube_scheduler_retries() -> None:
-    from app.verbs import VerbsApp
+    from app.http.verbs import VerbsApp
 
     api = ClusterAPI(*held_gang())
     svc, _ = standby(api)
@@ -459,7 +459,7 @@ class LeaseAndCluster(ClusterAPI):
 async def test_a_verb_from_the_new_leaders_sidecar_has_the_lease_read_at_once() -> None:
     """Its sidecar just took the Lease and calls: the replica reads the Lease then (not at
     its next poll, 50 s away here), rebuilds and answers, rather than refusing."""
-    from app.verbs import VerbsApp
+    from app.http.verbs import VerbsApp
 
     api = LeaseAndCluster("lockstep-b_u2")
     kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest

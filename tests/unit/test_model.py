@@ -79,14 +79,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from app.errors import NotLeading
-from app.fasthttp import FastHTTP
-from app.held import HeldReviews
-from app.kube import KubeClient, KubeConfig
-from app.lease import LeaseFollower
-from app.pinning import CreationPlacer
+from app.effects.held import HeldReviews
+from app.http.pinning import CreationPlacer
+from app.http.webhook import AdmissionReview, decide
+from app.kube.client import KubeClient, KubeConfig
+from app.kube.errors import NotLeading
+from app.kube.fasthttp import FastHTTP
+from app.kube.lease import LeaseFollower
 from app.service import Lockstep
-from app.webhook import AdmissionReview, decide
 from coscheduling import (
     BindFailed,
     BindGroup,
@@ -189,7 +189,7 @@ def saw(what: str) -> None:
 
 
 def _lease(renew: str) -> dict[str, Any]:
-    """The sidecar kube-scheduler's Lease as ``app.lease`` reads it, renewed at ``renew``."""
+    """The sidecar kube-scheduler's Lease as ``app.kube.lease`` reads it, renewed at ``renew``."""
     return {"metadata": {"resourceVersion": renew},
             "spec": {"holderIdentity": "lockstep-a_1", "renewTime": renew}}
 
@@ -901,7 +901,7 @@ class GangModel(RuleBasedStateMachine):
                           delay: float = 0.0) -> None:
         """The leading replica is deposed (its node lost, or cut off from the API server)
         and the standby takes over. The deposed one may still try to act (``acts``): admit
-        the held gangs it sees, lift gates, evict. Its fence (``app.lease``, the real one)
+        the held gangs it sees, lift gates, evict. Its fence (``app.kube.lease``, the real one)
         has ended its lead before the standby could hold the Lease, so every such write is
         refused before it is sent; the standby acts on a view rebuilt from the API server,
         as a restart does (``lockstep_restarts``), and every invariant holds after.

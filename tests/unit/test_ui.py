@@ -1,4 +1,4 @@
-"""The web page's JSON (app/ui.py) on a real core: gang states and rows, racks and their
+"""The web page's JSON (app/http/ui.py) on a real core: gang states and rows, racks and their
 GPU slots, one gang's plan, the guard, and --ui=false."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
@@ -160,7 +160,7 @@ async def test_ui_false_serves_nothing(service: Lockstep) -> None:
 
 
 def test_history_is_bounded(service: Lockstep) -> None:
-    from app import poster
+    from app.effects import poster
     for i in range(poster.HISTORY_GANGS + 5):
         for j in range(poster.HISTORY_PER_GANG + 3):
             service.poster._remember(f"ns/g{i}", {

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cache import ClusterCache
-from app.kube import KubeClient, KubeConfig
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from coscheduling import Coscheduler, GangPhase, Settings, gang_key, node_from_json, pod_key
 from coscheduling.conventions.upstream import (
     Condition,

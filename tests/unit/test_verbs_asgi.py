@@ -16,9 +16,9 @@ import httpx
 import orjson
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.http.verbs import VerbsApp
+from app.kube.client import KubeClient, KubeConfig
 from app.service import Lockstep
-from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest
 from tests.builders import node, pod
@@ -185,7 +185,7 @@ async def test_a_filter_of_the_version_the_watch_delivered_reuses_its_record(
 ) -> None:
     """The watch decoded the pod already: a call carrying the same UID and resourceVersion
     is answered from that record, not decoded again; any other version is decoded."""
-    import app.verbs as verbs
+    import app.http.verbs as verbs
 
     obj = pod("web").gpu(1).build()
     obj["metadata"] |= {"uid": "u-1", "resourceVersion": "41"}

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
-from app.routes import create_rest_app
+from app.http.routes import create_rest_app
+from app.http.webhook import create_webhook_app
+from app.kube.client import KubeClient, KubeConfig
 from app.service import Lockstep
-from app.webhook import create_webhook_app
 from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
 from coscheduling.events import ingest
 from coscheduling.gang.gating import GANG_GATE, pinned_node

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from app import cli
-from app.kube import KubeClient, KubeConfig
+from app.http.whatif import MAX_BODY
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from app.whatif import MAX_BODY
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest
 from tests.builders import node, pod

@@ -33,11 +33,11 @@ from coscheduling import (
     Reject,
 )
 
-from .kube import KubeClient
-from .metrics import Metrics
+from ..kube.client import KubeClient
+from ..metrics import Metrics
+from ..render import render
 from .parked import ParkedCalls
 from .poster import Poster
-from .render import render
 
 __all__ = ["SWEEP_GAP", "Binder", "error_text"]
 

@@ -20,9 +20,9 @@ from typing import Any
 from coscheduling import Coscheduler, conventions
 from coscheduling.conventions.base import FIELD_MANAGER, StatusWrite
 
-from .errors import APIError, APIUnreachable
-from .kube import KubeClient
-from .render import render
+from ..kube.client import KubeClient
+from ..kube.errors import APIError, APIUnreachable
+from ..render import render
 
 __all__ = ["FIELD_MANAGER", "StatusWriter"]
 
@@ -50,7 +50,7 @@ class StatusWriter:
         while True:
             await asyncio.sleep(1.0)
             if self.kube.may_write is not None and not self.kube.may_write():
-                continue  # a standby writes no status (``app.lease``)
+                continue  # a standby writes no status (``app.kube.lease``)
             for conv in conventions.REGISTRY:
                 if conv.status is None:
                     continue

@@ -27,10 +27,10 @@ from pydantic import BaseModel, ValidationError
 
 from coscheduling import PodKey, PodRecord, QuantityError, RecordError, pod_from_json, pod_key
 
+from ..kube.errors import BadRequest, error_body
+from ..render import render
+from ..service import NOT_LEADING, Lockstep, UnknownObject
 from .asgi import JSON, TEXT, ASGIApp, Receive, Scope, Send, answer, lifespan, read_body
-from .errors import BadRequest, error_body
-from .render import render
-from .service import NOT_LEADING, Lockstep, UnknownObject
 from .wire import BindingArgs, ExtenderArgs, validate_shape
 
 __all__ = ["DEFAULT_MAX_BODY", "VerbsApp"]

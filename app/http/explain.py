@@ -18,10 +18,10 @@ from coscheduling import (
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
 from coscheduling.topology.domains import DEFAULT_LEVELS, GPU, gpu_layout
 
-from .render import render
+from ..render import render
 
 if TYPE_CHECKING:
-    from .service import Lockstep
+    from ..service import Lockstep
 
 __all__ = ["explain_pod", "gang_json", "node_json"]
 

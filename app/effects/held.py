@@ -1,7 +1,7 @@
 """Admission reviews held open until their gang's quorum exists: one future per pod.
 
 The webhook holds a member's review when its gang has no quorum yet
-(``app.pinning.CreationPlacer``); the core answers it later, when a sibling's review
+(``app.http.pinning.CreationPlacer``); the core answers it later, when a sibling's review
 completes the quorum or the window closes, and the service hands those answers here from
 the core's drain. One instance per service, so a review held by either server that answers
 the webhook (its own port, or the extender's) gets its answer whichever server's review

@@ -35,7 +35,7 @@ from coscheduling import (
     pod_key,
 )
 
-from .service import Lockstep
+from ..service import Lockstep
 from .wire import validate_shape
 
 __all__ = ["CreationPlacer"]

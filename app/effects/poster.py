@@ -19,10 +19,10 @@ from typing import Any
 
 from coscheduling import Coscheduler, Eviction, NodeName, Notice, NoticeKind, PodKey, lift_patch
 
-from .errors import APIError, APIUnreachable, Conflict, NotFound
-from .kube import KubeClient
-from .metrics import Metrics
-from .render import render_notice
+from ..kube.client import KubeClient
+from ..kube.errors import APIError, APIUnreachable, Conflict, NotFound
+from ..metrics import Metrics
+from ..render import render_notice
 
 __all__ = ["LIFTERS", "LIFT_RETRIES", "REQUEUE_ANNOTATION", "Poster"]
 
@@ -61,7 +61,7 @@ class Poster:
         write it again before the watch shows the gate gone."""
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
         self.history: OrderedDict[str, deque[dict[str, str]]] = OrderedDict()
-        """The Events Lockstep posted, newest gangs last, for the web page (app/ui.py)."""
+        """The Events Lockstep posted, newest gangs last, for the web page (app/http/ui.py)."""
 
     def offer(self, q: asyncio.Queue[Any], item: Any) -> bool:
         """Queue ``item`` unless ``q`` is full (counted in ``dropped``); says whether it was."""

@@ -35,12 +35,12 @@ from fastapi.responses import Response
 from coscheduling import GANG_STATES, GangKey, GangPhase, GangView, NodeName, Queries
 from coscheduling.topology.domains import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
 
-from .errors import BadRequest
-from .render import render
+from ..kube.errors import BadRequest
+from ..render import render
 from .rest import json_response
 
 if TYPE_CHECKING:
-    from .service import Lockstep
+    from ..service import Lockstep
 
 __all__ = ["STATES", "gang_detail", "gangs_page", "rack_nodes", "racks",
            "ui_router"]
