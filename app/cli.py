@@ -2,7 +2,7 @@
 
 ``serve`` runs the extender (and debug API) on ``--host``/``--port``; with ``--webhook-port``
 it also serves the mutating admission webhook over HTTPS on a second server in the same
-process and event loop (``app/webhook.py``), so the extender can stay on plain loopback HTTP.
+process and event loop (``app/http/webhook.py``), so the extender can stay on plain loopback HTTP.
 
 Every ``serve`` flag also reads an environment variable (``LOCKSTEP_<FLAG>``), so a
 Deployment can configure it either way; flags win.
@@ -198,7 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
         preemption=args.preemption,
     )
     if args.topology_levels:
-        from .levels import LevelsError, parse_levels
+        from .kube.levels import LevelsError, parse_levels
 
         try:
             settings = dataclasses.replace(settings, levels=parse_levels(args.topology_levels))
@@ -228,7 +228,7 @@ def _lease_options(args: argparse.Namespace) -> LeaseOptions | str | None:
     """The Lease to follow, None when off, or why the flags cannot work."""
     if args.leader_elect_lease is None:
         return None
-    from .lease import LeaseTiming, pod_identity
+    from .kube.lease import LeaseTiming, pod_identity
     from .process import LeaseOptions
 
     ns, _, name = args.leader_elect_lease.partition("/")
@@ -278,10 +278,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def _what_if(args: argparse.Namespace) -> int:
     """``explain --what-if FILE``: the dry plan's answer; exit 0 fits now, 1 must wait or
-    preempt, 2 bad input or never fits (``app.whatif.EXIT_CODES``)."""
+    preempt, 2 bad input or never fits (``app.http.whatif.EXIT_CODES``)."""
     import httpx
 
-    from .whatif import MAX_BODY, WhatIfAnswer
+    from .http.whatif import MAX_BODY, WhatIfAnswer
 
     try:
         with open(args.what_if, "rb") if args.what_if != "-" else sys.stdin.buffer as f:
@@ -362,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("label-node", help="label this node with its GPU topology", add_help=False)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["label-node"]:
-        from .labeller import main as label_main
+        from .kube.labeller import main as label_main
 
         return int(label_main(argv[1:]))
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from coscheduling import Coscheduler, GangPhase
+from coscheduling import GangPhase, Queries
 
 __all__ = ["Metrics"]
 
@@ -24,9 +24,9 @@ _LATENCY_BUCKETS = (
 
 
 class _StateCollector(Collector):
-    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]],
+    def __init__(self, queries: Queries, sync_age: Callable[[float], dict[str, float]],
                  failed: Callable[[], dict[str, int]]) -> None:
-        self._core = core
+        self._q = queries
         self._sync_age = sync_age
         self._failed = failed
 
@@ -35,16 +35,16 @@ class _StateCollector(Collector):
         gangs = GaugeMetricFamily("lockstep_gangs", "Gangs known to Lockstep, by phase.",
                                   labels=["phase"])
         counts = {p.value: 0 for p in GangPhase}
-        for v in self._core.gang_views():
+        for v in self._q.gang_views():
             counts[v.phase.value] += 1
         for phase, n in sorted(counts.items()):
             gangs.add_metric([phase], n)
         yield gangs
         yield GaugeMetricFamily("lockstep_parked_binds", "Bind calls held in the waiting map.",
-                                value=self._core.parked_total())
+                                value=self._q.parked_total())
         yield GaugeMetricFamily(
             "lockstep_reserved_gpus", "GPUs reserved for admitted gangs and not yet bound.",
-            value=self._core.reserved_gpus())
+            value=self._q.reserved_gpus())
         allocatable, used = self._gpus()
         yield GaugeMetricFamily("lockstep_allocatable_gpus",
                                 "GPUs the cached nodes can allocate.", value=allocatable)
@@ -55,7 +55,7 @@ class _StateCollector(Collector):
             "lockstep_partial_gangs",
             "Gangs left partly bound because a member's binding failed for good after "
             "siblings bound (each is also a GangPartiallyBound Event and condition).",
-            value=self._core.partial_gangs)
+            value=self._q.partial_gangs)
         age = GaugeMetricFamily(
             "lockstep_cache_sync_age_seconds",
             "Seconds since the last list, watch event or bookmark (-1 before the first list).",
@@ -73,16 +73,16 @@ class _StateCollector(Collector):
             failed.add_metric([name], n)
         yield failed
         yield GaugeMetricFamily("lockstep_cache_nodes", "Nodes in the cache.",
-                                value=self._core.node_count())
+                                value=len(self._q.nodes))
         yield GaugeMetricFamily("lockstep_cache_pods", "Pods in the cache.",
-                                value=self._core.pod_count())
+                                value=len(self._q.pods))
 
     def _gpus(self) -> tuple[int, int]:
-        return self._core.gpu_totals()
+        return self._q.gpu_totals()
 
 
 class Metrics:
-    def __init__(self, core: Coscheduler, sync_age: Callable[[float], dict[str, float]],
+    def __init__(self, queries: Queries, sync_age: Callable[[float], dict[str, float]],
                  failed: Callable[[], dict[str, int]] = dict) -> None:
         self.registry = CollectorRegistry()
         self.leading = Gauge(
@@ -158,4 +158,4 @@ class Metrics:
             "back on reinvocation; malformed: answered 400).",
             ["decision"], registry=self.registry,
         )
-        self.registry.register(_StateCollector(core, sync_age, failed))
+        self.registry.register(_StateCollector(queries, sync_age, failed))

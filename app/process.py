@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING
 
 from coscheduling import Coscheduler, Settings
 
-from .errors import APIError, APIUnreachable
-from .kube import KubeClient, load_config
-from .lease import LeaseFollower, LeaseTiming
+from .kube.client import KubeClient, load_config
+from .kube.errors import APIError, APIUnreachable
+from .kube.lease import LeaseFollower, LeaseTiming
 from .service import Lockstep
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from .certs import WebhookCerts
+    from .http.verbs import VerbsApp
+    from .kube.certs import WebhookCerts
     from .servers import ExtenderServer, WebhookServer
-    from .verbs import VerbsApp
 
 __all__ = ["LeaseOptions", "LockstepProcess", "ProcessOptions", "WebhookOptions",
            "extender_app", "run", "webhook_app"]
@@ -67,7 +67,7 @@ class WebhookOptions:
 @dataclass(frozen=True)
 class LeaseOptions:
     """The Lease the sidecar kube-scheduler holds (its ``leaderElection``), which this
-    replica follows (``app.lease``): it acts only while its sidecar leads."""
+    replica follows (``app.kube.lease``): it acts only while its sidecar leads."""
 
     namespace: str
     name: str
@@ -98,16 +98,16 @@ class ProcessOptions:
 def extender_app(service: Lockstep, *, debug_token: str | None = None, ui: bool = True,
                  max_body: int | None = None, lazy: bool = False) -> VerbsApp:
     """Everything Lockstep answers on the extender's port, as one ASGI app: the verbs and
-    probes (``app.verbs``), then metrics, debug, the page and the webhook's route
-    (``app.routes``). The process, the tests and the benchmarks all build it here.
+    probes (``app.http.verbs``), then metrics, debug, the page and the webhook's route
+    (``app.http.routes``). The process, the tests and the benchmarks all build it here.
 
     ``lazy``: the routes beside the verbs (FastAPI) are imported, in a thread, on the first
     request for one of them, as the process serves them: importing FastAPI while
     kube-scheduler sends the first gangs cost 100-185 ms per cycle."""
-    from .verbs import DEFAULT_MAX_BODY, VerbsApp
+    from .http.verbs import DEFAULT_MAX_BODY, VerbsApp
 
     def rest() -> ASGIApp:
-        from .routes import create_rest_app
+        from .http.routes import create_rest_app
 
         return create_rest_app(service, debug_token=debug_token, ui=ui)
 
@@ -123,7 +123,7 @@ def extender_app(service: Lockstep, *, debug_token: str | None = None, ui: bool 
 
 def webhook_app(service: Lockstep) -> ASGIApp:
     """The admission webhook's own app (``/mutate/pods`` and a probe), served over TLS."""
-    from .webhook import create_webhook_app
+    from .http.webhook import create_webhook_app
 
     return create_webhook_app(service)
 
@@ -256,7 +256,7 @@ async def own_certificate(kube: KubeClient, w: WebhookOptions) -> WebhookCerts |
     """The webhook's certificate from its Secret, issued there first when missing; retried
     while the API server cannot be reached. None when the Secret cannot be written: Lockstep
     then stops, saying why, rather than serve a webhook the API server cannot trust."""
-    from .certs import WebhookCerts
+    from .kube.certs import WebhookCerts
 
     if w.cert_secret is None:
         return None
@@ -301,9 +301,10 @@ def _import_verbs_side() -> None:
     import uvicorn.lifespan.on
     import uvicorn.protocols.http.httptools_impl  # noqa: F401
 
-    from . import servers, verbs  # noqa: F401
+    from . import servers  # noqa: F401
+    from .http import verbs  # noqa: F401
 
 
 def _import_rest_side() -> None:
     """FastAPI and the routes beside the verbs: imported in a thread, the verbs answering."""
-    from . import routes, webhook  # noqa: F401
+    from .http import routes, webhook  # noqa: F401

@@ -24,7 +24,7 @@ class ExtenderServer(uvicorn.Server):
     uvicorn waits for in-flight requests before it runs the lifespan shutdown, and a parked
     bind is an in-flight request that may last until its gang's deadline: without this a
     rolling update would stall for minutes. kube-scheduler retries the answered calls against
-    the next Lockstep. Its startup tells the service the verbs are served (held gangs may be
+    the next Lockstep. Its startup tells the service the verbs are served (gated gangs may be
     lifted now: a lifted member's filter call finds them)."""
 
     def __init__(self, config: uvicorn.Config, service: Lockstep) -> None:

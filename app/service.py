@@ -5,12 +5,12 @@ in between) and then performs what the decision needs. :class:`Lockstep` wires t
 and supervises their loops as named tasks; if one dies the whole service stops rather than
 limp on with a stale view:
 
-* ``cache``: list/watch of every kind the core reads (``app.cache``);
-* ``binder``: bindings, parked calls and the deadline timer (``app.binder``);
-* ``poster``: Events, requeue nudges and gate lifts (``app.poster``);
-* ``status``: each convention's PodGroup status (``app.status_writer``);
+* ``cache``: list/watch of every kind the core reads (``app.kube.cache``);
+* ``binder``: bindings, parked calls and the deadline timer (``app.effects.binder``);
+* ``poster``: Events, requeue nudges and gate lifts (``app.effects.poster``);
+* ``status``: each convention's PodGroup status (``app.effects.status_writer``);
 * ``loop-lag``: how long the loop was held by work that did not yield (:class:`LoopLag`);
-* ``lease`` and ``leadership`` (with a :class:`~app.lease.LeaseFollower`): whether this
+* ``lease`` and ``leadership`` (with a :class:`~app.kube.lease.LeaseFollower`): whether this
   replica leads. It *acts* (admits, lifts, pins, evicts, binds, writes status and Events) only
   while it leads and after it rebuilt its view from the API server for this term
   (:meth:`Lockstep.rebuild`); every write is fenced in the API client as well, as its bytes
@@ -42,16 +42,17 @@ from coscheduling import (
 )
 
 from . import STARTED
-from .binder import Binder
-from .cache import ClusterCache
-from .errors import APIError, APIUnreachable, NotFound
-from .kube import KubeClient
-from .lease import LeaseFollower
+from .effects.binder import Binder
+from .effects.held import HeldReviews
+from .effects.parked import ParkedCalls
+from .effects.poster import LIFTERS, Poster
+from .effects.status_writer import StatusWriter
+from .kube.cache import ClusterCache
+from .kube.client import KubeClient
+from .kube.errors import APIError, APIUnreachable, NotFound
+from .kube.lease import LeaseFollower
 from .metrics import Metrics
-from .parked import ParkedCalls
-from .poster import LIFTERS, Poster
 from .render import render
-from .status_writer import StatusWriter
 
 __all__ = [
     "LOOP_LAG_WARN_SECONDS",
@@ -174,8 +175,10 @@ class Lockstep:
         self.kube = kube
         self.clock = clock
         self.cache = ClusterCache(core, kube, on_change=self.after_change)
-        self.metrics = Metrics(core, self.cache.sync_age, self.cache.failures)
+        self.metrics = Metrics(core.queries, self.cache.sync_age, self.cache.failures)
         self.parked = ParkedCalls()
+        self.held = HeldReviews()
+        """Admission reviews held for their gang's quorum (``app.http.pinning``)."""
         self.kick = asyncio.Event()
         """Set when the deadline timer should look again (a call was parked, state moved)."""
         self.poster = Poster(core, kube, self.metrics, clock)
@@ -188,7 +191,7 @@ class Lockstep:
         self._cel_warm: asyncio.Future[None] | None = None
         self.failed: BaseException | None = None
         self.verbs_served = not verbs_later
-        """The extender verbs answer: until then held gangs are not admitted (the process
+        """The extender verbs answer: until then gated gangs are not admitted (the process
         lists the cluster before its HTTP server has started)."""
         self.webhook_listening = not webhook_later
         """False while the admission webhook's own server (``--webhook-port``) is starting:
@@ -323,7 +326,7 @@ class Lockstep:
     async def rebuild(self) -> None:
         """List every kind again, as at start-up, before a new term's first act.
 
-        The previous leader stopped writing before the Lease could pass (``app.lease``), so
+        The previous leader stopped writing before the Lease could pass (``app.kube.lease``), so
         a consistent list taken now holds every pin, gate lift, nomination and eviction it
         made; the watch might still be behind them. Each watch loop is restarted: it lists
         (replacing the core's set of that kind, as after a 410) and then watches on."""
@@ -344,7 +347,7 @@ class Lockstep:
         log.info("view rebuilt from the API server in %.2fs", time.monotonic() - t0)
 
     def serve_verbs(self) -> None:
-        """The HTTP server listens: admit the held gangs the cache already holds."""
+        """The HTTP server listens: admit the gated gangs the cache already holds."""
         self.verbs_served = True
         self.after_change()
 
@@ -363,7 +366,7 @@ class Lockstep:
     def filter(self, pod: PodRecord, names: Sequence[str]) -> FilterDecision:
         now = self.clock()
         decision = self.core.filter(pod, cast(list[NodeName], names), now)
-        gang = self.core.gang_of(pod.key)
+        gang = self.core.queries.gang_of(pod.key)
         if gang is not None:
             self.binder.first_seen.setdefault(gang, now)
         if decision.unresolvable is not None:
@@ -380,12 +383,13 @@ class Lockstep:
         if not await self.await_acting():
             return NOT_LEADING
         key = pod_key(namespace, name)
-        if self.core.pod(key) is None:
+        q = self.core.queries
+        if q.pod(key) is None:
             try:
                 await self._read_pod(namespace, name, uid)
             except (APIError, APIUnreachable) as e:
                 return f"pod {key} is not in Lockstep's cache yet and reading it failed: {e}"
-        if not self.core.has_node(node):
+        if node not in q.nodes:
             raise UnknownObject("node", node)
         return await self.binder.bind(key, NodeName(node), uid)
 
@@ -406,63 +410,60 @@ class Lockstep:
             raise APIError(200, "BadResponse", f"unreadable pod: {e}") from None
         if uid and rec.uid != uid:
             raise UnknownObject("pod", key)
-        if self.core.pod(key) is None:  # the watch may have delivered it meanwhile
+        if self.core.queries.pod(key) is None:  # the watch may have delivered it meanwhile
             self.core.upsert_pod(rec)
             self.after_change()
 
     # ------------------------------------------------------------------ side effects
 
     def after_change(self) -> None:
-        """After anything changed the core (a watch event, a verb, a review): admit the held
+        """After anything changed the core (a watch event, a verb, a review): admit the gated
         gangs it made ready, then act on what the core queued."""
         self.admit_ready()
         self.send_queued()
 
     def admit_ready(self) -> None:
-        """Admit the held gangs that fit now, once the cache is synced and the verbs are
-        served: with half a cache every held gang would look unplaceable, and a member
+        """Admit the gated gangs that fit now, once the cache is synced and the verbs are
+        served: with half a cache every gated gang would look unplaceable, and a member
         lifted before the verbs answer would find no one to filter it."""
         if not (self.cache.synced and self.verbs_served and self.acting):
             return
         if not self._said_synced:
             self._said_synced = True
+            q = self.core.queries
             log.info("cache synced and verbs served %.2fs after start: %d nodes, %d pods",
-                     time.monotonic() - STARTED, len(self.core.nodes), len(self.core.pods))
+                     time.monotonic() - STARTED, len(q.nodes), len(q.pods))
             freeze_synced_heap()
-        self.core.admit_held(self.clock())
+        self.core.admit_gated(self.clock())
 
     def send_queued(self) -> None:
-        """Act on what the core queued: parked calls to answer, Events, requeue nudges,
-        gates to lift and victims to evict; wake the deadline timer."""
+        """Act on what the core queued: parked calls and held reviews to answer, Events,
+        requeue nudges, gates to lift, victims to evict and claims to deallocate; wake the
+        deadline timer.
+
+        A replica that does not act answers the calls and reviews it holds and carries out
+        nothing else: the leader does, and this replica's view is rebuilt before it ever
+        acts."""
         if not self.core.queued():
             self.kick.set()
             return
-        for unparked in self.core.drain_unparked():
+        out = self.core.drain()
+        for unparked in out.unparked:
             text = render(unparked.reason)
             for k in unparked.pods:
                 if self.parked.answer(k, text):
                     self.metrics.bind_errors.labels(type(unparked.reason).__name__).inc()
-        if not self.acting:
-            self._drop_queued()
-            self.kick.set()
-            return
-        for notice in self.core.drain_notices():
-            for pod in notice.pods:
-                self.poster.offer(self.poster.events, (pod, notice))
-        for pod in self.core.drain_requeue():
-            self.poster.offer(self.poster.requeue, pod)
-        for lift in self.core.drain_lift():
-            self.poster.offer_lift(lift.pod, lift.uid, lift.node)
-        self.poster.offer_evictions(self.core.drain_evictions())
-        for claim in self.core.drain_deallocate():
-            self.poster.offer(self.poster.deallocations, claim)
+        if out.answers:
+            self.held.answer(out.answers)
+        if self.acting:
+            for notice in out.notices:
+                for pod in notice.pods:
+                    self.poster.offer(self.poster.events, (pod, notice))
+            for pod in out.requeue:
+                self.poster.offer(self.poster.requeue, pod)
+            for lift in out.lift:
+                self.poster.offer_lift(lift.pod, lift.uid, lift.node)
+            self.poster.offer_evictions(out.evictions)
+            for claim in out.deallocate:
+                self.poster.offer(self.poster.deallocations, claim)
         self.kick.set()
-
-    def _drop_queued(self) -> None:
-        """A replica that does not act carries out nothing the core queued: the leader
-        does, and this replica's view is rebuilt before it ever acts."""
-        self.core.drain_notices()
-        self.core.drain_requeue()
-        self.core.drain_lift()
-        self.core.drain_evictions()
-        self.core.drain_deallocate()

@@ -210,7 +210,7 @@ def _throughput(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> No
 
 
 def _client(args: argparse.Namespace, out: Path, meta: dict[str, Any]) -> None:
-    print("\nAPI client: event-loop CPU per request (per event for a watch), app.fasthttp "
+    print("\nAPI client: event-loop CPU per request (per event for a watch), app.kube.fasthttp "
           "against aiohttp", flush=True)
     measured = _commit()
     result = client.run(requests=1000 if args.quick else 3000,

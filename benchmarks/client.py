@@ -5,7 +5,7 @@ told apart from our own earlier success, a strategic-merge PATCH per gate lift a
 requeue nudge) and the decoding of its watches run on the same event loop that answers
 kube-scheduler's verbs. Under load that loop is the bottleneck, so what a client costs is
 measured as CPU time of the client's process per request (per event for a watch), not
-latency. The clients compared are ``app.fasthttp`` (hand-written: asyncio Protocols and
+latency. The clients compared are ``app.kube.fasthttp`` (hand-written: asyncio Protocols and
 httptools' C parser) and aiohttp's ``ClientSession`` (its C parser too), each set up as
 Lockstep would use it: one keep-alive pool of 80 connections, the same headers (a 900-byte
 bearer token, as a service account's), the body read whole and decoded with orjson.
@@ -114,7 +114,7 @@ class Client:
 
     async def __aenter__(self) -> Client:
         if self.which == "fasthttp":
-            from app.fasthttp import FastHTTP
+            from app.kube.fasthttp import FastHTTP
 
             self._fast = FastHTTP(self.server.url, headers=self.headers,
                                   ssl_context=self.server.ssl, max_connections=80, max_idle=80)

@@ -75,7 +75,7 @@ def run(case: str, nodes: int, claims: int, requests: int) -> None:
                  "resourceClaims": [{"name": f"c{c}", "resourceClaimTemplateName": f"t{c}"}
                                     for c in range(claims)]}}))
     selectors.warm()  # the CEL parser, built at start by the app
-    pod = core.pods[pod_key("default", "m")]
+    pod = core.queries.pods[pod_key("default", "m")]
     names = [NodeName(f"n{i}") for i in range(nodes)]
     for cache in ("cold", "warm"):
         t = time.perf_counter()

@@ -33,7 +33,7 @@ ACTIVITIES: tuple[tuple[str, str], ...] = (
     ("watch processing (ClusterCache.run)", "ClusterCache.run"),
     ("deadline timer (Binder.expire_loop)", "Binder.expire_loop"),
     ("filter route (parse + core + encode)", "VerbsApp._filter"),
-    ("  of which request parsing (_decode)", "_decode (app/verbs.py"),
+    ("  of which request parsing (_decode)", "_decode (app/http/verbs.py"),
     ("  of which Coscheduler.filter", "Coscheduler.filter"),
     ("bind route (excluding the parked wait)", "VerbsApp._bind"),
     ("FastAPI (routes beside the verbs: metrics, debug)", "FastAPI.__call__"),

@@ -222,7 +222,7 @@ def build(nodes: int, gangs: int, probes: int, api: str, big: int = 0,
     ``big``: the big-gang cluster with gangs of that many members (each member its own CPU
     request when ``different``); ``dra``: the DRA cluster of ``nodes`` nodes, its nested
     selector over a list of ``dra_list`` items."""
-    from app.kube import KubeClient, KubeConfig
+    from app.kube.client import KubeClient, KubeConfig
     from app.service import Lockstep
     from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
     from coscheduling.devices.wire import class_from_json, slice_from_json, template_from_json

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangKey, Settings, node_from_json, pod_from_json
@@ -93,8 +93,8 @@ def measure(core: Coscheduler, rounds: int = 5, browser: str | None = None) -> d
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     base = f"http://127.0.0.1:{port}"
-    out: dict[str, Any] = {"nodes": core.node_count(), "pods": core.pod_count(),
-                           "gangs": len(core.gang_views()), "endpoints": {}}
+    out: dict[str, Any] = {"nodes": len(core.queries.nodes), "pods": len(core.queries.pods),
+                           "gangs": len(core.queries.gang_views()), "endpoints": {}}
     try:
         with httpx.Client(base_url=base, timeout=60) as c:
             c.get("/ui")  # loads FastAPI's routes once, as the first request in production
@@ -135,14 +135,14 @@ def _compute(core: Coscheduler, rack: str, gang: str, rounds: int) -> dict[str, 
     """The same answers without HTTP: what each costs Lockstep's event loop (median ms)."""
     import orjson
 
-    from app import ui
+    from app.http import ui
 
     now, wall = time.monotonic(), time.time()
     calls: dict[str, Callable[[], dict[str, Any]]] = {
-        "gangs (200 rows)": lambda: ui.gangs_page(core, now, wall),
-        "racks (aggregates)": lambda: ui.racks(core),
-        "one rack (16 nodes)": lambda: ui.rack_nodes(core, rack),
-        "one gang": lambda: ui.gang_detail(core, GangKey(gang), now, wall, ()),
+        "gangs (200 rows)": lambda: ui.gangs_page(core.queries, now, wall),
+        "racks (aggregates)": lambda: ui.racks(core.queries),
+        "one rack (16 nodes)": lambda: ui.rack_nodes(core.queries, rack),
+        "one gang": lambda: ui.gang_detail(core.queries, GangKey(gang), now, wall, ()),
     }
     out = {}
     for label, call in calls.items():

@@ -52,11 +52,11 @@ def _admission_ms(nodes: int) -> float:
     """In-process: plan and admit a fresh 8 x 8-GPU gang on a half-busy cluster."""
     core = loaded_core(nodes)
     times = []
-    names = sorted(core.nodes)
+    names = sorted(core.queries.nodes)
     for round_ in range(5):
         for p in waiting_gang(f"g{round_}", 8):
             core.upsert_pod(pod_from_json(p))
-        first = core.pods[f"bench/g{round_}-0"]  # type: ignore[index]
+        first = core.queries.pods[f"bench/g{round_}-0"]  # type: ignore[index]
         t = time.perf_counter()
         d = core.filter(first, names, 0.0)
         times.append((time.perf_counter() - t) * 1000)

@@ -11,7 +11,7 @@ import asyncio
 
 import uvicorn
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import pod_from_json
@@ -33,9 +33,9 @@ def main() -> None:
     args = ap.parse_args()
     service = build(args.nodes)
     # Admit one gang so reservations exist, as in a busy cluster.
-    names = sorted(service.core.nodes)
+    names = sorted(service.core.queries.nodes)
     for i in range(8):
-        service.core.filter(service.core.pods[f"bench/admitted-{i}"], names, 0.0)  # type: ignore[index]
+        service.core.filter(service.core.queries.pods[f"bench/admitted-{i}"], names, 0.0)  # type: ignore[index]
     app = extender_app(service)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
                             access_log=False)

@@ -8,18 +8,22 @@ adapter renders or writes: ``coscheduling.reasons`` (why Lockstep said no),
 ``coscheduling.topology.domains`` and ``coscheduling.topology.gpus`` (the labels and
 levels it reads), and ``coscheduling.conventions`` (each convention's objects and how their
 status is written). ``app`` imports nothing else (an import-linter contract in ``pyproject.toml``).
+The facade, :class:`Coscheduler`, takes commands (events and verbs in, decisions out, and one
+``drain()`` of what the app must act on); every read goes through its ``queries``
+(:class:`Queries`), which changes nothing.
 
 Modules are named for what they hold, and no two alike for different things. The cluster as
-the API server showed it is ``cluster`` (``ClusterStore``); the core's own state around it,
+the API server showed it is ``state.cluster`` (``ClusterStore``); the core's own state around it,
 the one object the rule modules share, is ``corestate`` (``CoreState``, private to the
 facade); the record types both hold, with the names and keys every module shares, are
 ``records``. What the app carries out is ``actions``; why Lockstep said no is ``reasons``.
-A gang let into reserved capacity is ``gang_admission``; Kubernetes' admission webhook is the
+A gang let into reserved capacity is ``gang.admission``; Kubernetes' admission webhook is the
 placement-at-creation wing, ``creation/``. Preemption is one wing, ``preemption/``: its pure
 part and the part that carries a preemption out (``preemption.carry``).
 """
 
 from .actions import (
+    Answer,
     AwaitQuorum,
     BindFailed,
     BindGroup,
@@ -39,7 +43,7 @@ from .actions import (
     Unparked,
 )
 from .conventions.scheduler_plugins import podgroup_from_json
-from .core import Coscheduler
+from .core import Coscheduler, Drained
 from .corestate import PlainVerdict, Settings
 from .devices.selectors import warm as warm_selectors
 from .events.ingest import PODS, Kind
@@ -55,6 +59,7 @@ from .gang.gating import (
 )
 from .placement.planner import NoFit, Plan
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, MissingPodGroup, gang_key
+from .queries import Queries
 from .readmodel import STATES as GANG_STATES
 from .readmodel import GangView
 from .records import (
@@ -79,6 +84,7 @@ __all__ = [
     "GANG_GATE",
     "GANG_STATES",
     "PODS",
+    "Answer",
     "AwaitQuorum",
     "BindFailed",
     "BindGroup",
@@ -86,6 +92,7 @@ __all__ = [
     "BindOutcome",
     "Bound",
     "Coscheduler",
+    "Drained",
     "DryRun",
     "Eviction",
     "FilterDecision",
@@ -117,6 +124,7 @@ __all__ = [
     "PodRecord",
     "Proposal",
     "QuantityError",
+    "Queries",
     "RecordError",
     "Reject",
     "Resources",

@@ -3,12 +3,16 @@
 It owns one :class:`~coscheduling.corestate.CoreState` and routes each cluster event and verb to
 the module that holds its rules:
 
-* ``ingest``: cluster events, one table entry per resource kind;
-* ``membership``: which gang a pod is in, and quorum;
-* ``gang_admission``: plan a gang whole and reserve it, keep its plan whole, or give it all back;
-* ``creation.held``: gangs behind Lockstep's gate, admitted without a filter call, and gate
+* ``events.ingest``: cluster events, one table entry per resource kind;
+* ``gang.membership``: which gang a pod is in, and quorum;
+* ``gang.admission``: plan a gang whole and reserve it, keep its plan whole, or give it all
+  back;
+* ``creation.gated``: gangs behind Lockstep's gate, admitted without a filter call, and gate
   lifts; ``creation.placer``: placement at creation, the webhook's question;
-* ``filtering`` and ``binding``: the verbs; ``deadlines``: time; ``views``: read models.
+* ``verbs.filtering`` and ``verbs.binding``: the verbs; ``verbs.deadlines``: time.
+
+Its methods are commands: events and verbs in, decisions out. What may be read without
+changing anything is on :attr:`Coscheduler.queries` (``coscheduling.queries``).
 
 Everything is synchronous and takes ``now``: each verb decides and reserves in one block with
 no ``await`` in between, which is what makes admission atomic under asyncio (the guarantee
@@ -16,19 +20,18 @@ HiveD gets from one lock). Deadlock freedom comes from admission: a gang is admi
 when all of it fits in capacity no other gang holds, and an admitted gang always holds a
 whole plan.
 
-Things the app must act on outside a verb's answer are queued and drained: Events
-(:meth:`Coscheduler.drain_notices`), requeue nudges (:meth:`Coscheduler.drain_requeue`),
-parked calls to answer (:meth:`Coscheduler.drain_unparked`) and gate lifts
-(:meth:`Coscheduler.drain_lift`).
+Things the app must act on outside a verb's answer are queued and taken in one
+:meth:`Coscheduler.drain` (a :class:`Drained`): Events, requeue nudges, parked calls to
+answer, gate lifts, evictions, DRA allocations to clear and the held reviews' answers.
+:meth:`Coscheduler.queued` is the cheap check the app makes after every event and verb.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
-from . import readmodel
 from .actions import (
     Answer,
     BindDecision,
@@ -41,138 +44,56 @@ from .actions import (
     Placement,
     Unparked,
 )
-from .conventions.base import StatusModel
-from .corestate import CoreState, PlainVerdict, Settings
+from .corestate import CoreState, Settings
 from .creation import gated, placer
 from .devices.narrow import narrow
 from .events import ingest
 from .events.ingest import Kind
-from .gang.membership import meets_quorum
-from .podgroup import GangKey, GangSpec, Membership, gang_of
-from .preemption.inflight import InFlight
-from .readmodel import GangView
+from .podgroup import gang_of
+from .queries import Queries
 from .reasons import PartiallyBound
-from .records import NodeName, NodeRecord, PodKey, PodRecord
-from .resources import Resources
-from .state.gang import Gang
-from .topology.domains import GPU, GpuLayout, Score
+from .records import NodeName, PodKey, PodRecord
+from .topology.domains import GPU
 from .verbs import binding, deadlines, filtering
 from .whatif import DryRun, expand
 
-__all__ = ["Coscheduler"]
+__all__ = ["Coscheduler", "Drained"]
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """Everything the core queued for the app since the last :meth:`Coscheduler.drain`."""
+
+    unparked: list[Unparked]
+    """Parked bind calls let go of by cluster events: answer each with its reason."""
+    notices: list[Notice]
+    """Events a person should see."""
+    requeue: list[PodKey]
+    """Pods kube-scheduler should look at again (no API event would wake them)."""
+    lift: list[Lift]
+    """Gated pods whose gate comes off now (decided at the drain, from the current plan)."""
+    evictions: list[Eviction]
+    """Victims of preemptions decided since the last drain: the app evicts them."""
+    deallocate: list[tuple[str, str, str]]
+    """DRA claims whose allocation nobody will use (``devices.stale``): ``(namespace/name,
+    uid, resourceVersion)``; the app clears each allocation under those preconditions."""
+    answers: dict[PodKey, Answer]
+    """Answers for the reviews the webhook held for their gang's quorum."""
 
 
 class Coscheduler:
-    """Cluster state plus the gang rules; one instance per Lockstep process."""
+    """Cluster state plus the gang rules; one instance per Lockstep process.
+
+    Its methods are commands; reads go through :attr:`queries`."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         self._state = st = CoreState(settings or Settings())
-        """Private: ``app`` reads the core through the methods here (tests reach it through
+        """Private: ``app`` reads the core through :attr:`queries` (tests reach it through
         ``tests/internals.state_of``, in one place)."""
         self.settings = st.settings
-        self._store, self._ledger = st.store, st.ledger
+        self.queries = Queries(st)
+        """The read side: nothing on it changes the core."""
         self._capacity, self._waiting, self._outbox = st.capacity, st.waiting, st.outbox
-
-    @property
-    def partial_gangs(self) -> int:
-        """Gangs left partly bound by a permanently failed binding (for metrics)."""
-        return self._state.partial_gangs
-
-    # ------------------------------------------------------------------ read-only views
-
-    @property
-    def pods(self) -> Mapping[PodKey, PodRecord]:
-        return MappingProxyType(self._store.pods)
-
-    @property
-    def nodes(self) -> Mapping[NodeName, NodeRecord]:
-        return MappingProxyType(self._store.nodes)
-
-    def pod(self, key: PodKey) -> PodRecord | None:
-        return self._store.pods.get(key)
-
-    def node(self, name: NodeName) -> NodeRecord | None:
-        return self._store.nodes.get(name)
-
-    def has_node(self, name: str) -> bool:
-        return name in self._store.nodes
-
-    def node_names(self) -> list[NodeName]:
-        return sorted(self._store.nodes)
-
-    def node_count(self) -> int:
-        return len(self._store.nodes)
-
-    def pod_count(self) -> int:
-        return len(self._store.pods)
-
-    def free(self, node: NodeName) -> Resources:
-        return self._store.free(node)
-
-    def used(self, node: NodeName) -> Resources:
-        """What the pods bound to ``node`` request (empty when none is)."""
-        return self._store.used.get(node, {})
-
-    def gpu_totals(self) -> tuple[int, int]:
-        """(allocatable, used) GPUs over the cached nodes: one pass, ~1 ms at 5,000 nodes."""
-        used_by_node = self._store.used
-        allocatable = used = 0
-        for name, node in self._store.nodes.items():
-            allocatable += node.allocatable.get(GPU, 0)
-            used += used_by_node.get(name, {}).get(GPU, 0)
-        return allocatable, used
-
-    def domains(self, level: int) -> Mapping[tuple[str, ...], list[NodeName]]:
-        """The nodes of each domain of topology level ``level`` (its index in the levels)."""
-        return self._store.domains(level)
-
-    def layout(self, node: NodeName) -> GpuLayout:
-        """``node``'s GPUs: their NVLink islands and NUMA zones."""
-        return self._store.layout(node)
-
-    def free_unreserved(self, node: NodeName) -> Resources:
-        """Free capacity on ``node`` that no gang holds."""
-        return self._capacity.free_for_gang(node)
-
-    def reserved_on(self, node: NodeName) -> dict[GangKey, Resources]:
-        return self._ledger.by_gang_on(node)
-
-    def reserved_gpus(self) -> int:
-        return sum(r.get(GPU, 0) for r in self._ledger.total.values())
-
-    def reserved_total(self) -> dict[NodeName, dict[GangKey, Resources]]:
-        return {n: self._ledger.by_gang_on(n) for n in self._ledger.nodes()}
-
-    def is_parked(self, pod: PodKey) -> bool:
-        return self._waiting.is_parked(pod)
-
-    def parked_total(self) -> int:
-        return self._waiting.total()
-
-    def members_of(self, gang: GangKey) -> list[PodRecord]:
-        return readmodel.members_of(self._state, gang)
-
-    def membership(self, pod: PodKey) -> Membership:
-        return self._state.membership.get(pod)
-
-    def plain_verdict(self, pod: PodKey) -> PlainVerdict | None:
-        """The last filter and bind answers for a pod outside any gang."""
-        return self._state.plain.verdicts.get(pod)
-
-    def gang_of(self, pod: PodKey) -> GangKey | None:
-        return gang_of(self._state.membership.get(pod))
-
-    def meets_quorum(self, spec: GangSpec, keys: Iterable[PodKey]) -> bool:
-        return meets_quorum(self._state, spec, keys)
-
-    def gangs(self) -> Mapping[GangKey, Gang]:
-        return MappingProxyType(self._state.gangs)
-
-    def plans(self) -> dict[GangKey, dict[PodKey, NodeName]]:
-        return {k: dict(g.plan) for k, g in self._state.gangs.items() if g.plan}
-
-    def explain_score(self, n: NodeName, gpus: int, own: PodKey | None = None) -> Score:
-        return self._capacity.explain_score(n, gpus, own)
 
     # ------------------------------------------------------------------ cluster events
 
@@ -220,7 +141,7 @@ class Coscheduler:
 
     def prioritize(self, pod: PodRecord, nodes: Sequence[NodeName]) -> list[int]:
         """A 0..10 score for each of ``nodes``, in the same order."""
-        own = pod.key if self.gang_of(pod.key) is not None else None
+        own = pod.key if gang_of(self._state.membership.get(pod.key)) is not None else None
         return self._capacity.scores(nodes, pod.requests.get(GPU, 0), own)
 
     def bind(self, key: PodKey, node: NodeName, now: float, uid: str = "") -> BindDecision:
@@ -234,110 +155,60 @@ class Coscheduler:
         """kube-scheduler gave up on a parked call (connection closed): unpark it."""
         self._waiting.remove(key)
 
-    # ------------------------------------------------------------------ held gangs, time
+    # ------------------------------------------------------------------ creation, gates, time
 
     def place_at_creation(self, pod: PodRecord, now: float) -> Placement:
-        """The webhook's question for a member being created: pin it, or gate it."""
+        """The webhook's question for a member being created: pin it, hold its review for
+        its gang's quorum, or gate it."""
         return placer.place_at_creation(self._state, pod, now)
-
-    def pinned_at_creation(self, key: PodKey) -> NodeName | None:
-        """The node a pod being created was pinned to, until the watch shows it."""
-        return placer.pinned_at_creation(self._state, key)
 
     def withdraw_creation(self, key: PodKey) -> None:
         """A pin given at creation taken back by the webhook (another party's gate)."""
         placer.withdraw(self._state, key)
 
-    def drain_creation_answers(self) -> dict[PodKey, Answer]:
-        """Answers for reviews the webhook held, decided since the last drain."""
-        return placer.drain_answers(self._state)
-
-    def next_hold_deadline(self) -> float | None:
-        """When the earliest held review's window closes."""
-        return placer.next_hold_deadline(self._state)
-
     def expire_holds(self, now: float) -> None:
-        """Held reviews whose window closed without their quorum are gated."""
+        """Held reviews whose window closed without their quorum are gated (their answers
+        come in the next :meth:`drain`)."""
         placer.expire_holds(self._state, now)
 
     def release_hold(self, key: PodKey) -> None:
         """The webhook gave up on a held review (it answered it itself)."""
         placer.release_hold(self._state, key)
 
-    def admit_held(self, now: float) -> None:
-        gated.admit_held(self._state, now)
-
-    def lift_target(self, key: PodKey) -> Lift | None:
-        return gated.lift_target(self._state, key)
-
-    def next_deadline(self) -> float | None:
-        return deadlines.next_deadline(self._state)
+    def admit_gated(self, now: float) -> None:
+        """Admit the gangs behind Lockstep's gate that fit now (their lifts are drained)."""
+        gated.admit_gated(self._state, now)
 
     def expire(self, now: float) -> list[GangExpired]:
         """Time out admitted gangs past their deadline and end finished backoffs."""
         return deadlines.expire(self._state, now)
-
-    # ------------------------------------------------------------------ what the app acts on
-
-    def queued(self) -> bool:
-        """Whether anything waits to be drained: the app asks after every event and verb,
-        and most queue nothing (one check, not six drains)."""
-        o = self._outbox
-        return bool(o.notices or o.requeue or o.unparked or o.lift or o.evictions
-                    or o.deallocate)
-
-    def drain_notices(self) -> list[Notice]:
-        return self._outbox.drain_notices()
-
-    def drain_requeue(self) -> list[PodKey]:
-        """Pods kube-scheduler should look at again (no API event would wake them)."""
-        return self._outbox.drain_requeue(self._store.pods)
-
-    def drain_unparked(self) -> list[Unparked]:
-        """Parked calls let go of by cluster events; the app answers each with its reason."""
-        return self._outbox.drain_unparked()
 
     def narrow_claim(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The webhook's patch for a ResourceClaim being created: each ``firstAvailable``
         request narrowed to the subrequest its pod's plan chose (``devices.narrow``)."""
         return narrow(self._state.devices, namespace, obj)
 
-    def drain_deallocate(self) -> list[tuple[str, str, str]]:
-        """DRA claims whose allocation nobody will use (``devices.stale``): ``(namespace/name,
-        uid, resourceVersion)``; the app clears each allocation under those preconditions."""
-        return self._state.outbox.drain_deallocate()
+    # ------------------------------------------------------------------ what the app acts on
 
-    def drain_evictions(self) -> list[Eviction]:
-        """Victims of preemptions decided since the last drain: the app evicts them."""
-        return self._state.outbox.drain_evictions()
+    def queued(self) -> bool:
+        """Whether anything waits to be drained: the app asks after every event and verb,
+        and most queue nothing (one check; :meth:`drain` only when it says so)."""
+        o = self._outbox
+        return bool(o.notices or o.requeue or o.unparked or o.lift or o.evictions
+                    or o.deallocate or self._state.creation.answers)
 
-    def drain_lift(self) -> list[Lift]:
-        """Held pods whose gate comes off now (decided now, from the current plan)."""
-        return gated.drain_lift(self._state)
-
-    # ------------------------------------------------------------------ read models
-
-    def gang_view(self, key: GangKey) -> GangView | None:
-        return readmodel.gang_view(self._state, key)
-
-    def gang_state(self, key: GangKey) -> str | None:
-        """What a person calls the gang's state (one of ``readmodel.STATES``), or None."""
-        g = self._state.gangs.get(key)
-        return readmodel.gang_state(self._state, g) if g is not None else None
-
-    def preemptions_in_flight(self) -> list[InFlight]:
-        """Each preemption whose victims are still going, oldest first."""
-        return sorted(self._state.preemption.inflight.by_preemptor.values(),
-                      key=lambda r: r.started)
-
-    def gang_views(self) -> list[GangView]:
-        found = (readmodel.gang_view(self._state, k) for k in sorted(self._state.gangs))
-        return [v for v in found if v is not None]
-
-    def status_model(self) -> StatusModel:
-        """What every convention's status is made from, one snapshot
-        (``readmodel.status_model``): each convention computes its own patches from it."""
-        return readmodel.status_model(self._state)
+    def drain(self) -> Drained:
+        """Everything queued since the last drain, taken at once; the queues are empty after."""
+        st, o = self._state, self._outbox
+        return Drained(
+            unparked=o.drain_unparked(),
+            notices=o.drain_notices(),
+            requeue=o.drain_requeue(st.store.pods),
+            lift=gated.drain_lift(st),
+            evictions=o.drain_evictions(),
+            deallocate=o.drain_deallocate(),
+            answers=placer.drain_answers(st),
+        )
 
     # ------------------------------------------------------------------ what-if
 

@@ -3,7 +3,7 @@
 Each pair is a replica's pod: a stock kube-scheduler with ``deploy/``'s scheduler
 configuration (leader election on the Lease ``lockstep-system/lockstep-scheduler``, the
 deployed durations) in a UTS namespace whose hostname is the replica's name, and a Lockstep
-told to follow that Lease with that name as its identity (``app.lease``). Both Locksteps
+told to follow that Lease with that name as its identity (``app.kube.lease``). Both Locksteps
 serve the webhook with the certificate they keep in one Secret, and the webhook
 configuration points at a :class:`~testbed.forwarder.Forwarder` standing in for the Service.
 

@@ -1,7 +1,7 @@
 """Fake Kubernetes API servers for tests, reached through Lockstep's own HTTP client.
 
-``Wire(handler)`` is a connector (``app.fasthttp.Connector``) to an in-memory server: the
-bytes ``app.fasthttp`` writes are parsed as HTTP/1.1 requests, handed to ``handler`` as
+``Wire(handler)`` is a connector (``app.kube.fasthttp.Connector``) to an in-memory server: the
+bytes ``app.kube.fasthttp`` writes are parsed as HTTP/1.1 requests, handed to ``handler`` as
 ``httpx.Request`` objects, and the ``httpx.Response`` it returns goes back as HTTP/1.1 bytes.
 So every line of the client Lockstep runs in production, framing and parsing included, runs
 in the tests; only the socket is replaced (httpx here is only the request and response
@@ -50,7 +50,7 @@ class SlowAPI:
                 f.set_result(httpx.Response(200, json={}))
 
     async def fill(self, kube: Any, slots: int = 80) -> list[asyncio.Task[Any]]:
-        """Every connection slot of ``kube`` (an ``app.kube.KubeClient``: 80) taken by a
+        """Every connection slot of ``kube`` (an ``app.kube.client.KubeClient``: 80) taken by a
         read this server holds."""
         reads = [asyncio.create_task(kube.request("GET", f"/api/v1/namespaces/d/pods/p{i}"))
                  for i in range(slots)]
@@ -62,7 +62,7 @@ class SlowAPI:
 
 
 class Wire:
-    """Connects ``app.fasthttp`` to ``handler`` in memory (see the module's docstring)."""
+    """Connects ``app.kube.fasthttp`` to ``handler`` in memory (see the module's docstring)."""
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler

@@ -78,7 +78,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     lets rule 10 tell a creation still in flight from one that never landed."""
     check_devices(core)
     try:
-        check_ledger(state_of(core).ledger, core.plans())
+        check_ledger(state_of(core).ledger, core.queries.plans())
     except LedgerDrift as e:
         raise InvariantBroken(f"reservations != plans: {e}") from None
     store = state_of(core).store
@@ -88,7 +88,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     _check_provisional(core)
     _check_gangs_exist(core, now)
     nominations = state_of(core).preemption.nominations
-    flying = {k for g in core.gangs().values() for k in g.binding}
+    flying = {k for g in core.queries.gangs.values() for k in g.binding}
     for n in sorted({*state_of(core).ledger.nodes(), *nominations.total}):
         if n not in store.nodes:
             if n in nominations.total or any(r.pod not in flying
@@ -109,8 +109,8 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
                     f"node {n}: usage + reservations exceed allocatable {res} by "
                     f"{-left[res]} (reserved {state_of(core).ledger.by_gang_on(n)}, nominated "
                     f"{[x.pod for x in nominations.on(n)]})")
-    for key, g in core.gangs().items():
-        live = {p.key: p for p in core.members_of(key) if p.active}
+    for key, g in core.queries.gangs.items():
+        live = {p.key: p for p in core.queries.members_of(key) if p.active}
         if g.plan and g.phase not in (GangPhase.ADMITTED, GangPhase.RELEASED):
             stray = set(g.plan) - g.binding
             if stray:
@@ -141,14 +141,14 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
             if g.spec is None:
                 raise InvariantBroken(f"gang {key} admitted without a declaration")
             bound = [p.key for p in live.values() if p.node_name is not None]
-            if not core.meets_quorum(g.spec, [*g.plan, *bound]):
+            if not core.queries.meets_quorum(g.spec, [*g.plan, *bound]):
                 raise InvariantBroken(
                     f"gang {key} admitted with a partial plan: {len(g.plan)} slots + {len(bound)} "
                     f"bound < minMember {g.spec.min_member}")
             if g.deadline is None:
                 raise InvariantBroken(f"gang {key} admitted without a deadline")
     for gang in state_of(core).waiting.gangs():
-        owner = core.gangs().get(gang)
+        owner = core.queries.gangs.get(gang)
         for pod, node in state_of(core).waiting.parked(gang).items():
             if owner is None or owner.phase is not GangPhase.ADMITTED:
                 raise InvariantBroken(f"{pod} parked for gang {gang}, which is not admitted")
@@ -160,7 +160,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
                     f"{pod} parked on {node}, plan holds {owner.plan.get(pod)}")
     for gpus, per_node in store.scores.items():
         for n, cached in per_node.items():
-            if n in store.nodes and core.explain_score(n, gpus).total != cached:
+            if n in store.nodes and core.queries.explain_score(n, gpus).total != cached:
                 raise InvariantBroken(f"stale cached score for {n} ({gpus} GPU)")
     def fresh_free_gpus(n: NodeName) -> int:
         return store.nodes[n].allocatable.get("nvidia.com/gpu", 0) - store.used.get(
@@ -241,7 +241,7 @@ def group_priority(core: Coscheduler, g: Gang, pods: Mapping[PodKey, PodRecord] 
         pc = state_of(core).store.priority_classes.get(spec.priority_class)
         if pc is not None:
             return pc.value
-    among = state_of(core).store.pods if pods is None else pods
+    among = core.queries.pods if pods is None else pods
     return max((p.priority for k in g.members if (p := among.get(k)) is not None), default=0)
 
 
@@ -265,16 +265,17 @@ def cluster_facts(core: Coscheduler) -> dict[str, Any]:
                        for k, p in pods.items()),
         "used": {n: {k: v for k, v in r.items() if v} for n, r in used.items()
                  if any(r.values())},
-        "membership": {k: core.gang_of(k) for k in sorted(pods)},
+        "membership": {k: core.queries.gang_of(k) for k in sorted(pods)},
         "gangs": {k: (sorted(m for m in g.members if m in pods),
                       g.spec.min_member if g.spec else None)
-                  for k, g in sorted(core.gangs().items()) if set(g.members) & set(pods)},
-        "priorities": {k: group_priority(core, g, pods) for k, g in sorted(core.gangs().items())
+                  for k, g in sorted(core.queries.gangs.items()) if set(g.members) & set(pods)},
+        "priorities": {k: group_priority(core, g, pods)
+                       for k, g in sorted(core.queries.gangs.items())
                        if set(g.members) & set(pods)},
         "domains": [{d: list(ns) for d, ns in store.domains(i).items()}
                     for i in range(len(core.settings.levels))],
-        "scores": {n: core.explain_score(n, 1).total for n in sorted(store.nodes)
-                   if not core.reserved_on(n)
+        "scores": {n: core.queries.explain_score(n, 1).total for n in sorted(store.nodes)
+                   if not core.queries.reserved_on(n)
                    and n not in state_of(core).preemption.nominations.total
                    and all(p.node_name != n for p in assumed.values())},
     }
@@ -303,7 +304,7 @@ def _check_preemptions(core: Coscheduler) -> None:
                     f"gang {victim} (group priority {group_priority(core, g)}) evicted for "
                     f"{rec.preemptor} (priority {rec.priority})")
             binding = g.binding if g is not None else set()
-            for p in core.members_of(victim):
+            for p in core.queries.members_of(victim):
                 if p.key in rec.victims or p.deleting:
                     continue
                 if p.holds_capacity:
@@ -321,7 +322,7 @@ def _check_preemptions(core: Coscheduler) -> None:
     for n in state_of(core).preemption.nominations.by_pod.values():
         p = store.pods.get(n.pod)
         if p is None or p.node_name is not None or not p.active \
-                or core.gang_of(n.pod) is not None:
+                or core.queries.gang_of(n.pod) is not None:
             raise InvariantBroken(f"room on {n.node} is nominated to {n.pod}, which is not a "
                                   f"pending plain pod")
         if n.node not in store.nodes:

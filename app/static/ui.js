@@ -1,4 +1,4 @@
-// Lockstep's read-only page: polls the JSON endpoints of app/ui.py and draws them.
+// Lockstep's read-only page: polls the JSON endpoints of app/http/ui.py and draws them.
 // Plain DOM, no framework and no build step. Text goes in through textContent only.
 "use strict";
 

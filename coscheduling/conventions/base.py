@@ -284,7 +284,7 @@ class StatusModel:
 @dataclass(frozen=True, slots=True)
 class StatusWrite:
     """How a convention's status is written back, which the adapter's one writer loop reads
-    for every convention in the registry (``app.status_writer``)."""
+    for every convention in the registry (``app.effects.status_writer``)."""
 
     group: str
     """The API group written to (for logs)."""

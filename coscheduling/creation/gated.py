@@ -27,7 +27,7 @@ from ..reasons import WaitingForMembers
 from ..records import PodKey
 from ..state.gang import GangPhase
 
-__all__ = ["GATED_RETRY_SECONDS", "admit_gated", "admit_held", "drain_lift", "lift_target",
+__all__ = ["GATED_RETRY_SECONDS", "admit_gated", "drain_lift", "lift_target",
            "queue_order"]
 
 GATED_RETRY_SECONDS = 0.5
@@ -134,4 +134,3 @@ def drain_lift(st: CoreState) -> list[Lift]:
     return [lift for k in sorted(keys) if (lift := lift_target(st, k)) is not None]
 
 
-admit_held = admit_gated  # the facade's name for the sweep, until it is renamed there

@@ -5,7 +5,7 @@ how it is parsed, the key of a deleted one) with the ingest table entry its even
 (``coscheduling.events.ingest``). Kubernetes' own kinds are declared here (DRA's four among them,
 optional and found by discovery, their events fed to the devices wing); the conventions declare
 their own objects (``Convention.watches``), and :func:`table` takes them from the registry as
-it is, each paired with its entry by ``ingest.kind_of``. The adapter's cache (``app.cache``)
+it is, each paired with its entry by ``ingest.kind_of``. The adapter's cache (``app.kube.cache``)
 lists and watches exactly these, in this order.
 """
 

@@ -3,7 +3,7 @@
 Why this lives in the pure core: the scheduler's locality score (``topology.gpu_layout``) reads
 four ``lockstep.dev/`` node labels, and no Kubernetes component publishes anything like them
 (see ``reference/conventions.md``: "Intra-node NVLink / NVSwitch: no label exists anywhere").
-``lockstep label-node`` (``app/labeller.py``) runs on each GPU node, gathers the connection
+``lockstep label-node`` (``app/kube/labeller.py``) runs on each GPU node, gathers the connection
 matrix and writes the labels. Everything between "text or matrix in" and "labels out" is here,
 free of subprocesses, NVML and HTTP, so recorded outputs of real boards are enough to test it.
 

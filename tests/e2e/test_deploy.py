@@ -17,7 +17,8 @@ DEPLOY = REPO / "deploy"
 TOKEN = "lockstep-rbac-test-token"
 USER = "lockstep-rbac-test"
 
-# Every API call Lockstep makes (app/kube.py, app/cache.py, app/service.py) and its rule.
+# Every API call Lockstep makes (app/kube/client.py, app/kube/cache.py, app/service.py) and its
+# rule.
 USES = [
     ("list", "nodes", "", "cache: node capacity and topology labels"),
     ("watch", "nodes", "", "cache"),

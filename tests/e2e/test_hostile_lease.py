@@ -36,7 +36,7 @@ After each edit:
 and, for the edit to the leader's own hostname: from ``renewDeadline`` + 1 s after it (and
 before the Lease can pass, at 15 s), that replica's Lockstep does not act, however often the
 Lease's metadata changes: its kube-scheduler stopped renewing at the edit, so the fence
-(``app.lease``) must have closed at ``renewDeadline``. At the end no gang was ever partially
+(``app.kube.lease``) must have closed at ``renewDeadline``. At the end no gang was ever partially
 bound. Failures are collected and reported once, as in ``test_hostile``.
 """
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import (
@@ -121,7 +121,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
     plan: dict[str, str] = {}
     for g in range(GANGS):
         for m in range(SIZE):
-            p = core.pods[PodKey(f"default/g{g}-{m}")]
+            p = core.queries.pods[PodKey(f"default/g{g}-{m}")]
             d = service.filter(p, names)
             assert d.unresolvable is None and len(d.passed) == 1, d
             plan[p.name] = d.passed[0]
@@ -142,12 +142,12 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
         random.Random(11).shuffle(first)
         t1, c1 = time.perf_counter(), cpu_seconds()
         parked = [asyncio.ensure_future(bind(n)) for n in first]
-        while core.parked_total() < PARKED:
+        while core.queries.parked_total() < PARKED:
             assert not any(t.done() for t in parked), "a bind call returned before its quorum"
             await asyncio.sleep(0.01)
         park_s, park_cpu = time.perf_counter() - t1, cpu_seconds() - c1
         rss_parked = rss_mib()
-        assert core.parked_total() == PARKED and len(service.parked) == PARKED
+        assert core.queries.parked_total() == PARKED and len(service.parked) == PARKED
         assert not bindings, "something bound before its gang's quorum"
         t_idle = time.perf_counter()
         await asyncio.sleep(1.0)  # holding 2,000 parked calls should cost the loop nothing
@@ -168,7 +168,7 @@ async def test_two_thousand_parked_binds_resolve(capsys: Any) -> None:
     assert len(answers) == GANGS * SIZE
     assert sum(bindings.values()) == GANGS * SIZE and set(bindings.values()) == {1}
     assert dict(bindings) == {(n, plan[n]): 1 for n in plan}
-    assert core.parked_total() == 0 and not service.parked
+    assert core.queries.parked_total() == 0 and not service.parked
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {
         "gangs": GANGS, "members": SIZE, "parked_at_once": PARKED, "nodes": NODES,

@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app import status_writer
-from app.cache import ClusterCache
-from app.kube import KubeClient, KubeConfig
-from app.status_writer import StatusWriter
+from app.effects import status_writer
+from app.effects.status_writer import StatusWriter
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from coscheduling import (
     Coscheduler,
     GangSpec,
@@ -137,9 +137,9 @@ async def test_a_registered_convention_is_watched_ingested_and_its_status_writte
     for obj in members:
         core.upsert_pod(pod_from_json(obj))
     member = pod_key("default", "t-0")
-    assert isinstance(core.membership(member), MissingPodGroup)
+    assert isinstance(core.queries.membership(member), MissingPodGroup)
     core.upsert(gangs.kind, gangs.watch.parse(gang_object(2), "v1"))
-    spec = core.membership(member)
+    spec = core.queries.membership(member)
     assert isinstance(spec, GangSpec)
     assert (spec.source, spec.min_member) == (example.SOURCE, 2)
 
@@ -162,4 +162,4 @@ async def test_a_registered_convention_is_watched_ingested_and_its_status_writte
 
     # Its object gone, its pods wait for it again.
     core.delete(gangs.kind, spec.key)
-    assert isinstance(core.membership(member), MissingPodGroup)
+    assert isinstance(core.queries.membership(member), MissingPodGroup)

@@ -106,7 +106,7 @@ def test_a_gang_with_thousands_of_affinity_terms_is_unplaceable_with_the_field_n
         core.upsert_pod(pod_from_json(_with_terms(
             pod(f"g-{i}").gang("g", 4).gpu(9).build(), terms)))
     t = time.perf_counter()
-    d = core.filter(core.pods[pod_key("default", "g-0")], sorted(core.nodes), 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "g-0")], sorted(core.queries.nodes), 0.0)
     assert time.perf_counter() - t < 0.5
     assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
     notes = " ".join(d.unresolvable.nofit.notes)
@@ -136,12 +136,12 @@ def test_a_gang_over_an_affinity_limit_tries_no_placement_and_searches_no_victim
     placed = []
     real = planner._place
     monkeypatch.setattr(planner, "_place", lambda ctx, ns: placed.append(1) or real(ctx, ns))
-    d = core.filter(core.pods[pod_key("default", "g-0")], sorted(core.nodes), 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "g-0")], sorted(core.queries.nodes), 0.0)
     assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
     assert placed == []
     assert AFFINITY_FIELD in " ".join(d.unresolvable.nofit.notes)
     assert "no eviction can place default/g-0" in d.unresolvable.preemption
     assert f"at most {MAX_AFFINITY_TERMS}" in d.unresolvable.preemption
-    assert state_of(core).preemption.inflight.searches == {} and core.drain_evictions() == []
+    assert state_of(core).preemption.inflight.searches == {} and core.drain().evictions == []
     assert state_of(core).preemption.inflight.get(
         PreemptorId.of_gang(gang_key("default", "g"))) is None

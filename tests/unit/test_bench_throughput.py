@@ -246,7 +246,7 @@ def test_pyspy_shares_counts_stacks_containing_each_needle() -> None:
 
     lines = ["main (a.py:1);Lockstep._bind_one (app/service.py:9);send (x.py:2) 30",
              "main (a.py:1);Lockstep._post_events (app/service.py:5) 10",
-             "main (a.py:1);VerbsApp._filter (app/verbs.py:3) 5", "", "garbage"]
+             "main (a.py:1);VerbsApp._filter (app/http/verbs.py:3) 5", "", "garbage"]
     total, hits = pyspy_shares(lines, ["Lockstep._bind_one", "main (", "nothing"])
     assert total == 45
     assert hits == {"Lockstep._bind_one": 30, "main (": 45, "nothing": 0}
@@ -276,8 +276,8 @@ def test_report_finds_profiles_copied_beside_the_json(tmp_path: object) -> None:
 
     base = Path(str(tmp_path))
     (base / "pyspy-lockstep.txt").write_text(
-        "main (a.py:1);Binder._bind_one (app/binder.py:9) 3\n"
-        "main (a.py:1);ClusterCache.run (app/cache.py:2) 1\n")
+        "main (a.py:1);Binder._bind_one (app/effects/binder.py:9) 3\n"
+        "main (a.py:1);ClusterCache.run (app/kube/cache.py:2) 1\n")
     row = {"scheduler": "Lockstep", "batch_wall_s": 1.0, "pods_per_s": 100.0,
            "pyspy_file": "/gone/elsewhere/pyspy-lockstep.txt",
            "watchers_terminated": {"pods": 31},

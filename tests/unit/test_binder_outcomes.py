@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.binder import Binder
+from app.effects.binder import Binder
+from app.effects.parked import ParkedCalls
 from app.metrics import Metrics
-from app.parked import ParkedCalls
 from coscheduling import (
     Bound,
     Coscheduler,
@@ -37,7 +37,7 @@ async def test_an_outcome_carries_the_uid_of_the_pod_it_bound() -> None:
     core = Coscheduler(Settings())
     obj = pod("p").gpu(1).build()
     core.upsert_pod(pod_from_json(obj))
-    binder = Binder(core, _Kube(), Metrics(core, lambda _: {}),  # type: ignore[arg-type]
+    binder = Binder(core, _Kube(), Metrics(core.queries, lambda _: {}),  # type: ignore[arg-type]
                     None, None, clock=lambda: 0.0, after_change=lambda: None,  # type: ignore[arg-type]
                     kick=asyncio.Event(), bind_retries=0)
     outcome = await binder._bind_one(pod_key("default", "p"), NodeName("n0"))

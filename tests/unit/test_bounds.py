@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.cache import ClusterCache
-from app.explain import explain_pod
-from app.kube import KubeClient, KubeConfig
+from app.effects.status_writer import StatusWriter
+from app.http.explain import explain_pod
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.render import render, render_notice
 from app.service import Lockstep
-from app.status_writer import StatusWriter
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
 from coscheduling.actions import NoticeKind
 from coscheduling.conventions import resolve, scheduler_plugins, upstream, volcano
@@ -484,8 +484,8 @@ def test_a_huge_gang_in_the_core_is_invalid_and_says_why_everywhere() -> None:
     p = gang_pod({"lockstep.dev/pod-group": "g", "lockstep.dev/min-member": str(2**31 - 1)})
     timed(lambda: core.upsert_pod(pod_from_json(p)))
     key = pod_key("default", "p")
-    invalid(core.membership(key), "lockstep.dev/min-member", LIMIT)
-    notices = [n for n in core.drain_notices() if n.kind is NoticeKind.INVALID]
+    invalid(core.queries.membership(key), "lockstep.dev/min-member", LIMIT)
+    notices = [n for n in core.drain().notices if n.kind is NoticeKind.INVALID]
     assert notices and LIMIT in render_notice(notices[0])
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
                                         connect=Wire(lambda _: httpx.Response(201, json={}))))
@@ -512,10 +512,10 @@ def test_a_volcano_group_over_the_limit_says_so_in_its_condition() -> None:
     core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(podgroup("pg", 5000)))
     b = pod("m").gpu(1).annotate("scheduling.k8s.io/group-name", "pg")
     core.upsert_pod(pod_from_json(b.build()))
-    status = volcano_statuses(core.status_model())[gang_key("default", "pg")]
+    status = volcano_statuses(core.queries.status_model())[gang_key("default", "pg")]
     assert status.waiting is not None
     assert "above the limit of 100 (--max-gang-size)" in render(status.waiting)
-    invalid(core.membership(pod_key("default", "m")),
+    invalid(core.queries.membership(pod_key("default", "m")),
             "PodGroup (scheduling.volcano.sh).spec.minMember", "above the limit of 100")
 
 
@@ -524,10 +524,11 @@ def test_a_scheduler_plugins_group_over_the_limit_is_invalid_for_its_members() -
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 101)))
     core.upsert_pod(pod_from_json(pod("m").gpu(1).label("scheduling.x-k8s.io/pod-group", "pg")
                                   .build()))
-    invalid(core.membership(pod_key("default", "m")), "PodGroup.spec.minMember",
+    invalid(core.queries.membership(pod_key("default", "m")), "PodGroup.spec.minMember",
             "above the limit of 100 (--max-gang-size)")
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 100)))
-    assert not isinstance(core.membership(pod_key("default", "m")), InvalidGang | MissingPodGroup)
+    m = core.queries.membership(pod_key("default", "m"))
+    assert not isinstance(m, InvalidGang | MissingPodGroup)
 
 
 # ---------------------------------------------------------------------------- the watch
@@ -544,7 +545,7 @@ def test_the_5000_digit_pod_through_the_watch() -> None:
     cache = cache_for(core)
     obj = gang_pod({"lockstep.dev/pod-group": "g", "lockstep.dev/min-member": HUGE_DIGITS})
     timed(lambda: cache._apply("pods", "ADDED", obj))
-    invalid(core.membership(pod_key("default", "p")), "lockstep.dev/min-member", LIMIT)
+    invalid(core.queries.membership(pod_key("default", "p")), "lockstep.dev/min-member", LIMIT)
     assert cache.resources["pods"].failed == 0
 
 
@@ -563,8 +564,8 @@ def test_an_error_ingesting_one_object_is_logged_counted_and_skipped(
     cache._apply("pods", "ADDED", pod("bad").build())
     cache._apply("pods", "ADDED", pod("good").build())
     assert cache.resources["pods"].failed == 1
-    assert pod_key("default", "good") in core.pods
-    assert pod_key("default", "bad") not in core.pods
+    assert pod_key("default", "good") in core.queries.pods
+    assert pod_key("default", "bad") not in core.queries.pods
 
 
 def test_an_error_in_a_relist_applies_the_rest_one_by_one(
@@ -585,7 +586,7 @@ def test_an_error_in_a_relist_applies_the_rest_one_by_one(
     monkeypatch.setattr(core, "upsert", upsert)
     recs = [record_of(pod(n).build()) for n in ("a", "bad", "b")]
     cache._apply_all("pods", recs)
-    assert {pod_key("default", "a"), pod_key("default", "b")} <= set(core.pods)
+    assert {pod_key("default", "a"), pod_key("default", "b")} <= set(core.queries.pods)
     assert cache.resources["pods"].failed == 2
 
 
@@ -616,7 +617,7 @@ def review(obj: dict[str, Any]) -> dict[str, Any]:
                          ids=["5000-digits", "ten-million", "int32-max", "arabic-indic"])
 async def test_the_webhook_answers_200_for_a_hostile_size(
         declares: dict[str, str], size_key: str, value: str) -> None:
-    from app.webhook import create_webhook_app
+    from app.http.webhook import create_webhook_app
 
     core = core_with_node()
     service = Lockstep(core, KubeClient(KubeConfig("http://api.test"),
@@ -677,11 +678,11 @@ async def test_an_upstream_group_over_the_limit_gets_a_scheduler_error_condition
     core.upsert(ingest.UPSTREAM_PODGROUPS,
                 upstream_podgroup_from_json(upstream_pg(500), "v1beta1"))
     core.upsert_pod(upstream_member())
-    invalid(core.membership(pod_key("default", "w0")),
+    invalid(core.queries.membership(pod_key("default", "w0")),
             f"{UP}.schedulingPolicy.gang.minCount", "above the limit of 100 (--max-gang-size)")
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
-    await writer.write(status_of(upstream.CONVENTION), core.status_model())
+    await writer.write(status_of(upstream.CONVENTION), core.queries.status_model())
     [(path, body)] = api.writes
     assert path.endswith("/podgroups/train/status")
     [cond] = body["status"]["conditions"]
@@ -694,7 +695,7 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     core.upsert(ingest.SP_PODGROUPS, podgroup_from_json(podgroup("pg", 101)))
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
-    await writer.write(status_of(scheduler_plugins.CONVENTION), core.status_model())
+    await writer.write(status_of(scheduler_plugins.CONVENTION), core.queries.status_model())
     [(path, body)] = api.writes
     assert path.endswith("/podgroups/pg/status")
     assert body["status"]["phase"] == "Pending"
@@ -702,7 +703,7 @@ async def test_a_scheduler_plugins_group_over_the_limit_gets_a_gang_invalid_cond
     assert (cond["type"], cond["status"]) == ("GangInvalid", "True")
     assert "PodGroup.spec.minMember" in cond["message"]
     assert "above the limit of 100 (--max-gang-size)" in cond["message"]
-    await writer.write(status_of(scheduler_plugins.CONVENTION), core.status_model())
+    await writer.write(status_of(scheduler_plugins.CONVENTION), core.queries.status_model())
     assert len(api.writes) == 1  # written once, not every pass
 
 
@@ -716,8 +717,8 @@ async def test_a_volcano_and_a_scheduler_plugins_group_of_one_name_are_each_writ
     api = Recorder()
     writer = StatusWriter(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
     for _ in range(3):
-        await writer.write(status_of(volcano.CONVENTION), core.status_model())
-        await writer.write(status_of(scheduler_plugins.CONVENTION), core.status_model())
+        await writer.write(status_of(volcano.CONVENTION), core.queries.status_model())
+        await writer.write(status_of(scheduler_plugins.CONVENTION), core.queries.status_model())
     paths = sorted(path for path, _ in api.writes)
     assert len(paths) == 2 and paths[0] != paths[1], paths
     assert all(p.endswith("/namespaces/default/podgroups/pg/status") for p in paths)
@@ -730,7 +731,7 @@ async def test_a_status_pass_that_raises_is_logged_and_the_writer_goes_on(
     import asyncio
     from types import SimpleNamespace
 
-    from app import status_writer
+    from app.effects import status_writer
 
     writer = StatusWriter(core_with_node(), KubeClient(KubeConfig("http://api.test"),
                                                        connect=Wire(Recorder())))
@@ -930,10 +931,10 @@ async def test_an_undecodable_watch_line_relists_and_the_task_goes_on() -> None:
     task = asyncio.create_task(cache.run("pods"))
     try:
         for _ in range(300):
-            if pod_key("default", "after") in core.pods:
+            if pod_key("default", "after") in core.queries.pods:
                 break
             await asyncio.sleep(0.01)
-        assert pod_key("default", "after") in core.pods
+        assert pod_key("default", "after") in core.queries.pods
         assert not task.done()
         assert cache.resources["pods"].failed == 1
     finally:

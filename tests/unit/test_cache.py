@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from app.cache import ClusterCache
-from app.kube import KubeClient, KubeConfig
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from coscheduling import Coscheduler, node_from_json
 from coscheduling.events import ingest
 from coscheduling.topology.domains import nrt_from_json
@@ -72,9 +72,9 @@ async def test_relist_after_410_replaces_the_cache_including_deletions() -> None
     core.upsert(ingest.NODES, node_from_json(node("n0").gpus(8).build()))
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
                                           connect=Wire(api)))
-    await run_until(cache, "pods", lambda: "default/c" in core.pods)
-    assert sorted(core.pods) == ["default/b", "default/c"]
-    assert core.free("n0")["nvidia.com/gpu"] == 6  # usage of "a" was released
+    await run_until(cache, "pods", lambda: "default/c" in core.queries.pods)
+    assert sorted(core.queries.pods) == ["default/b", "default/c"]
+    assert core.queries.free("n0")["nvidia.com/gpu"] == 6  # usage of "a" was released
     assert cache.resources["pods"].relists == 2
     # The first watch resumed from the list's resourceVersion.
     assert any("resourceVersion=10" in r and "watch=1" in r for r in api.requests)
@@ -94,7 +94,7 @@ async def test_first_node_list_from_the_watch_cache_relists_consistent() -> None
     lists = [r for r in api.requests if "watch" not in r]
     assert lists[0] == "limit=500&resourceVersion=0"
     assert lists[1] == "limit=500"  # after the 410: a consistent read, as client-go does
-    assert core.has_node("n0")
+    assert ("n0" in core.queries.nodes)
 
 
 async def test_pods_are_always_listed_page_by_page_consistent() -> None:
@@ -118,7 +118,7 @@ async def test_watch_events_apply_and_resume_from_the_last_version() -> None:
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"),
                                           connect=Wire(api)))
     seen: list[bool] = []
-    cache.on_change = lambda: seen.append("default/x" in core.pods)
+    cache.on_change = lambda: seen.append("default/x" in core.queries.pods)
     await run_until(cache, "pods", lambda: len(seen) >= 4)
     assert seen[1:4] == [True, True, False]
     assert any("resourceVersion=7" in r for r in api.requests)

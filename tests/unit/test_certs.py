@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from app.certs import (
+from app.kube.certs import (
     CA_VALIDITY,
     RENEW_BEFORE,
     SERVING_VALIDITY,
@@ -25,7 +25,7 @@ from app.certs import (
     read_secret,
     secret_data,
 )
-from app.errors import Conflict, NotFound
+from app.kube.errors import Conflict, NotFound
 
 NOW = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
 HOSTS = ["lockstep-webhook.lockstep-system.svc", "127.0.0.1"]
@@ -258,7 +258,7 @@ async def test_the_loop_reloads_on_rotation_and_survives_api_failures(tmp_path: 
     async def flaky(method: str, path: str, **kw: Any) -> Any:
         if failures[0]:
             failures[0] -= 1
-            from app.errors import APIUnreachable
+            from app.kube.errors import APIUnreachable
             raise APIUnreachable(path, OSError("connection refused"))
         return await real(method, path, **kw)
 

@@ -47,13 +47,13 @@ def add(core: Coscheduler, *pods: dict[str, Any]) -> None:
 
 
 def filt(core: Coscheduler, name: str, now: float = 0.0, ns: str = "default"):  # type: ignore[no-untyped-def]
-    p = core.pods[pod_key(ns, name)]
-    return core.filter(p, sorted(core.nodes), now)
+    p = core.queries.pods[pod_key(ns, name)]
+    return core.filter(p, sorted(core.queries.nodes), now)
 
 
 def observe_bound(core: Coscheduler, name: str, node_name: str, ns: str = "default") -> None:
     """What the watch delivers after a successful binding."""
-    p = core.pods[pod_key(ns, name)]
+    p = core.queries.pods[pod_key(ns, name)]
     p2 = pod_from_json(
         {
             "metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid,
@@ -100,7 +100,7 @@ def test_two_gangs_on_six_gpus_one_runs_the_other_holds_nothing() -> None:
 
     for i in range(4):
         observe_bound(core, f"a{i}", placed[f"a{i}"])
-    view = core.gang_view(gang_key("default", "b"))
+    view = core.queries.gang_view(gang_key("default", "b"))
     assert view is not None and view.bound == 0 and view.phase is GangPhase.WAITING
     # The first gang finishes: the second now fits in full.
     for i in range(4):
@@ -133,7 +133,7 @@ def test_invalid_declarations_are_rejected_with_the_field(
     assert d.passed == []
     assert isinstance(d.unresolvable, InvalidDeclaration)
     assert want in d.unresolvable.error.problem
-    notices = core.drain_notices()
+    notices = core.drain().notices
     assert [n.kind.value for n in notices] == ["GangInvalid"]
 
 
@@ -147,14 +147,14 @@ def test_incomplete_gang_waits_then_admits_when_the_last_member_arrives() -> Non
     assert len(filt(core, "p3").passed) == 1
     # Admission wakes exactly the members kube-scheduler turned away before (one API write
     # each); the one being answered, and members never turned away, need no nudge.
-    assert core.drain_requeue() == [pod_key("default", f"p{i}") for i in range(3)]
+    assert core.drain().requeue == [pod_key("default", f"p{i}") for i in range(3)]
 
 
 def test_members_never_turned_away_are_not_nudged() -> None:
     core = six_gpus()
     add(core, *(pod(f"p{i}").gang("g", min_member=4).gpu(1).build() for i in range(4)))
     assert len(filt(core, "p0").passed) == 1
-    assert core.drain_requeue() == []
+    assert core.drain().requeue == []
 
 
 def test_filter_is_idempotent_for_an_admitted_member() -> None:
@@ -185,7 +185,7 @@ def test_timeout_answers_every_parked_call_releases_and_backs_off() -> None:
     assert isinstance(filt(core, "b0", 1.0).unresolvable, DoesNotFit)
     assert isinstance(core.bind(pod_key("default", "a0"), nodes[0], 1.0), Park)
     assert isinstance(core.bind(pod_key("default", "a1"), nodes[1], 1.0), Park)
-    assert core.next_deadline() == 30.0
+    assert core.queries.next_deadline() == 30.0
     assert core.expire(29.9) == []
 
     expired = core.expire(30.0)
@@ -193,12 +193,12 @@ def test_timeout_answers_every_parked_call_releases_and_backs_off() -> None:
     assert set(expired[0].parked) == {pod_key("default", "a0"), pod_key("default", "a1")}
     assert isinstance(expired[0].reason, TimedOut)
     assert expired[0].reason.stragglers == ("default/a2 (not placed)",)
-    assert core.reserved_total() == {}
+    assert core.queries.reserved_total() == {}
     # The waiting gang is woken and now takes the capacity; the timed-out one backs off.
-    assert pod_key("default", "b0") in core.drain_requeue()
+    assert pod_key("default", "b0") in core.drain().requeue
     assert len(filt(core, "b0", 31.0).passed) == 1
     assert isinstance(filt(core, "a0", 31.0).unresolvable, BackingOff)
-    assert core.gang_view(gang_key("default", "a")).phase is GangPhase.BACKING_OFF  # type: ignore[union-attr]
+    assert core.queries.gang_view(gang_key("default", "a")).phase is GangPhase.BACKING_OFF  # type: ignore[union-attr]
 
 
 def test_elastic_extras_bind_at_once_after_the_quorum() -> None:
@@ -217,7 +217,7 @@ def test_bind_to_another_node_than_planned_is_rejected() -> None:
     core = six_gpus()
     add(core, *(pod(f"p{i}").gang("g", min_member=2).gpu(2).build() for i in range(2)))
     planned = filt(core, "p0").passed[0]
-    other = next(n for n in core.nodes if n != planned)
+    other = next(n for n in core.queries.nodes if n != planned)
     assert isinstance(core.bind(pod_key("default", "p0"), other, 1.0), Reject)
 
 
@@ -261,14 +261,14 @@ def test_node_resource_topology_steers_pods_to_a_numa_zone_that_holds_them() -> 
 
     core = cluster(node("split").gpus(4).build(), node("whole").gpus(4).build())
     add(core, pod("p").gpu(2).build())
-    plain = core.pods[pod_key("default", "p")]
+    plain = core.queries.pods[pod_key("default", "p")]
     assert core.prioritize(plain, [NodeName("split"), NodeName("whole")]) == [8, 8]
     # NodeResourceTopology says "split" has one free GPU on each NUMA zone.
     core.upsert(ingest.NUMA, NumaZones(NodeName("split"), (1, 1)))
     core.upsert(ingest.NUMA, NumaZones(NodeName("whole"), (2, 0)))
     split, whole = core.prioritize(plain, [NodeName("split"), NodeName("whole")])
     assert whole > split
-    assert "NUMA free [1, 1]" in core.explain_score(NodeName("split"), 2, None).why
+    assert "NUMA free [1, 1]" in core.queries.explain_score(NodeName("split"), 2, None).why
 
 
 def test_after_a_restart_only_pods_kube_scheduler_marked_unschedulable_are_nudged() -> None:
@@ -278,4 +278,4 @@ def test_after_a_restart_only_pods_kube_scheduler_marked_unschedulable_are_nudge
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
     core.replace(ingest.PODS, [pod_from_json(o) for o in objs])  # a fresh process's first list
     assert len(filt(core, "p2").passed) == 1
-    assert core.drain_requeue() == [pod_key("default", "p0")]
+    assert core.drain().requeue == [pod_key("default", "p0")]

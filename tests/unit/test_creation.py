@@ -68,7 +68,7 @@ def burst(core: Coscheduler, objs: list[dict[str, Any]], now: float = 0.0
         p = core.place_at_creation(pod_from_json(o), now)
         if not isinstance(p, AwaitQuorum):
             out[o["metadata"]["name"]] = p
-    for key, p in core.drain_creation_answers().items():
+    for key, p in core.drain().answers.items():
         out[key.split("/", 1)[1]] = p
     return out
 
@@ -86,7 +86,7 @@ def land_all(core: Coscheduler, objs: list[dict[str, Any]], placed: dict[str, An
 
 
 def reserved(core: Coscheduler) -> int:
-    return sum(r.requests.get("nvidia.com/gpu", 0) for r in state_of(core).ledger.by_pod.values())
+    return core.queries.reserved_gpus()
 
 
 def test_a_gang_created_in_one_burst_is_pinned_whole_once_its_quorum_exists() -> None:
@@ -96,16 +96,16 @@ def test_a_gang_created_in_one_burst_is_pinned_whole_once_its_quorum_exists() ->
         # Not a quorum yet: the review is held; nothing is reserved, no gang, no placeholder.
         held = core.place_at_creation(pod_from_json(o), 0.0)
         assert held == AwaitQuorum(gang_key("default", "g"), HOLD_SECONDS)
-        assert reserved(core) == 0 and core.gangs() == {} and core.pods == {}
+        assert reserved(core) == 0 and core.queries.gangs == {} and core.queries.pods == {}
         check_invariants(core)
     last = core.place_at_creation(pod_from_json(objs[3]), 0.01)
     assert isinstance(last, PinAtCreation) and last.gang == gang_key("default", "g")
-    others = core.drain_creation_answers()
+    others = core.drain().answers
     assert set(others.values()) == {last}  # every held review pinned, on the same node
-    g = core.gangs()[gang_key("default", "g")]
+    g = core.queries.gangs[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and reserved(core) == 4
     assert state_of(core).creation.holds == {}
-    assert core.drain_lift() == []  # nothing was gated, nothing to lift
+    assert core.drain().lift == []  # nothing was gated, nothing to lift
     check_invariants(core)
 
 
@@ -118,7 +118,7 @@ def test_members_pinned_at_creation_bind_as_a_gang_once_the_watch_shows_them() -
     assert state_of(core).creation.pinned == {}
     decisions = []
     for i in range(3):
-        rec = core.pods[pod_key("default", f"w{i}")]
+        rec = core.queries.pods[pod_key("default", f"w{i}")]
         pin = NodeName(pinned_node(rec.required_affinity) or "")
         assert core.filter(rec, [pin], 1.0).passed == [pin]
         decisions.append(core.bind(rec.key, pin, 1.0, rec.uid))
@@ -132,8 +132,8 @@ def test_a_gang_that_does_not_fit_is_gated_and_leaves_nothing_behind() -> None:
     assert len(placed) == 4
     for p in placed.values():
         assert isinstance(p, GateAtCreation) and isinstance(p.reason, DoesNotFit)
-    assert reserved(core) == 0 and core.pods == {}
-    assert gang_key("default", "g") not in core.gangs()
+    assert reserved(core) == 0 and core.queries.pods == {}
+    assert gang_key("default", "g") not in core.queries.gangs
     check_invariants(core)
 
 
@@ -142,7 +142,7 @@ def test_pods_it_cannot_place_are_gated() -> None:
     kueue = creating("k0", "k", 2)
     kueue["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
     assert isinstance(core.place_at_creation(pod_from_json(kueue), 0.0), GateAtCreation)
-    assert reserved(core) == 0 and core.pods == {}
+    assert reserved(core) == 0 and core.queries.pods == {}
     bound = creating("b0", "b", 2)
     bound["spec"]["nodeName"] = "n0"
     assert isinstance(core.place_at_creation(pod_from_json(bound), 0.0), GateAtCreation)
@@ -169,11 +169,11 @@ def test_a_pin_whose_pod_never_appears_gives_the_gang_back_and_leaves_no_gang() 
     placed = burst(core, [creating(f"w{i}", "g", 2) for i in range(2)])
     assert all(isinstance(p, PinAtCreation) for p in placed.values())
     assert reserved(core) == 2
-    deadline = core.next_deadline()
+    deadline = core.queries.next_deadline()
     assert deadline is not None and deadline <= PROVISIONAL_SECONDS
     core.expire(PROVISIONAL_SECONDS + 0.01)
-    assert reserved(core) == 0 and core.pods == {}
-    assert core.gangs() == {}  # no empty gang left behind
+    assert reserved(core) == 0 and core.queries.pods == {}
+    assert core.queries.gangs == {}  # no empty gang left behind
     check_invariants(core)
 
 
@@ -187,17 +187,17 @@ def test_a_slow_gang_is_never_tied_to_nodes_chosen_before_its_quorum_existed() -
     held = core.place_at_creation(pod_from_json(first), 0.0)
     assert isinstance(held, AwaitQuorum) and reserved(core) == 0
     core.expire_holds(HOLD_MAX_SECONDS)
-    (answer,) = core.drain_creation_answers().values()
+    (answer,) = core.drain().answers.values()
     assert isinstance(answer, GateAtCreation) and "quorum" in answer.why
     land_all(core, [first], {"w0": answer})
-    assert pinned_node(core.pods[pod_key("default", "w0")].required_affinity) is None
+    assert pinned_node(core.queries.pods[pod_key("default", "w0")].required_affinity) is None
     # Created slowly: later members are not held, the one completing the quorum is pinned.
     second = creating("w1", "g", 2)
     p = core.place_at_creation(pod_from_json(second), 5.0)
     assert isinstance(p, PinAtCreation)
-    g = core.gangs()[gang_key("default", "g")]
+    g = core.queries.gangs[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and set(g.plan.values()) == {p.node}
-    assert [lift.node for lift in core.drain_lift()] == [p.node]
+    assert [lift.node for lift in core.drain().lift] == [p.node]
     check_invariants(core)
 
 
@@ -211,13 +211,13 @@ def test_a_member_created_alone_holds_nothing_and_leaves_no_gang_when_cancelled(
         obj = creating("w0", f"job{j}", 2)
         assert isinstance(core.place_at_creation(pod_from_json(obj), float(j)), AwaitQuorum)
         core.expire_holds(j + HOLD_MAX_SECONDS)
-        answers = core.drain_creation_answers()
+        answers = core.drain().answers
         if j % 2:
             land_all(core, [obj], {"w0": answers[pod_key("default", "w0")]})
             core.delete_pod(pod_key("default", "w0"))
         # else: its creation never landed
     core.expire(200.0 + PROVISIONAL_SECONDS)
-    assert core.gangs() == {} and reserved(core) == 0 and core.pods == {}
+    assert core.queries.gangs == {} and reserved(core) == 0 and core.queries.pods == {}
     check_invariants(core)
 
 
@@ -230,7 +230,7 @@ def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -
     placed = core.place_at_creation(pod_from_json(creating("w1", "g", 10)), 0.0)
     assert isinstance(placed, GateAtCreation) and "disagree" in placed.why
     assert reserved(core) == 0 and state_of(core).creation.holds == {}
-    assert set(core.pods) == {pod_key("default", "w0")}
+    assert set(core.queries.pods) == {pod_key("default", "w0")}
     check_invariants(core)
 
 
@@ -250,8 +250,8 @@ def test_a_held_review_disagreeing_with_the_gang_that_came_since_is_gated_not_pi
     answers = burst(core, [creating("w2", "g", 3)], 0.1)
     assert set(answers) == {"w0"}, answers  # w2 is held for the third member
     assert isinstance(answers["w0"], GateAtCreation) and "disagree" in answers["w0"].why
-    assert reserved(core) == 0 and set(core.pods) == {pod_key("default", "w1")}
-    spec = state_of(core).gangs[gang_key("default", "g")].spec
+    assert reserved(core) == 0 and set(core.queries.pods) == {pod_key("default", "w1")}
+    spec = core.queries.gangs[gang_key("default", "g")].spec
     assert spec is not None and spec.min_member == 3
     assert [list(h.pods) for h in state_of(core).creation.holds.values()] == [
         [pod_key("default", "w2")]]
@@ -273,14 +273,14 @@ def test_a_huge_min_member_is_gated_at_once_with_no_work_per_member() -> None:
         placed = core.place_at_creation(pod_from_json(creating("w0", f"g{size}", size)), 0.0)
         assert time.perf_counter() - start < 0.1
         assert isinstance(placed, GateAtCreation)
-        assert core.pods == {} and state_of(core).creation.holds == {}
+        assert core.queries.pods == {} and state_of(core).creation.holds == {}
 
 
 def test_a_relist_keeps_what_was_placed_at_creation() -> None:
     core = cluster(4)
     burst(core, [creating(f"w{i}", "g", 2) for i in range(2)])
     core.replace(ingest.PODS, [])
-    assert reserved(core) == 2 and len(core.pods) == 2
+    assert reserved(core) == 2 and len(core.queries.pods) == 2
     check_invariants(core)
 
 
@@ -291,7 +291,7 @@ def test_a_filter_call_before_the_watch_takes_the_created_pod() -> None:
     assert isinstance(placed, PinAtCreation)
     rec = pod_from_json(created(obj, placed, "u0"))
     assert core.filter(rec, [placed.node], 0.1).passed == [placed.node]
-    assert core.pods[rec.key].uid == "u0" and state_of(core).creation.pinned == {}
+    assert core.queries.pods[rec.key].uid == "u0" and state_of(core).creation.pinned == {}
 
 
 def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_pinned_one(
@@ -309,9 +309,9 @@ def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_p
     placed = core.place_at_creation(pod_from_json(creating("w0", "g", 1)), 1.0)
     assert isinstance(placed, PinAtCreation)
     core.filter(old, [placed.node], 1.1)
-    assert core.pods[old.key].uid == "" and old.key in state_of(core).creation.pinned
+    assert core.queries.pods[old.key].uid == "" and old.key in state_of(core).creation.pinned
     core.expire(1.0 + PROVISIONAL_SECONDS + 0.01)
-    assert reserved(core) == 0 and old.key not in core.pods
+    assert reserved(core) == 0 and old.key not in core.queries.pods
     check_invariants(core)
 
 
@@ -337,8 +337,8 @@ def test_a_restarted_lockstep_admits_pinned_members_onto_their_pins() -> None:
     pins = {p.key: pinned_node(p.required_affinity) for p in pods}
     second = cluster(4, 4)
     second.replace(ingest.PODS, pods)
-    second.admit_held(1.0)
-    g = second.gangs()[gang_key("default", "g")]
+    second.admit_gated(1.0)
+    g = second.queries.gangs[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and dict(g.plan) == pins
     check_invariants(second)
 
@@ -365,10 +365,10 @@ def test_a_gang_created_between_higher_priority_pods_is_not_pinned_onto_their_ro
         if not isinstance(p, AwaitQuorum):
             answers[o["metadata"]["name"]] = p
         plain(core, f"inf-{i}", 100)
-    answers.update({k.split("/")[1]: v for k, v in core.drain_creation_answers().items()})
+    answers.update({k.split("/")[1]: v for k, v in core.drain().answers.items()})
     assert len(answers) == 3 and all(isinstance(a, GateAtCreation) for a in answers.values())
     assert reserved(core) == 0
-    assert core.drain_evictions() == []
+    assert core.drain().evictions == []
 
 
 def test_an_admitted_gang_with_no_member_bound_gives_its_room_to_higher_priority_pods(
@@ -384,21 +384,22 @@ def test_an_admitted_gang_with_no_member_bound_gives_its_room_to_higher_priority
     assert reserved(core) == 3
     pods = [plain(core, f"inf-{i}", 100) for i in range(3)]
     for o in pods:  # kube-scheduler asks; the gang's reservation turns each away
-        rec = core.pods[pod_key("default", o["metadata"]["name"])]
+        rec = core.queries.pods[pod_key("default", o["metadata"]["name"])]
         assert core.filter(rec, [NodeName(f"n{i}") for i in range(3)], 0.5).passed == []
     for o in pods:  # ... and marks each unschedulable
         plain(core, o["metadata"]["name"], 100, unschedulable=True)
-    core.admit_held(1.0)
-    g = core.gangs()[gang_key("default", "g")]
+    core.admit_gated(1.0)
+    g = core.queries.gangs[gang_key("default", "g")]
     assert g.phase is GangPhase.WAITING and isinstance(g.reason, HigherPriorityPodsWaiting)
-    assert reserved(core) == 0 and core.drain_evictions() == []
-    assert set(core.drain_requeue()) >= {pod_key("default", f"inf-{i}") for i in range(3)}
+    out = core.drain()
+    assert reserved(core) == 0 and out.evictions == []
+    assert set(out.requeue) >= {pod_key("default", f"inf-{i}") for i in range(3)}
     for i in range(3):
-        rec = core.pods[pod_key("default", f"inf-{i}")]
+        rec = core.queries.pods[pod_key("default", f"inf-{i}")]
         assert core.filter(rec, [NodeName(f"n{i}")], 1.5).passed == [NodeName(f"n{i}")]
     check_invariants(core)
     # Not re-admitted over them while they wait to be placed.
-    core.admit_held(2.0)
+    core.admit_gated(2.0)
     assert reserved(core) == 0
 
 
@@ -413,8 +414,8 @@ def admitted_then_outranked(core: Coscheduler, gpus: int) -> list[dict[str, Any]
     for i in range(3):
         o = pod(f"inf-{i}").gpu(gpus).priority(100).build()
         core.upsert_pod(pod_from_json(o))
-        core.filter(core.pods[pod_key("default", f"inf-{i}")],
-                    [NodeName(n) for n in core.node_names()], 0.5)
+        core.filter(core.queries.pods[pod_key("default", f"inf-{i}")],
+                    [NodeName(n) for n in sorted(core.queries.nodes)], 0.5)
         o["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
                                       "reason": "Unschedulable"}]
         core.upsert_pod(pod_from_json(o))
@@ -427,8 +428,8 @@ def test_a_gang_keeps_its_room_when_giving_it_back_would_place_no_one() -> None:
     take it from the gang."""
     core = cluster(1, 1, 1)
     admitted_then_outranked(core, gpus=2)
-    core.admit_held(1.0)
-    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.ADMITTED
+    core.admit_gated(1.0)
+    assert core.queries.gangs[gang_key("default", "g")].phase is GangPhase.ADMITTED
     assert reserved(core) == 3
 
 
@@ -439,7 +440,7 @@ def test_a_gang_with_a_member_bound_keeps_its_room_for_preemption_to_decide() ->
     objs = [creating(f"w{i}", "g", 3) for i in range(3)]
     placed = burst(core, objs)
     land_all(core, objs, placed)
-    first = core.pods[pod_key("default", "w0")]
+    first = core.queries.pods[pod_key("default", "w0")]
     node = pinned_node(first.required_affinity)
     bound = {**created(objs[0], placed["w0"], "u0")}  # type: ignore[arg-type]
     bound["spec"] = {**bound["spec"], "nodeName": node}
@@ -447,8 +448,8 @@ def test_a_gang_with_a_member_bound_keeps_its_room_for_preemption_to_decide() ->
     for i in range(3):
         o = pod(f"inf-{i}").gpu(1).priority(100).build()
         core.upsert_pod(pod_from_json(o))
-    core.admit_held(1.0)
-    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.ADMITTED
+    core.admit_gated(1.0)
+    assert core.queries.gangs[gang_key("default", "g")].phase is GangPhase.ADMITTED
 
 
 def test_a_gang_admitted_with_the_members_that_exist_gates_the_extra_being_created() -> None:
@@ -459,8 +460,8 @@ def test_a_gang_admitted_with_the_members_that_exist_gates_the_extra_being_creat
     for name in ("w0", "w1"):
         core.upsert_pod(pod_from_json(pod(name).gang("g", 2, timeout=30).gpu(1).held().build()))
     placed = core.place_at_creation(pod_from_json(creating("w2", "g", 2)), 0.0)
-    g = core.gangs()[gang_key("default", "g")]
+    g = core.queries.gangs[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and reserved(core) == 2
     assert isinstance(placed, GateAtCreation)
-    assert pod_key("default", "w2") not in core.pods
+    assert pod_key("default", "w2") not in core.queries.pods
     check_invariants(core)

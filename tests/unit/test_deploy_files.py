@@ -132,7 +132,7 @@ def test_webhook_is_installed_by_default_with_a_certificate_lockstep_keeps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app import cli
-    from app.webhook import WEBHOOK_PATH
+    from app.http.webhook import WEBHOOK_PATH
 
     kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     assert kustomization["components"] == ["webhook"]
@@ -234,7 +234,7 @@ def test_two_replicas_rolled_one_at_a_time_spread_and_kept_by_a_budget() -> None
 
 
 def test_lockstep_follows_the_lease_its_sidecar_holds_with_the_same_timing() -> None:
-    from app.lease import LeaseTiming
+    from app.kube.lease import LeaseTiming
 
     (deploy,) = docs(DEPLOY / "deployment.yaml")
     containers = {c["name"]: c for c in deploy["spec"]["template"]["spec"]["containers"]}
@@ -314,3 +314,23 @@ def test_the_webhook_is_sent_exactly_the_pods_that_declare_a_gang() -> None:
     assert sum(declares_gang(obj) for _, obj in cases) >= 10
     for name, obj in cases:
         assert condition(obj) == declares_gang(obj), name
+
+
+def test_the_image_installs_every_package_and_subpackage() -> None:
+    """The image is built with ``pip install .`` (deploy/Dockerfile): every package with an
+    ``__init__.py`` under app/, coscheduling/ and testbed/ must be in what setuptools installs,
+    or the image fails at its first import of a subpackage (a list of the top packages alone
+    left out every wing of the core)."""
+    import warnings
+
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = read_configuration(REPO / "pyproject.toml", expand=True)
+    installed = set(config["tool"]["setuptools"]["packages"])
+    present = {".".join(d.relative_to(REPO).parts)
+               for top in ("app", "coscheduling", "testbed")
+               for d in [REPO / top, *(REPO / top).rglob("*")]
+               if (d / "__init__.py").is_file() and "__pycache__" not in d.parts}
+    assert present - installed == set()

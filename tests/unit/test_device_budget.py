@@ -69,7 +69,7 @@ def member(core: Coscheduler, name: str, gang: str, size: int, templates: list[s
     p["spec"]["resourceClaims"] = [{"name": f"c{i}", "resourceClaimTemplateName": t}
                                    for i, t in enumerate(templates)]
     core.upsert_pod(pod_from_json(p))
-    return Member(core.pods[pod_key("default", name)])
+    return Member(core.queries.pods[pod_key("default", name)])
 
 
 class Work:
@@ -110,7 +110,7 @@ class Work:
 
 
 def plan(core: Coscheduler, members: list[Member]) -> Plan | NoFit:
-    return plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+    return plan_gang(members, state_of(core).capacity, core.settings.levels)
 
 
 def test_a_member_asking_more_devices_than_any_node_has_builds_no_units(
@@ -195,11 +195,11 @@ def test_a_plan_over_budget_is_a_reason_on_the_gang_not_a_stall(
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(requests("t", 1)))
     member(core, "m", "g", 1, ["t"])
     monkeypatch.setattr(budget_module, "EVALUATION", BUDGET)
-    d = core.filter(core.pods[pod_key("default", "m")], [f"n{i}" for i in range(4)], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "m")], [f"n{i}" for i in range(4)], 0.0)
     assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
     assert "DRA device planning stopped at its work budget" in render(d.unresolvable)
     monkeypatch.setattr(budget_module, "EVALUATION", 500)
-    d = core.filter(core.pods[pod_key("default", "m")], [f"n{i}" for i in range(4)], 11.0)
+    d = core.filter(core.queries.pods[pod_key("default", "m")], [f"n{i}" for i in range(4)], 11.0)
     assert d.passed  # the verdict paid for is kept: the next try fits
 
 

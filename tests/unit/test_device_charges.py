@@ -169,7 +169,7 @@ def test_the_filter_compiles_a_gangs_selectors_within_its_budget(
     per_call, now = [], 0.0
     for _ in range(8):
         before = compiles.count
-        d = core.filter(core.pods[pod_key("default", "m")], ["n0"], now)
+        d = core.filter(core.queries.pods[pod_key("default", "m")], ["n0"], now)
         per_call.append(compiles.count - before)
         if d.passed:
             break
@@ -205,12 +205,12 @@ def test_a_claim_asking_for_a_class_over_a_limit_is_invalid_naming_the_class(
     core.upsert(ingest.DEVICE_CLASSES, class_from_json(bad))
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template("t")))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "t")))
-    d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 0.0)
     assert isinstance(d.unresolvable, InvalidDeclaration), d
     assert f"DeviceClass gpu.nvidia.com: {says}" in render(d.unresolvable), \
         render(d.unresolvable)
     core.upsert(ingest.DEVICE_CLASSES, class_from_json(device_class()))
-    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 1.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 1.0).passed == ["n0"]
 
 
 def test_a_call_too_poor_for_an_evaluation_still_keeps_one_result(

@@ -212,11 +212,11 @@ def test_first_fit_blocking_another_member_is_planned_jointly() -> None:
         "h100", selector=f'device.attributes["{DRIVER}"].productName == "H100"')))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 2, "any")))
     core.upsert_pod(pod_from_json(gang_pod("b", "g", 2, "h100")))
-    d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 0.0)
     assert d.passed == [] and isinstance(d.unresolvable, DevicesNotReady)
     assert "first fit on n0 would give it gpu-0" in render(d.unresolvable)
-    assert core.filter(core.pods[pod_key("default", "b")], ["n0"], 0.0).passed == ["n0"]
-    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "b")], ["n0"], 0.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
     held = state_of(core).devices.planned
     assert {pd.devices[0][1][2] for pd in held.values()} == {"gpu-0", "gpu-1"}
     assert held[pod_key("default", "b")].devices[0][1] == (DRIVER, "n0", "gpu-0")
@@ -231,8 +231,8 @@ def test_two_gangs_never_hold_the_same_devices() -> None:
     for g in ("x", "y"):
         for i in range(4):
             core.upsert_pod(pod_from_json(gang_pod(f"{g}-{i}", g, 4, "one")))
-    assert core.filter(core.pods[pod_key("default", "x-0")], ["n0", "n1", "n2"], 0.0).passed
-    d = core.filter(core.pods[pod_key("default", "y-0")], ["n0", "n1", "n2"], 0.0)
+    assert core.filter(core.queries.pods[pod_key("default", "x-0")], ["n0", "n1", "n2"], 0.0).passed
+    d = core.filter(core.queries.pods[pod_key("default", "y-0")], ["n0", "n1", "n2"], 0.0)
     assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
     held = state_of(core).devices.planned
     assert sorted(held) == [pod_key("default", f"x-{i}") for i in range(4)]
@@ -245,7 +245,7 @@ def test_a_gang_whose_claims_cannot_be_met_anywhere_does_not_fit() -> None:
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template(
         "h100", selector=f'device.attributes["{DRIVER}"].productName == "H100"')))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "h100")))
-    d = core.filter(core.pods[pod_key("default", "a")], ["n0", "n1"], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "a")], ["n0", "n1"], 0.0)
     assert d.passed == [] and isinstance(d.unresolvable, DoesNotFit)
 
 
@@ -259,7 +259,7 @@ def test_allocated_devices_are_not_planned_again() -> None:
         "status": {"allocation": {"devices": {"results": [
             {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": "gpu-0"}]}}}}))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "two")))
-    d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 0.0)
     assert d.passed == []
 
 
@@ -269,8 +269,8 @@ def test_the_plan_fills_one_pcie_root_per_member_first() -> None:
         "n0", ["H100"] * 4, roots=["pci1", "pci0", "pci1", "pci0"])))
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template("two", count=2)))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "two")))
-    plan = plan_gang([Member(core.pods[pod_key("default", "a")])], state_of(core).capacity,
-                     state_of(core).settings.levels)
+    plan = plan_gang([Member(core.queries.pods[pod_key("default", "a")])], state_of(core).capacity,
+                     core.settings.levels)
     assert isinstance(plan, Plan)
     got = {d[2] for _, d in plan.devices[pod_key("default", "a")].devices}
     assert got == {"gpu-1", "gpu-3"}  # both on pci0
@@ -314,8 +314,8 @@ def generated(pod_name: str, device: str | None = None) -> dict[str, Any]:
 def admit_both(core: Coscheduler) -> FilterDecision:
     """y is admitted (y-1 passes on n1), then x by its member's filter on n0, whose answer
     is returned."""
-    assert core.filter(core.pods[pod_key("default", "y-1")], ["n1"], 0.0).passed == ["n1"]
-    d = core.filter(core.pods[pod_key("default", "x-0")], ["n0"], 0.0)
+    assert core.filter(core.queries.pods[pod_key("default", "y-1")], ["n1"], 0.0).passed == ["n1"]
+    d = core.filter(core.queries.pods[pod_key("default", "x-0")], ["n0"], 0.0)
     held = state_of(core).devices.planned
     assert held[pod_key("default", "y-0")].devices[0][1] == (DRIVER, "n0", "gpu-0")
     assert held[pod_key("default", "x-0")].devices[0][1] == (DRIVER, "n0", "gpu-1")
@@ -327,11 +327,12 @@ def test_a_member_waits_rather_than_take_a_device_another_gang_cannot_spare() ->
     d = admit_both(core)
     assert isinstance(d.unresolvable, DevicesNotReady)
     assert "held by gang default/y" in render(d.unresolvable)
-    assert core.filter(core.pods[pod_key("default", "y-0")], ["n0", "n1"], 1.0).passed == ["n0"]
+    y0 = core.queries.pods[pod_key("default", "y-0")]
+    assert core.filter(y0, ["n0", "n1"], 1.0).passed == ["n0"]
     # y's claim allocated (PreBind): x is nudged, and first fit now gives it the A100.
     core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(generated("y-0", "gpu-0")))
     assert pod_key("default", "x-0") in state_of(core).outbox.requeue
-    assert core.filter(core.pods[pod_key("default", "x-0")], ["n0"], 2.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "x-0")], ["n0"], 2.0).passed == ["n0"]
 
 
 def test_a_bind_whose_allocation_took_another_gangs_device_is_refused() -> None:
@@ -356,7 +357,7 @@ def test_an_allocation_of_interchangeable_devices_moves_the_plans_not_the_gang()
         obj["status"]["resourceClaimStatuses"] = [{"name": "gpu",
                                                    "resourceClaimName": f"{name}-gpu"}]
         core.upsert_pod(pod_from_json(obj))
-    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 0.0).passed == ["n0"]
     held = state_of(core).devices.planned
     assert held[pod_key("default", "a")].devices[0][1][2] == "gpu-0"
     assert held[pod_key("default", "b")].devices[0][1][2] == "gpu-1"
@@ -380,8 +381,8 @@ def test_preemption_counts_a_victims_claims_as_freed_devices() -> None:
             {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": "gpu-0"}]}},
             "reservedFor": [{"resource": "pods", "name": "v", "uid": "v"}]}}))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "any")))
-    a = Member(core.pods[pod_key("default", "a")])
-    levels = state_of(core).settings.levels
+    a = Member(core.queries.pods[pod_key("default", "a")])
+    levels = core.settings.levels
     assert not isinstance(plan_gang([a], state_of(core).capacity, levels), Plan)
     victim = Candidate(pod_key("default", "v"), NodeName("n0"), {}, 0, None, 0.0)
     freed = freed_view(state_of(core).capacity, levels, [victim])
@@ -395,7 +396,7 @@ def test_a_gang_with_a_selector_that_does_not_compile_is_invalid_naming_the_fiel
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES,
                 template_from_json(template("bad", selector="device.driver ==")))
     core.upsert_pod(pod_from_json(gang_pod("a", "g", 1, "bad")))
-    d = core.filter(core.pods[pod_key("default", "a")], ["n0"], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 0.0)
     assert isinstance(d.unresolvable, InvalidDeclaration)
     assert render(d.unresolvable).startswith(
         "gang default/g: invalid default/a spec.resourceClaims: ResourceClaimTemplate "
@@ -404,7 +405,7 @@ def test_a_gang_with_a_selector_that_does_not_compile_is_invalid_naming_the_fiel
     # Fixed: the turned-away member is nudged, and the gang is planned.
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template("bad")))
     assert pod_key("default", "a") in state_of(core).outbox.requeue
-    assert core.filter(core.pods[pod_key("default", "a")], ["n0"], 1.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "a")], ["n0"], 1.0).passed == ["n0"]
 
 
 def test_a_plain_pod_is_kept_off_a_node_where_first_fit_takes_a_gangs_device() -> None:
@@ -415,7 +416,7 @@ def test_a_plain_pod_is_kept_off_a_node_where_first_fit_takes_a_gangs_device() -
     core.upsert(ingest.NODES, node_from_json(node("n2").build()))
     core.upsert(ingest.RESOURCE_SLICES, slice_from_json(gpu_slice("n2", ["A100"])))
     core.upsert_pod(pod_from_json(claimed(pod("plain").build(), "any")))
-    d = core.filter(core.pods[pod_key("default", "plain")], ["n0", "n2"], 1.0)
+    d = core.filter(core.queries.pods[pod_key("default", "plain")], ["n0", "n2"], 1.0)
     assert d.passed == ["n2"]
     assert render(d.failed[NodeName("n0")]).startswith("node n0: short of")
 
@@ -435,21 +436,22 @@ def test_an_allocation_kube_scheduler_left_behind_for_a_refused_member_is_cleare
     admit_both(core)
     taken = owned(generated("x-0", "gpu-0"), "x-0", rv="8")
     core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(taken))
-    assert core.drain_deallocate() == []  # still reserved for x-0: kube-scheduler's
+    assert core.drain().deallocate == []  # still reserved for x-0: kube-scheduler's
     taken["status"].pop("reservedFor")
     taken["metadata"]["resourceVersion"] = "9"
     core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(taken))
-    assert core.drain_deallocate() == [("default/x-0-gpu", "x-0", "9")]
+    assert core.drain().deallocate == [("default/x-0-gpu", "x-0", "9")]
 
 
 def test_an_allocation_within_the_plan_is_kept_while_the_gang_holds_it() -> None:
     core = two_gangs_on_mixed_node()
     admit_both(core)
-    assert core.filter(core.pods[pod_key("default", "y-0")], ["n0", "n1"], 1.0).passed == ["n0"]
+    y0 = core.queries.pods[pod_key("default", "y-0")]
+    assert core.filter(y0, ["n0", "n1"], 1.0).passed == ["n0"]
     mine = owned(generated("y-0", "gpu-0"), "y-0")
     mine["status"].pop("reservedFor")
     core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(mine))
-    assert core.drain_deallocate() == []
+    assert core.drain().deallocate == []
 
 
 def test_an_allocation_of_a_gang_that_lost_its_reservation_is_cleared() -> None:
@@ -460,7 +462,7 @@ def test_an_allocation_of_a_gang_that_lost_its_reservation_is_cleared() -> None:
     mine = owned(generated("y-0", "gpu-0"), "y-0")
     mine["status"].pop("reservedFor")
     core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(mine))
-    assert core.drain_deallocate() == [("default/y-0-gpu", "y-0", "7")]
+    assert core.drain().deallocate == [("default/y-0-gpu", "y-0", "7")]
 
 
 def test_every_scenario_keeps_the_device_invariants() -> None:
@@ -475,7 +477,7 @@ def test_every_scenario_keeps_the_device_invariants() -> None:
     taken["status"].pop("reservedFor")  # Unreserve
     core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(taken))
     check_invariants(core)
-    assert core.drain_deallocate() == [("default/x-0-gpu", "x-0", "8")]
+    assert core.drain().deallocate == [("default/x-0-gpu", "x-0", "8")]
     with pytest.raises(InvariantBroken, match="rule 16: default/x-0's unreserved claim"):
         check_invariants(core)  # once drained, the app's write is what clears it
 
@@ -524,8 +526,8 @@ def test_138765_exactly_whole_or_half_plans_two_halves() -> None:
     members = []
     for i in range(2):
         core.upsert_pod(pod_from_json(gang_pod(f"g-{i}", "g", 2, "whole-or-half")))
-        members.append(Member(core.pods[pod_key("default", f"g-{i}")]))
-    plan = plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+        members.append(Member(core.queries.pods[pod_key("default", f"g-{i}")]))
+    plan = plan_gang(members, state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)
     got = sorted(d[2] for pd in plan.devices.values() for _, d in pd.devices)
     assert got == ["gpu-0-mig-0", "gpu-0-mig-1"]
@@ -541,8 +543,9 @@ def test_a_whole_gpu_is_planned_when_one_member_asks() -> None:
             cls, f'device.attributes["{DRIVER}"].type == "{kind}"')))
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(whole_or_half()))
     core.upsert_pod(pod_from_json(gang_pod("g-0", "g", 1, "whole-or-half")))
-    plan = plan_gang([Member(core.pods[pod_key("default", "g-0")])], state_of(core).capacity,
-                     state_of(core).settings.levels)
+    g0 = core.queries.pods[pod_key("default", "g-0")]
+    plan = plan_gang([Member(g0)], state_of(core).capacity,
+                     core.settings.levels)
     assert isinstance(plan, Plan)
     assert [d[2] for pd in plan.devices.values() for _, d in pd.devices] == ["gpu-0"]
 
@@ -571,7 +574,7 @@ def test_a_claim_made_for_a_planned_member_is_narrowed_to_the_planned_subrequest
     for i in range(2):
         core.upsert_pod(pod_from_json(gang_pod(f"g-{i}", "g", 2, "whole-or-half")))
     # Admitted; g-0 waits: unnarrowed, first fit would give it the whole GPU.
-    d = core.filter(core.pods[pod_key("default", "g-0")], ["n0"], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "g-0")], ["n0"], 0.0)
     assert isinstance(d.unresolvable, DevicesNotReady)
     assert sorted(state_of(core).devices.planned) == [pod_key("default", f"g-{i}") for i in (0, 1)]
     unowned = generated_whole_or_half("g-1")
@@ -586,13 +589,13 @@ def test_a_claim_made_for_a_planned_member_is_narrowed_to_the_planned_subrequest
         claim["spec"]["devices"]["requests"][0]["firstAvailable"] = ops[0]["value"]
         core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(claim))
         obj = gang_pod(f"g-{i}", "g", 2, "whole-or-half")
-        obj["metadata"]["uid"] = core.pods[pod_key("default", f"g-{i}")].uid
+        obj["metadata"]["uid"] = core.queries.pods[pod_key("default", f"g-{i}")].uid
         obj["status"]["resourceClaimStatuses"] = [
             {"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
         core.upsert_pod(pod_from_json(obj))
     # Narrowed, first fit gives each member a half: both pass.
-    assert core.filter(core.pods[pod_key("default", "g-0")], ["n0"], 1.0).passed == ["n0"]
-    assert core.filter(core.pods[pod_key("default", "g-1")], ["n0"], 1.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "g-0")], ["n0"], 1.0).passed == ["n0"]
+    assert core.filter(core.queries.pods[pod_key("default", "g-1")], ["n0"], 1.0).passed == ["n0"]
 
 
 def test_a_gang_short_of_devices_says_how_many_it_asks_for_and_how_many_are_free() -> None:
@@ -600,7 +603,7 @@ def test_a_gang_short_of_devices_says_how_many_it_asks_for_and_how_many_are_free
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template("two", count=2)))
     for i in range(2):
         core.upsert_pod(pod_from_json(gang_pod(f"a-{i}", "g", 2, "two")))
-    d = core.filter(core.pods[pod_key("default", "a-0")], ["n0", "n1"], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "a-0")], ["n0", "n1"], 0.0)
     assert isinstance(d.unresolvable, DoesNotFit)
     assert "DRA claims ask for 4 devices; 3 free on the eligible nodes" in render(d.unresolvable)
 
@@ -628,8 +631,8 @@ def test_one_claim_shared_by_two_members_is_planned_once_on_one_node() -> None:
     for i in range(2):
         core.upsert_pod(pod_from_json(by_claim(pod(f"s-{i}").gang("s", min_member=2).build(),
                                                "shared")))
-    members = [Member(core.pods[pod_key("default", f"s-{i}")]) for i in range(2)]
-    plan = plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+    members = [Member(core.queries.pods[pod_key("default", f"s-{i}")]) for i in range(2)]
+    plan = plan_gang(members, state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)
     assert len(set(plan.assignments.values())) == 1
     devices = {d for pd in plan.devices.values() for _, d in pd.devices}
@@ -640,8 +643,9 @@ def test_a_member_whose_claim_is_allocated_goes_where_its_devices_are() -> None:
     core = cluster(2, [["H100"], ["H100"]])
     core.upsert(ingest.RESOURCE_CLAIMS, claim_from_json(shared_claim("mine", device="gpu-0")))
     core.upsert_pod(pod_from_json(by_claim(pod("m-0").gang("m", min_member=1).build(), "mine")))
-    plan = plan_gang([Member(core.pods[pod_key("default", "m-0")])], state_of(core).capacity,
-                     state_of(core).settings.levels)
+    m0 = core.queries.pods[pod_key("default", "m-0")]
+    plan = plan_gang([Member(m0)], state_of(core).capacity,
+                     core.settings.levels)
     assert isinstance(plan, Plan) and plan.assignments == {pod_key("default", "m-0"): "n1"}
 
 
@@ -666,15 +670,15 @@ def test_network_attached_devices_reach_the_nodes_their_slice_selects() -> None:
     members = []
     for i in range(2):
         core.upsert_pod(pod_from_json(gang_pod(f"f-{i}", "f", 2, "h100")))
-        members.append(Member(core.pods[pod_key("default", f"f-{i}")]))
-    plan = plan_gang(members, state_of(core).capacity, state_of(core).settings.levels)
+        members.append(Member(core.queries.pods[pod_key("default", f"f-{i}")]))
+    plan = plan_gang(members, state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)
     assert set(plan.assignments.values()) <= {"n0", "n1"}  # never n2 (fabric b)
     assert {d[1] for pd in plan.devices.values() for _, d in pd.devices} == {"fabric-a"}
     core.upsert_pod(pod_from_json(gang_pod("f-2", "f3", 1, "any")))
     core.upsert(ingest.RESOURCE_CLAIM_TEMPLATES, template_from_json(template("any")))
-    third = Member(core.pods[pod_key("default", "f-2")], frozenset({NodeName("n2")}))
-    plan = plan_gang([third], state_of(core).capacity, state_of(core).settings.levels)
+    third = Member(core.queries.pods[pod_key("default", "f-2")], frozenset({NodeName("n2")}))
+    plan = plan_gang([third], state_of(core).capacity, core.settings.levels)
     assert isinstance(plan, Plan)  # n2 reaches the allNodes pool
     assert [d[1] for pd in plan.devices.values() for _, d in pd.devices] == ["shared-pool"]
 
@@ -687,9 +691,9 @@ def test_a_shared_claims_device_held_by_both_its_members_keeps_the_invariants() 
                                                "shared")))
     """(Before: s-0 waited for ever, its first fit "taking" the device s-1's plan named, which
     is the same claim's.)"""
-    node_s0 = core.filter(core.pods[pod_key("default", "s-0")], ["n0", "n1"], 0.0).passed
+    node_s0 = core.filter(core.queries.pods[pod_key("default", "s-0")], ["n0", "n1"], 0.0).passed
     check_invariants(core)
-    assert core.filter(core.pods[pod_key("default", "s-1")], ["n0", "n1"], 0.0).passed \
+    assert core.filter(core.queries.pods[pod_key("default", "s-1")], ["n0", "n1"], 0.0).passed \
         == node_s0
     check_invariants(core)
     dev = state_of(core).devices.planned[pod_key("default", "s-0")].devices[0][1][2]

@@ -1,4 +1,5 @@
-"""KubeClient's HTTP client (app.fasthttp) against a real HTTP server on 127.0.0.1, plain and TLS.
+"""KubeClient's HTTP client (app.kube.fasthttp) against a real HTTP server on 127.0.0.1, plain
+and TLS.
 
 The server is a few lines of asyncio streams, written here so the tests control every byte
 and every hang-up: keep-alive or not, chunked, close-delimited and empty bodies, a connection
@@ -25,9 +26,9 @@ import orjson
 import pytest
 import uvloop
 
-from app.errors import APIError, APIUnreachable, Conflict, Gone, NotFound, TooManyRequests
-from app.fasthttp import FastHTTP, Refused, Stream, TransportError
-from app.kube import KubeClient, KubeConfig, _ssl_context
+from app.kube.client import KubeClient, KubeConfig, _ssl_context
+from app.kube.errors import APIError, APIUnreachable, Conflict, Gone, NotFound, TooManyRequests
+from app.kube.fasthttp import FastHTTP, Refused, Stream, TransportError
 from testbed.certs import Certs, make_certs
 from testbed.runner import free_port
 

@@ -15,7 +15,7 @@ is faked in memory (``tests.fakeapi.Wire``: bindings succeed), reached through
 Every answer must be a 2xx or a 4xx; a 4xx carries ``{"error": ..., "fields": [...]}`` naming
 at least one field; 2xx answers keep the wire contract (filter returns only names it was
 given, prioritize one score 0..10 per name). A rejected request must leave the service as it
-was: the gang table (``core.gang_views()``), ``parked_total()``, the
+was: the gang table (``core.queries.gang_views()``), ``parked_total()``, the
 parked calls, and the pod and node caches are compared before and after each 4xx.
 
 Accepted bind calls may park (an admitted gang waiting for its quorum): each request is given
@@ -47,7 +47,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, GangDefaults, Settings, node_from_json, pod_from_json
@@ -127,9 +127,9 @@ class Harness:
         self.loop.close()
 
     def state(self) -> tuple[Any, ...]:
-        core = self.service.core
-        return (repr(core.gang_views()), core.parked_total(), core.pod_count(),
-                core.node_count(), dict(core.pods), sorted(core.nodes),
+        q = self.service.core.queries
+        return (repr(q.gang_views()), q.parked_total(), len(q.pods),
+                len(q.nodes), dict(q.pods), sorted(q.nodes),
                 sorted(self.service.parked), self.api.bindings)
 
     def send(self, verb: str, method: str, path: str, content: Any = None,
@@ -379,7 +379,7 @@ def test_fuzz_bind(harness: Harness) -> None:
         family, value = case
         if family == "valid" and admit == 0 and isinstance(value, dict):
             key = f"{value.get('PodNamespace')}/{value.get('PodName')}"
-            p = core.pod(key)  # type: ignore[arg-type]
+            p = core.queries.pod(key)  # type: ignore[arg-type]
             if p is not None and p.node_name is None:
                 d = harness.service.filter(p, NODES)
                 if d.unresolvable is None and d.passed:
@@ -415,8 +415,8 @@ def debug_requests(draw: st.DrawFn) -> tuple[str, str]:
 def test_fuzz_debug_endpoints(harness: Harness) -> None:
     # Some state worth explaining: an admitted gang and a gang short of members.
     core = harness.service.core
-    harness.service.filter(core.pods["default/g-0"], NODES)  # type: ignore[index]
-    harness.service.filter(core.pods["default/short-0"], NODES)  # type: ignore[index]
+    harness.service.filter(core.queries.pods["default/g-0"], NODES)  # type: ignore[index]
+    harness.service.filter(core.queries.pods["default/short-0"], NODES)  # type: ignore[index]
 
     @fuzz_settings
     @given(debug_requests())
@@ -435,7 +435,7 @@ def test_fuzz_debug_endpoints(harness: Harness) -> None:
 # ---------------------------------------------------------------------------- regressions
 # What the fuzzer found (and the same class of bug read off the parsing path it reached),
 # pinned: each was an unhandled exception (a 500) or a 4xx naming no
-# field before app/wire.py's PodShape and the edge's handlers.
+# field before app/http/wire.py's PodShape and the edge's handlers.
 
 def _with(path: str, value: Any) -> bytes:
     p = pod("web-0").gpu(1).build()

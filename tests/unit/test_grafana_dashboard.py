@@ -60,7 +60,7 @@ def test_partial_gangs_turns_red_above_zero() -> None:
 
 
 def test_every_query_reads_a_metric_lockstep_exports() -> None:
-    exposition = generate_latest(Metrics(Coscheduler(), lambda _: {}).registry).decode()
+    exposition = generate_latest(Metrics(Coscheduler().queries, lambda _: {}).registry).decode()
     exported = exported_names(exposition)
     for title, expr in expressions(DASH):
         names = metric_names(expr)

@@ -49,14 +49,14 @@ def test_a_held_gang_is_admitted_without_any_filter_call_and_lifted_pinned() -> 
     objs = [held(f"w{i}", "g", 3) for i in range(3)]
     for o in objs[:2]:
         core.upsert_pod(pod_from_json(o))
-    core.admit_held(0.0)
-    assert core.drain_lift() == []  # two of three: nothing to lift
-    g = core.gangs()[gang_key("default", "g")]
+    core.admit_gated(0.0)
+    assert core.drain().lift == []  # two of three: nothing to lift
+    g = core.queries.gangs[gang_key("default", "g")]
     assert isinstance(g.reason, WaitingForMembers)
     core.upsert_pod(pod_from_json(objs[2]))
-    core.admit_held(0.0)
+    core.admit_gated(0.0)
     assert g.phase is GangPhase.ADMITTED
-    lifts = core.drain_lift()
+    lifts = core.drain().lift
     assert {lf.pod for lf in lifts} == {pod_key("default", f"w{i}") for i in range(3)}
     assert {lf.node for lf in lifts} == {g.plan[lf.pod] for lf in lifts}
     assert len({lf.node for lf in lifts}) == 1  # packed on one node
@@ -67,7 +67,7 @@ def test_a_held_gang_is_admitted_without_any_filter_call_and_lifted_pinned() -> 
         core.upsert_pod(rec)
     decisions = []
     for i in range(3):
-        rec = core.pod(pod_key("default", f"w{i}"))
+        rec = core.queries.pod(pod_key("default", f"w{i}"))
         assert rec is not None
         pin = NodeName(pinned_node(rec.required_affinity) or "")
         assert core.filter(rec, [pin], 1.0).passed == [pin]
@@ -79,21 +79,21 @@ def test_a_held_gang_that_does_not_fit_waits_holding_nothing_then_goes_when_room
     core = cluster(4)
     for i in range(3):
         core.upsert_pod(pod_from_json(held(f"a{i}", "a", 3)))
-    core.admit_held(0.0)
+    core.admit_gated(0.0)
     for i in range(3):  # b needs 3 more GPUs than are left
         core.upsert_pod(pod_from_json(held(f"b{i}", "b", 3)))
-    core.admit_held(0.0)
-    b = core.gangs()[gang_key("default", "b")]
+    core.admit_gated(0.0)
+    b = core.queries.gangs[gang_key("default", "b")]
     assert b.phase is GangPhase.WAITING and isinstance(b.reason, DoesNotFit)
-    assert not b.plan and core.drain_lift() != []  # only a's members are lifted
-    assert core.drain_lift() == []
+    assert not b.plan and core.drain().lift != []  # only a's members are lifted
+    assert core.drain().lift == []
     for i in range(3):
         core.delete_pod(pod_key("default", f"a{i}"))
-    core.admit_held(0.1)  # capacity changed, but the retry waits GATED_RETRY_SECONDS
+    core.admit_gated(0.1)  # capacity changed, but the retry waits HELD_RETRY_SECONDS
     assert b.phase is GangPhase.WAITING
-    core.admit_held(1.0)
+    core.admit_gated(1.0)
     assert b.phase is GangPhase.ADMITTED
-    assert {lf.pod for lf in core.drain_lift()} == {pod_key("default", f"b{i}") for i in range(3)}
+    assert {lf.pod for lf in core.drain().lift} == {pod_key("default", f"b{i}") for i in range(3)}
 
 
 def test_a_held_pod_that_is_no_gang_member_is_lifted_unpinned() -> None:
@@ -101,8 +101,8 @@ def test_a_held_pod_that_is_no_gang_member_is_lifted_unpinned() -> None:
     core.upsert_pod(pod_from_json(pod("solo").gpu(1).held().build()))
     bad = pod("bad").gang("x", 2).annotate("lockstep.dev/min-member", "zero").held().build()
     core.upsert_pod(pod_from_json(bad))
-    core.admit_held(0.0)
-    assert {(lf.pod, lf.node) for lf in core.drain_lift()} == {
+    core.admit_gated(0.0)
+    assert {(lf.pod, lf.node) for lf in core.drain().lift} == {
         (pod_key("default", "solo"), None), (pod_key("default", "bad"), None)}
 
 
@@ -111,8 +111,8 @@ def test_a_pin_from_an_older_plan_moves_the_slot_onto_the_pin() -> None:
     objs = [held(f"w{i}", "g", 2) for i in range(2)]
     for o in objs:
         core.upsert_pod(pod_from_json(o))
-    core.admit_held(0.0)
-    g = core.gangs()[gang_key("default", "g")]
+    core.admit_gated(0.0)
+    g = core.queries.gangs[gang_key("default", "g")]
     planned = g.plan[pod_key("default", "w0")]
     other = NodeName("n1" if planned == "n0" else "n0")
     # A stale lift pinned w0 to the other node: its slot follows the pin.
@@ -146,28 +146,28 @@ def test_a_filter_call_newer_than_the_watch_takes_the_lifted_member_and_older_ev
         o["metadata"]["uid"] = f"uid-{i}"
         o["metadata"]["resourceVersion"] = str(10 + i)
         core.upsert_pod(pod_from_json(o))
-    core.admit_held(0.0)
-    lifts = {lf.pod: lf.node for lf in core.drain_lift()}
+    core.admit_gated(0.0)
+    lifts = {lf.pod: lf.node for lf in core.drain().lift}
     w0 = pod_key("default", "w0")
     up = lifted(objs[0], lifts[w0])
     up["metadata"] = {**up["metadata"], "resourceVersion": "20"}
     decision = core.filter(pod_from_json(up), [NodeName("n0")], 1.0)
     assert decision.passed == [NodeName("n0")]
-    rec = core.pod(w0)
+    rec = core.queries.pod(w0)
     assert rec is not None and not rec.held
     stale = {**objs[0], "metadata": {**objs[0]["metadata"], "resourceVersion": "15"}}
     core.upsert_pod(pod_from_json(stale))  # an event from before the lift, delivered late
-    rec = core.pod(w0)
+    rec = core.queries.pod(w0)
     assert rec is not None and not rec.held and rec.resource_version == 20
     assert isinstance(core.bind(w0, NodeName("n0"), 1.0, "uid-0"), Park)
     core.upsert_pod(pod_from_json(up))  # the watch catches up: the same version again
-    rec = core.pod(w0)
+    rec = core.queries.pod(w0)
     assert rec is not None and not rec.held
 
 
 def waiting_notices(core: Coscheduler) -> list[tuple[str, str]]:
     return [(str(n.pods[0]), f"{n.reason.have}/{n.reason.need}")
-            for n in core.drain_notices()
+            for n in core.drain().notices
             if n.kind is NoticeKind.WAITING and isinstance(n.reason, WaitingForMembers)]
 
 
@@ -180,15 +180,15 @@ def test_a_held_gang_waiting_for_members_says_so_by_one_event_per_change() -> No
     objs = [held(f"w{i}", "g", 4) for i in range(4)]
     for o in objs[:2]:
         core.upsert_pod(pod_from_json(o))
-    core.admit_held(0.0)
+    core.admit_gated(0.0)
     assert waiting_notices(core) == [("default/w0", "2/4")]
     core.upsert_pod(pod_from_json(objs[1]))  # the same pod seen again: a sweep, no change
-    core.admit_held(0.5)
+    core.admit_gated(0.5)
     assert waiting_notices(core) == []
     core.upsert_pod(pod_from_json(objs[2]))
-    core.admit_held(1.0)
+    core.admit_gated(1.0)
     assert waiting_notices(core) == [("default/w0", "3/4")]
     core.upsert_pod(pod_from_json(objs[3]))
-    core.admit_held(1.5)
+    core.admit_gated(1.5)
     assert waiting_notices(core) == []
-    assert core.gangs()[gang_key("default", "g")].phase is GangPhase.ADMITTED
+    assert core.queries.gangs[gang_key("default", "g")].phase is GangPhase.ADMITTED

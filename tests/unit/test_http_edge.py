@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json, pod_key
@@ -140,11 +140,11 @@ async def test_bad_input_is_a_4xx_naming_the_problem(
     client: httpx.AsyncClient, service: Lockstep, path: str, raw: bytes, want_status: int,
     want_in_error: str,
 ) -> None:
-    before = (dict(service.core.pods), dict(service.core.nodes))
+    before = (dict(service.core.queries.pods), dict(service.core.queries.nodes))
     r = await client.post(path, content=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == want_status, r.text
     assert want_in_error in r.json()["error"] + " ".join(r.json()["fields"])
-    assert (dict(service.core.pods), dict(service.core.nodes)) == before
+    assert (dict(service.core.queries.pods), dict(service.core.queries.nodes)) == before
 
 
 async def test_bind_unknown_node_is_404(client: httpx.AsyncClient, service: Lockstep) -> None:
@@ -158,7 +158,8 @@ async def test_parked_binds_wait_for_the_quorum_then_all_bind(
 ) -> None:
     for i in range(3):
         service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=3).gpu(1).build()))
-    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
+    pods = service.core.queries.pods
+    nodes = {i: service.filter(pods[f"default/p{i}"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
              for i in range(3)}
     first = asyncio.ensure_future(service.bind("default", "p0", "", nodes[0]))
     second = asyncio.ensure_future(service.bind("default", "p1", "", nodes[1]))
@@ -178,7 +179,7 @@ async def test_deadline_answers_parked_binds_with_the_reason(
     for i in range(2):
         service.core.upsert_pod(pod_from_json(
             pod(f"p{i}").gang("g", min_member=2, timeout=10).gpu(1).build()))
-    n0 = service.filter(service.core.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
+    n0 = service.filter(service.core.queries.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
     timer = asyncio.ensure_future(service.binder.expire_loop())
     parked = asyncio.ensure_future(service.bind("default", "p0", "", n0))
     await asyncio.sleep(0.05)
@@ -195,7 +196,7 @@ async def test_kicks_in_a_burst_coalesce_into_sweeps_at_least_a_gap_apart(
 ) -> None:
     """Every event and verb kicks the deadline timer; a sweep reads every gang, so a burst
     of kicks must not become a sweep each (it was one per loop turn)."""
-    from app.binder import SWEEP_GAP
+    from app.effects.binder import SWEEP_GAP
 
     sweeps: list[float] = []
     expire = service.core.expire
@@ -256,7 +257,7 @@ async def test_a_failing_bind_is_reported_and_the_member_retries_into_its_slot(
     for i in range(2):
         service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=2).gpu(1).build()))
     names = ["n0", "n1", "n2"]
-    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
+    nodes = {i: service.filter(service.core.queries.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
              for i in range(2)}
     api.fail.add("p1")
     first = asyncio.ensure_future(service.bind("default", "p0", "", nodes[0]))
@@ -266,7 +267,7 @@ async def test_a_failing_bind_is_reported_and_the_member_retries_into_its_slot(
     assert err.startswith("binding default/p1 to") and "taken" in err
     # kube-scheduler retries p1: the gang is released, so it gets its slot and binds at once.
     api.fail.clear()
-    again = service.filter(service.core.pods["default/p1"], names)  # type: ignore[index]
+    again = service.filter(service.core.queries.pods["default/p1"], names)  # type: ignore[index]
     assert again.passed == [nodes[1]]
     assert await service.bind("default", "p1", "", nodes[1]) == ""
     assert ("p1", nodes[1]) in api.bindings()
@@ -292,7 +293,7 @@ async def test_a_gang_left_partly_bound_is_reported_everywhere(
     for i in range(2):
         service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=2).gpu(1).build()))
     names = ["n0", "n1", "n2"]
-    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
+    nodes = {i: service.filter(service.core.queries.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
              for i in range(2)}
     api.forbid.add("p1")
     first = asyncio.ensure_future(service.bind("default", "p0", "", nodes[0]))
@@ -316,22 +317,22 @@ async def test_shutdown_answers_every_parked_call_at_once(service: Lockstep) -> 
     for i in range(3):
         service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=3).gpu(1).build()))
     names = ["n0", "n1", "n2"]
-    nodes = {i: service.filter(service.core.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
+    nodes = {i: service.filter(service.core.queries.pods[f"default/p{i}"], names).passed[0]  # type: ignore[index]
              for i in range(2)}
     parked = [asyncio.ensure_future(service.bind("default", f"p{i}", "", nodes[i]))
               for i in range(2)]
     await asyncio.sleep(0.01)
-    assert service.core.parked_total() == 2
+    assert service.core.queries.parked_total() == 2
     assert service.answer_parked("shutting down") == 2
     answers = await asyncio.wait_for(asyncio.gather(*parked), 1)
     assert answers == ["shutting down", "shutting down"]
-    assert service.core.parked_total() == 0
+    assert service.core.queries.parked_total() == 0
 
 
 async def test_a_409_for_our_own_earlier_binding_counts_as_bound() -> None:
     """The answer to a binding was lost and the retry got 409: the API server says the pod
     is on our node with our UID, so it is bound, not a partial gang."""
-    from app.kube import KubeClient, KubeConfig
+    from app.kube.client import KubeClient, KubeConfig
     from coscheduling import Bound, NodeName, PodKey
 
     def api(request: httpx.Request) -> httpx.Response:
@@ -359,7 +360,7 @@ async def test_bind_for_a_pod_the_watch_has_not_shown_reads_it_and_binds(
     assert ("GET", "/api/v1/namespaces/default/pods/early", None) in api.calls
     assert api.bindings() == [("early", "n1")]
     # Assumed on n1 at once, before any watch event says so.
-    assert service.core.pod(pod_key("default", "early")).node_name == "n1"  # type: ignore[union-attr]
+    assert service.core.queries.pod(pod_key("default", "early")).node_name == "n1"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("exists", "uid"), [

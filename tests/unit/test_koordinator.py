@@ -162,9 +162,9 @@ def grouped(name: str, gang: str, ns: str, mm: int, **ann: str) -> dict[str, Any
 
 
 def filt(core: Coscheduler, name: str, ns: str = "default") -> list[NodeName]:
-    p = core.pod(pod_key(ns, name))
+    p = core.queries.pod(pod_key(ns, name))
     assert p is not None
-    return core.filter(p, core.node_names(), 0.0).passed
+    return core.filter(p, sorted(core.queries.nodes), 0.0).passed
 
 
 def test_a_gang_group_waits_for_every_gang_and_binds_only_together() -> None:
@@ -173,13 +173,13 @@ def test_a_gang_group_waits_for_every_gang_and_binds_only_together() -> None:
     core = cluster(node("n0").gpus(4).build())
     add(core, grouped("a0", "gang-a", "default", 2), grouped("a1", "gang-a", "default", 2))
     assert filt(core, "a0") == []
-    assert core.reserved_gpus() == 0
-    assert isinstance(core.filter(core.pod(pod_key("default", "a0")),  # type: ignore[arg-type]
+    assert core.queries.reserved_gpus() == 0
+    assert isinstance(core.filter(core.queries.pod(pod_key("default", "a0")),  # type: ignore[arg-type]
                                   [NodeName("n0")], 0.0).unresolvable, WaitingForMembers)
     add(core, grouped("b0", "gang-b", "other", 1))
-    assert core.drain_requeue()  # the turned-away members are woken
+    assert core.drain().requeue  # the turned-away members are woken
     assert filt(core, "a0") == ["n0"]
-    assert core.reserved_gpus() == 3  # the whole group's plan, both gangs
+    assert core.queries.reserved_gpus() == 3  # the whole group's plan, both gangs
     check_invariants(core)
     assert isinstance(core.bind(pod_key("default", "a0"), NodeName("n0"), 0.0), Park)
     assert filt(core, "a1") == ["n0"]
@@ -196,7 +196,7 @@ def test_a_gang_group_that_does_not_fit_whole_holds_nothing() -> None:
     add(core, grouped("a0", "gang-a", "default", 2), grouped("a1", "gang-a", "default", 2),
         grouped("b0", "gang-b", "other", 1))
     assert filt(core, "a0") == [] and filt(core, "b0", "other") == []
-    assert core.reserved_gpus() == 0
+    assert core.queries.reserved_gpus() == 0
     check_invariants(core)
 
 
@@ -204,7 +204,7 @@ def test_a_member_disagreeing_with_its_own_gang_is_named() -> None:
     core = cluster(node("n0").gpus(8).build())
     add(core, grouped("a0", "gang-a", "default", 2), grouped("a1", "gang-a", "default", 3),
         grouped("b0", "gang-b", "other", 1))
-    p = core.pod(pod_key("default", "a1"))
+    p = core.queries.pod(pod_key("default", "a1"))
     assert p is not None
     reason = core.filter(p, [NodeName("n0")], 0.0).unresolvable
     assert reason is not None and "disagree" in str(reason)
@@ -251,7 +251,7 @@ def test_only_waiting_replacement_needs_min_member_waiting_pods() -> None:
     core, _ = two_of("only-waiting")
     # The running member does not count: one waiting pod is not a quorum of 2.
     assert filt(core, "k2") == []
-    assert core.reserved_gpus() == 0
+    assert core.queries.reserved_gpus() == 0
     repl = koord("k3", "g", min_available="2", match_policy="only-waiting")
     repl["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
     add(core, repl)
@@ -271,9 +271,9 @@ def test_non_strict_retries_without_a_backoff(mode: str, backs_off: bool) -> Non
     assert filt(core, "k0") == ["n0"]
     core.bind(pod_key("default", "k0"), NodeName("n0"), 0.0)
     core.expire(11.0)  # k1 never came to bind
-    g = core.gangs()[GangKey("default/g")]
+    g = core.queries.gangs[GangKey("default/g")]
     assert g.phase is GangPhase.BACKING_OFF
-    p = core.pod(pod_key("default", "k0"))
+    p = core.queries.pod(pod_key("default", "k0"))
     assert p is not None
     passed = core.filter(p, [NodeName("n0")], 11.5).passed
     assert (passed == []) is backs_off
@@ -292,7 +292,7 @@ def test_a_gang_group_declared_the_crd_way_reports_on_each_podgroup() -> None:
     members = [("w0", "workers"), ("w1", "workers"), ("l0", "launcher")]
     objs = [pod(n).label("scheduling.x-k8s.io/pod-group", g).gpu(1).build() for n, g in members]
     add(core, *objs)
-    st = podgroup_statuses(core.status_model())
+    st = podgroup_statuses(core.queries.status_model())
     assert set(st) == {gang_key("default", "workers"), gang_key("default", "launcher")}
     assert all(s.phase == "Pending" for s in st.values())
     for n, _ in members:
@@ -302,7 +302,7 @@ def test_a_gang_group_declared_the_crd_way_reports_on_each_podgroup() -> None:
         o["spec"]["nodeName"] = "n0"
         o["status"] = {"phase": "Running"}
     add(core, *objs)
-    st = podgroup_statuses(core.status_model())
+    st = podgroup_statuses(core.queries.status_model())
     assert (st[gang_key("default", "workers")].running,
             st[gang_key("default", "launcher")].running) == (2, 1)
     assert all(s.phase == "Running" for s in st.values())

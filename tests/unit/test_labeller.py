@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app import labeller
-from app.labeller import main
+from app.kube import labeller
+from app.kube.labeller import main
 from testbed.certs import make_certs
 from tests.fakeapi import Wire
 
@@ -213,7 +213,7 @@ def test_auto_without_any_source(
 def test_in_cluster_service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "token").write_text("sa-token\n")
     make_certs(tmp_path)  # the service account's ca.crt, which the client loads
-    monkeypatch.setattr("app.kube.SA_DIR", tmp_path)
+    monkeypatch.setattr("app.kube.client.SA_DIR", tmp_path)
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")

@@ -1,4 +1,4 @@
-"""Leader election (``app.lease``): Lockstep leads while its sidecar kube-scheduler holds the
+"""Leader election (``app.kube.lease``): Lockstep leads while its sidecar kube-scheduler holds the
 Lease, is fenced by its own clock before another replica could take it, and acts (admits,
 binds, pins, writes) only while it leads, after rebuilding its view from the API server."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.errors import NotLeading
-from app.kube import KubeClient, KubeConfig
-from app.lease import LeaseFollower, LeaseTiming, holder_host
+from app.kube.client import KubeClient, KubeConfig
+from app.kube.errors import NotLeading
+from app.kube.lease import LeaseFollower, LeaseTiming, holder_host
 from app.service import NOT_LEADING, Lockstep, LostLease
 from coscheduling import Coscheduler, Settings, conventions, node_from_json, pod_from_json, pod_key
 from coscheduling.events import ingest
@@ -355,11 +355,11 @@ async def test_a_standby_admits_nothing_binds_nothing_and_writes_nothing() -> No
     svc.after_change()
     assert not svc.acting
     assert svc.metrics.registry.get_sample_value("lockstep_leading") == 0.0
-    assert svc.core.lift_target("default/g-0") is None
+    assert svc.core.queries.lift_target("default/g-0") is None
     assert await svc.bind("default", "g-0", "uid-g-0", "n0") == NOT_LEADING
     for conv in conventions.REGISTRY:  # every convention's status, as the writer's pass
         if conv.status is not None:
-            await svc.status.write(conv.status, svc.core.status_model())
+            await svc.status.write(conv.status, svc.core.queries.status_model())
     assert svc.poster.lifts.empty() and api.writes == []
 
 
@@ -378,7 +378,7 @@ async def test_a_new_leader_lists_again_before_it_acts_then_admits() -> None:
                 break
         assert svc.acting and svc.rebuilds == 1 and api.lists >= lists + 2
         assert svc.metrics.registry.get_sample_value("lockstep_leading") == 1.0
-        assert svc.core.lift_target("default/g-0") is not None  # admitted once acting
+        assert svc.core.queries.lift_target("default/g-0") is not None  # admitted once acting
     finally:
         await asyncio.wait_for(svc.stop(), 5)
 
@@ -413,7 +413,7 @@ def test_a_lease_that_never_lists_is_refused_by_the_cli() -> None:
 async def test_a_standbys_webhook_gates_a_gang_that_fits_and_reserves_nothing() -> None:
     """A member whose gang fits is pinned by the leader; a standby gates it (its ledger may
     be stale) and the leader lifts it."""
-    from app.webhook import create_webhook_app
+    from app.http.webhook import create_webhook_app
     from tests.unit.test_webhook_pinning import member, mutate
 
     api = ClusterAPI(*held_gang())
@@ -429,7 +429,7 @@ async def test_a_standbys_webhook_gates_a_gang_that_fits_and_reserves_nothing() 
 
 
 async def test_a_standby_answers_filter_with_an_error_kube_scheduler_retries() -> None:
-    from app.verbs import VerbsApp
+    from app.http.verbs import VerbsApp
 
     api = ClusterAPI(*held_gang())
     svc, _ = standby(api)
@@ -438,7 +438,7 @@ async def test_a_standby_answers_filter_with_an_error_kube_scheduler_retries() -
     async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as c:
         r = await c.post("/filter", json=args)
     assert r.status_code == 200 and r.json()["Error"] == NOT_LEADING
-    assert svc.core.pod(pod_key("default", "p")) is None  # nothing decided, nothing kept
+    assert svc.core.queries.pod(pod_key("default", "p")) is None  # nothing decided, nothing kept
 
 
 class LeaseAndCluster(ClusterAPI):
@@ -459,7 +459,7 @@ class LeaseAndCluster(ClusterAPI):
 async def test_a_verb_from_the_new_leaders_sidecar_has_the_lease_read_at_once() -> None:
     """Its sidecar just took the Lease and calls: the replica reads the Lease then (not at
     its next poll, 50 s away here), rebuilds and answers, rather than refusing."""
-    from app.verbs import VerbsApp
+    from app.http.verbs import VerbsApp
 
     api = LeaseAndCluster("lockstep-b_u2")
     kube = KubeClient(KubeConfig("http://api.test"), connect=Wire(api))

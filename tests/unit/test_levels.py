@@ -1,11 +1,11 @@
-"""--topology-levels (app/levels.py): a site's own rack labels, or a clear refusal."""
+"""--topology-levels (app/kube/levels.py): a site's own rack labels, or a clear refusal."""
 
 from __future__ import annotations
 
 import pytest
 
 from app import cli
-from app.levels import LevelsError, parse_levels
+from app.kube.levels import LevelsError, parse_levels
 from coscheduling.records import NodeName, NodeRecord
 from coscheduling.topology.domains import domain_of
 

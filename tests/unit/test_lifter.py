@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest
@@ -73,13 +73,13 @@ async def test_each_member_is_lifted_once_pinned_to_its_planned_node() -> None:
     svc.after_change()  # the same targets again: nothing more to write
     await run_lifters(svc, 0.1)
     # Events on the gang before the watch shows the gates gone re-queue its held members.
-    again = svc.core.pod(next(iter(sorted(svc.core.gangs()["default/g"].members))))
+    again = svc.core.queries.pod(next(iter(sorted(svc.core.queries.gangs["default/g"].members))))
     assert again is not None and again.held
     svc.core.upsert_pod(again)
     svc.after_change()
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
-    plan = svc.core.plans()[next(iter(svc.core.plans()))]
+    plan = svc.core.queries.plans()[next(iter(svc.core.queries.plans()))]
     for name, ctype, body in api.patches:
         assert ctype == "application/strategic-merge-patch+json"
         assert body["metadata"] == {"uid": f"uid-{name}"}
@@ -111,7 +111,7 @@ async def test_nothing_is_lifted_before_the_verbs_are_served() -> None:
     held(svc, 3)
     svc.after_change()
     await run_lifters(svc, 0.1)
-    assert api.patches == [] and not svc.core.plans()
+    assert api.patches == [] and not svc.core.queries.plans()
     svc.serve_verbs()  # admits at once, without waiting for another event
     await run_lifters(svc, 0.1)
     assert api.names() == ["g-0", "g-1", "g-2"]
@@ -123,7 +123,7 @@ async def test_nothing_is_admitted_or_lifted_before_the_cache_has_synced() -> No
     held(svc, 3)
     svc.after_change()
     await run_lifters(svc, 0.1)
-    assert api.patches == [] and not svc.core.plans()
+    assert api.patches == [] and not svc.core.queries.plans()
     for res in svc.cache.resources.values():
         res.synced = True
     svc.after_change()
@@ -141,8 +141,8 @@ async def test_a_lift_dropped_by_a_full_queue_is_offered_again_on_the_pods_next_
     svc.after_change()
     assert svc.poster.dropped >= 2 and api.patches == []
     svc.poster.lifts = asyncio.Queue()
-    for key in sorted(svc.core.gangs()["default/g"].members):  # the next watch event on each
-        again = svc.core.pod(key)
+    for key in sorted(svc.core.queries.gangs["default/g"].members):  # the next watch event on each
+        again = svc.core.queries.pod(key)
         assert again is not None
         svc.core.upsert_pod(again)
     svc.after_change()

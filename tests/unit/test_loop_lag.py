@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import LOOP_LAG_WARN_SECONDS, Lockstep, LoopLag
 from coscheduling import Coscheduler, Settings, node_from_json

@@ -60,12 +60,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import providers
 from hypothesis.internal.constants_ast import Constants
@@ -78,13 +79,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from app.errors import NotLeading
-from app.fasthttp import FastHTTP
-from app.kube import KubeClient, KubeConfig
-from app.lease import LeaseFollower
-from app.pinning import CreationPlacer
+from app.effects.held import HeldReviews
+from app.http.pinning import CreationPlacer
+from app.http.webhook import AdmissionReview, decide
+from app.kube.client import KubeClient, KubeConfig
+from app.kube.errors import NotLeading
+from app.kube.fasthttp import FastHTTP
+from app.kube.lease import LeaseFollower
 from app.service import Lockstep
-from app.webhook import AdmissionReview, decide
 from coscheduling import (
     BindFailed,
     BindGroup,
@@ -92,6 +94,7 @@ from coscheduling import (
     BindOutcome,
     Bound,
     Coscheduler,
+    Drained,
     Eviction,
     GangDefaults,
     GangKey,
@@ -125,6 +128,11 @@ from tests.invariants import InvariantBroken, check_fenced, check_invariants, cl
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))
+MODEL_SEED = 3
+"""The seed of ``make test``'s runs. ``derandomize`` alone derives one from the machine's
+source, so any edit to the class (a test line reading a renamed field) drew other runs, and
+those once missed a transition the coverage check asks for; seeds 1 to 6 all reach every
+one of them."""
 SEED = os.environ.get("LOCKSTEP_FUZZ_SEED") or None
 """``make fuzz`` draws a new seed each run (passed as ``--hypothesis-seed`` too) and prints
 it for replay; without one (``make test``) the runs are derandomized: the same every time."""
@@ -186,7 +194,7 @@ def saw(what: str) -> None:
 
 
 def _lease(renew: str) -> dict[str, Any]:
-    """The sidecar kube-scheduler's Lease as ``app.lease`` reads it, renewed at ``renew``."""
+    """The sidecar kube-scheduler's Lease as ``app.kube.lease`` reads it, renewed at ``renew``."""
     return {"metadata": {"resourceVersion": renew},
             "spec": {"holderIdentity": "lockstep-a_1", "renewTime": renew}}
 
@@ -240,6 +248,7 @@ class _ModelService:
         self.cache = SimpleNamespace(synced=True)
         self.verbs_served = True
         self.failed = None
+        self.held = HeldReviews()
 
     @property
     def core(self) -> Coscheduler:
@@ -411,7 +420,7 @@ class GangModel(RuleBasedStateMachine):
             named = CLASSES.get(obj["spec"].get("priorityClassName") or "")
         if named is not None:
             return int(named)
-        return max((p.priority for p in self.core.members_of(GangKey(gang))), default=0)
+        return max((p.priority for p in self.core.queries.members_of(GangKey(gang))), default=0)
 
     def _binding_now(self, gang: str | None = None) -> frozenset[PodKey]:
         """Members of ``gang`` (all gangs: None) whose binding of a BindGroup is in flight."""
@@ -490,19 +499,22 @@ class GangModel(RuleBasedStateMachine):
         return int(self.nodes[name]["status"]["allocatable"].get("nvidia.com/gpu", 0)) - used
 
     def _answered(self) -> None:
-        self._answer_reviews()
-        self.core.admit_held(self.now)
-        for u in self.core.drain_unparked():
+        self._take(self.core.drain())
+        self.core.admit_gated(self.now)
+        self._take(self.core.drain())
+
+    def _take(self, out: Drained) -> None:
+        """What the service does with a drain: held reviews and parked calls answered, gate
+        lifts and evictions sent (Events, requeue nudges and deallocations are not modelled)."""
+        self._answer_reviews(out.answers)
+        for u in out.unparked:
             saw(f"Unparked:{type(u.reason).__name__}")
             for k in u.pods:
                 self.parked.pop(k, None)
-        self.core.drain_notices()
-        self.core.drain_requeue()
-        self.lifts.extend(self.core.drain_lift())
-        evictions = self.core.drain_evictions()
-        if evictions:
-            self._check_evictions(evictions)
-            self.evicting.extend(evictions)
+        self.lifts.extend(out.lift)
+        if out.evictions:
+            self._check_evictions(out.evictions)
+            self.evicting.extend(out.evictions)
 
     def _check_evictions(self, batch: list[Eviction]) -> None:
         """One preemption's victims, as decided: strictly lower priority by one measure on
@@ -513,9 +525,9 @@ class GangModel(RuleBasedStateMachine):
         keys = {e.pod for e in batch}
         pre = batch[0].preemptor
         measures = set()
-        if GangKey(pre) in self.core.gangs():
+        if GangKey(pre) in self.core.queries.gangs:
             measures.add(self._group_priority(pre))
-        if PodKey(pre) in self.pods and self.core.gang_of(PodKey(pre)) is None:
+        if PodKey(pre) in self.pods and self.core.queries.gang_of(PodKey(pre)) is None:
             measures.add(int(self.pods[PodKey(pre)]["spec"].get("priority") or 0))
         if measures and batch[0].priority not in measures:
             raise AssertionError(f"{pre} preempts at priority {batch[0].priority}, not by "
@@ -540,15 +552,15 @@ class GangModel(RuleBasedStateMachine):
                     raise AssertionError(f"gang {e.gang} evicted in part: {k}'s binding "
                                          f"is in flight")
                 for k, p in self.pods.items():
-                    if p["spec"].get("nodeName") and self.core.gang_of(k) == e.gang \
+                    if p["spec"].get("nodeName") and self.core.queries.gang_of(k) == e.gang \
                             and k not in keys and not p["metadata"].get("deletionTimestamp") \
                             and p["status"]["phase"] not in ("Failed", "Succeeded"):
                         raise AssertionError(f"gang {e.gang} evicted in part: {k} stays")
-        preemptor = self.core.gangs().get(GangKey(pre))
+        preemptor = self.core.queries.gangs.get(GangKey(pre))
         if preemptor is not None and preemptor.phase is GangPhase.ADMITTED:
             return
         plain = PodKey(pre)
-        if plain in self.pods and self.core.gang_of(plain) is None:
+        if plain in self.pods and self.core.queries.gang_of(plain) is None:
             saw("Preempted:for-plain-pod")
             nominated = state_of(self.core).preemption.nominations.get(plain)
             if nominated is None or self.pods[plain]["spec"].get("nodeName"):
@@ -668,10 +680,10 @@ class GangModel(RuleBasedStateMachine):
         assert self._observed() == before
 
     def _observed(self) -> tuple[object, ...]:
-        core = self.core
-        return (dict(core.pods), core.plans(), core.reserved_total(), core.gang_views(),
-                core.preemptions_in_flight(), core.parked_total(), core.next_deadline(),
-                {n: (core.free(n), core.free_unreserved(n)) for n in core.node_names()})
+        q = self.core.queries
+        return (dict(q.pods), q.plans(), q.reserved_total(), q.gang_views(),
+                q.preemptions_in_flight(), q.parked_total(), q.next_deadline(),
+                {n: (q.free(n), q.free_unreserved(n)) for n in sorted(q.nodes)})
 
     @rule(gang=st.sampled_from(sorted(GANGS)), extra=st.booleans())
     def create_whole_gang(self, gang: str, extra: bool) -> None:
@@ -793,10 +805,10 @@ class GangModel(RuleBasedStateMachine):
         self.never_landed.pop(key, None)
         self._put_pod(obj, lag=land == "late")
 
-    def _answer_reviews(self) -> None:
+    def _answer_reviews(self, answers: Mapping[PodKey, Answer]) -> None:
         """Held reviews the core answered (a later review completed the quorum, or their
         window closed): the webhook sends each answer, the API server stores the pod."""
-        for key, placed in sorted(self.core.drain_creation_answers().items()):
+        for key, placed in sorted(answers.items()):
             review = self.reviews.pop(key, None)
             if review is not None:
                 saw(f"webhook:held:{type(placed).__name__}")
@@ -894,7 +906,7 @@ class GangModel(RuleBasedStateMachine):
                           delay: float = 0.0) -> None:
         """The leading replica is deposed (its node lost, or cut off from the API server)
         and the standby takes over. The deposed one may still try to act (``acts``): admit
-        the held gangs it sees, lift gates, evict. Its fence (``app.lease``, the real one)
+        the held gangs it sees, lift gates, evict. Its fence (``app.kube.lease``, the real one)
         has ended its lead before the standby could hold the Lease, so every such write is
         refused before it is sent; the standby acts on a view rebuilt from the API server,
         as a restart does (``lockstep_restarts``), and every invariant holds after.
@@ -921,8 +933,9 @@ class GangModel(RuleBasedStateMachine):
         clock[0] = lease_passes
         assert not lead.leading, "a deposed replica still leads when the Lease can pass"
         if acts:
-            self.core.admit_held(self.now)
-            attempted = [*self.core.drain_lift(), *self.lifts, *self.core.drain_evictions()]
+            self.core.admit_gated(self.now)
+            out = self.core.drain()
+            attempted = [*out.lift, *self.lifts, *out.evictions]
             if attempted:
                 saw("failover:fenced")  # each refused: KubeClient.may_write is false
         saw("failover")
@@ -972,7 +985,7 @@ class GangModel(RuleBasedStateMachine):
         the next event)."""
         lift = self.lifts.pop(data.draw(st.integers(0, len(self.lifts) - 1)))
         if not stale:
-            fresh = self.core.lift_target(lift.pod)
+            fresh = self.core.queries.lift_target(lift.pod)
             if fresh is None:
                 return
             lift = fresh
@@ -1001,7 +1014,7 @@ class GangModel(RuleBasedStateMachine):
         gangs = set()
         while self.lifts:
             lift = self.lifts.pop(0)
-            fresh = self.core.lift_target(lift.pod)
+            fresh = self.core.queries.lift_target(lift.pod)
             if fresh is not None:
                 self.lifts.insert(0, fresh)
                 self.api_applies_lift(_First(), False, False)
@@ -1171,7 +1184,8 @@ class GangModel(RuleBasedStateMachine):
         obj = self.pods[key]
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
         self._put_pod({**obj, "status": {**obj["status"], "conditions": [cond]}})
-        saw("unschedulable:plain" if self.core.gang_of(key) is None else "unschedulable:member")
+        member = self.core.queries.gang_of(key) is not None
+        saw("unschedulable:member" if member else "unschedulable:plain")
         self._answered()
 
     @precondition(lambda self: self.pods)
@@ -1316,7 +1330,7 @@ class GangModel(RuleBasedStateMachine):
               lag: bool = False, slow: bool = False) -> None:
         """kube-scheduler's bind call; a BindGroup it releases is carried out at once, or
         (``slow``, or a ``fate`` of 1 or 2) one binding at a time in later steps."""
-        if self.core.pod(key) is None and key in self.pods:
+        if self.core.queries.pod(key) is None and key in self.pods:
             # The app reads a pod the watch has not shown yet from the API server.
             self.core.upsert_pod(pod_from_json(self.pods[key]))
         d = self.core.bind(key, target, self.now, uid)
@@ -1324,7 +1338,7 @@ class GangModel(RuleBasedStateMachine):
         if isinstance(d, Reject):
             self._never_unknown(key, uid, d.reason)
         if isinstance(d, Reject) and isinstance(d.reason, ReservedForGangs) \
-                and self.core.gang_of(key) is None:
+                and self.core.queries.gang_of(key) is None:
             saw("Reject:ReservedForGangs")
             prio = int(self.pods[key]["spec"].get("priority") or 0)
             holders: dict[str, int] = {
@@ -1439,8 +1453,8 @@ class GangModel(RuleBasedStateMachine):
         check_fenced(self.deposed_writes)
         for k, (_, deadline) in self.parked.items():
             assert self.now < deadline, f"{k} still parked at {self.now} past {deadline}"
-            assert self.core.is_parked(k), f"{k}: the model holds a call the core forgot"
-        assert self.core.parked_total() == len(self.parked)
+            assert self.core.queries.is_parked(k), f"{k}: the model holds a call the core forgot"
+        assert self.core.queries.parked_total() == len(self.parked)
         self._counted_once()
         self._given_back()
         for g in sorted({self._gang(p) for p in self.pods.values()} - {""}):
@@ -1462,7 +1476,7 @@ class GangModel(RuleBasedStateMachine):
         their node) its members bind back one by one: that episode lasts until it is whole
         again, not until none is bound."""
         return gang == KG and any("gang-group[" in k and g.phase is GangPhase.RELEASED
-                                  for k, g in self.core.gangs().items())
+                                  for k, g in self.core.queries.gangs.items())
 
     def _any_bound(self, gang: str) -> bool:
         flying = self._binding_now(gang)
@@ -1506,7 +1520,7 @@ class GangModel(RuleBasedStateMachine):
             if self.now >= asked + PROVISIONAL_SECONDS and key not in self.pods:
                 assert state_of(self.core).ledger.get(key) is None, \
                     f"{key} never created, still holds"
-                assert key not in self.core.pods, f"{key} never created, still counted"
+                assert key not in self.core.queries.pods, f"{key} never created, still counted"
 
     @invariant()
     def rebuilt_core_agrees(self) -> None:
@@ -1552,6 +1566,8 @@ def _reached(machine: type[GangModel], examples: int) -> dict[str, int]:
     defects (a stale Preempting reason, a victim's group edited under its eviction) or
     not by that alone. That pool is empty here: a seed is one run."""
     before = dict(seen)
+    if SEED is None:  # the same runs whatever the machine's source says (see MODEL_SEED)
+        seed(MODEL_SEED)(machine)
     with mock.patch.object(providers, "_get_local_constants", Constants):
         providers.CONSTANTS_CACHE.cache.clear()  # values drawn from the pool before
         try:
@@ -1765,7 +1781,7 @@ def test_replay_a_binding_of_a_deleted_pod_is_not_counted_for_its_namesake() -> 
                 ("group_binding_lands", _Script(0), 0))
     a0 = pod_key("default", "a-0")
     assert m.pods[a0]["spec"].get("nodeName") is None
-    rec = m.core.pod(a0)
+    rec = m.core.queries.pod(a0)
     assert rec is not None and rec.node_name is None, rec
 
 

@@ -160,12 +160,11 @@ class DeviceModel(RuleBasedStateMachine):
         self._answered()
 
     def _answered(self) -> None:
-        for u in self.core.drain_unparked():
+        out = self.core.drain()
+        for u in out.unparked:
             for k in u.pods:
                 self._unreserve(k)
-        self.core.drain_notices()
-        self.core.drain_requeue()
-        for key, _uid, rv in self.core.drain_deallocate():
+        for key, _uid, rv in out.deallocate:
             self.drained[key] = rv
         for key, rv in list(self.drained.items()):
             del self.drained[key]

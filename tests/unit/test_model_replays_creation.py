@@ -117,18 +117,18 @@ def test_an_extra_of_a_released_gang_is_counted_on_its_node_while_its_binding_fl
         core.upsert_pod(pod_from(pod(f"a-{k}").gang("a", min_member=2, timeout=20).gpu(1)))
         if k == 1:  # released and bound before a-2 exists: a-2 is an extra with no slot
             for j in range(2):
-                member = core.pods[pod_key("default", f"a-{j}")]
+                member = core.queries.pods[pod_key("default", f"a-{j}")]
                 assert core.filter(member, [n0], 0.0).passed == [n0]
                 core.bind(member.key, n0, 0.0, member.uid)
-            core.bind_outcomes([Bound(key, n0, core.pods[key].uid)
+            core.bind_outcomes([Bound(key, n0, core.queries.pods[key].uid)
                                 for key in (pod_key("default", "a-0"), pod_key("default", "a-1"))])
-    extra = core.pods[pod_key("default", "a-2")]
+    extra = core.queries.pods[pod_key("default", "a-2")]
     assert core.filter(extra, [n0], 0.0).passed == [n0]
     assert isinstance(core.bind(extra.key, n0, 0.0, extra.uid), BindNow)
     check_invariants(core, 0.0)
     for k in range(2):  # gang c (2 x 1 GPU) arrives while a-2's POST is in flight
         core.upsert_pod(pod_from(pod(f"c-{k}").gang("c", min_member=2, timeout=20).gpu(1)))
-    core.filter(core.pods[pod_key("default", "c-0")], [n0], 0.0)
+    core.filter(core.queries.pods[pod_key("default", "c-0")], [n0], 0.0)
     check_invariants(core, 0.0)
     core.bind_outcomes([Bound(extra.key, n0, extra.uid)])
     check_invariants(core, 0.0)
@@ -152,7 +152,7 @@ def test_replay_a_member_that_redeclares_a_held_gang_answers_its_parked_calls() 
     m.create_held_member(1, True, 5)
     m.promises_hold()
     m.rebuilt_core_agrees()
-    assert not m.parked and not m.core.is_parked(h2)
+    assert not m.parked and not m.core.queries.is_parked(h2)
 
 
 def test_replay_a_once_satisfied_gang_group_rebinding_one_by_one_is_its_disruption() -> None:

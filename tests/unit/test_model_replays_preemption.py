@@ -49,7 +49,7 @@ def test_replay_a_gang_that_gave_its_room_back_is_not_left_preempting() -> None:
                 ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, _Script()),
                 ("delete_pod", _Script("default/d-0"), True),
                 ("schedule_gang", "d", 0, _Script()))
-    d = m.core.gangs()[GangKey("default/d")]
+    d = m.core.queries.gangs[GangKey("default/d")]
     assert isinstance(d.reason, Preempting) and len(m.evicting) == 2, "stale replay"
     _replay_more(m, ("victim_terminates", _Script(0), "delete"),
                  ("victim_terminates", _Script(0), "delete"))
@@ -94,7 +94,7 @@ def test_replay_a_gang_that_gave_its_room_back_is_told_when_its_victims_outlive_
                 ("create_whole_gang", "d", False), ("schedule_gang", "d", 0, _Script()),
                 ("delete_pod", _Script("default/d-0"), True),
                 ("schedule_gang", "d", 0, _Script()))
-    d = m.core.gangs()[GangKey("default/d")]
+    d = m.core.queries.gangs[GangKey("default/d")]
     assert isinstance(d.reason, Preempting), "stale replay"
     _replay_more(m, *[("advance_time", 8.0)] * 4)
     assert not state_of(m.core).preemption.inflight.by_preemptor, \

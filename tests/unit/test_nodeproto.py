@@ -1,4 +1,4 @@
-"""Node lists as protobuf (``app.nodeproto``), against answers captured from kube-apiserver
+"""Node lists as protobuf (``app.kube.nodeproto``), against answers captured from kube-apiserver
 v1.34 (``tests/fixtures/nodeproto/capture.py``): the same nodes must make the same records
 as their JSON, and the client must ask for protobuf, accept JSON, and read protobuf errors.
 """
@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from app.errors import APIError
-from app.kube import KubeClient, KubeConfig
-from app.nodeproto import decode_node_list, decode_status
+from app.kube.client import KubeClient, KubeConfig
+from app.kube.errors import APIError
+from app.kube.nodeproto import decode_node_list, decode_status
 from coscheduling import node_from_json
 
 from .test_fasthttp import Seen, serving

@@ -65,7 +65,7 @@ def snapshot(core: Coscheduler) -> dict[str, Any]:
         "holds": {k: (h.spec, h.first, h.until, dict(h.pods)) for k, h in s.creation.holds.items()},
         "provisional": dict(s.creation.pinned),
         "slow": list(s.creation.slow_gangs),
-        "plans": core.plans(),
+        "plans": core.queries.plans(),
         "answers": dict(s.creation.answers),
     }
 
@@ -116,8 +116,8 @@ class Twin:
         self.objs[name] = obj
         placed = self.both(lambda core: core.place_at_creation(pod_from_json(obj), now))
         answers = {k.split("/", 1)[1]: a for k, a in
-                   self.batch.drain_creation_answers().items()}
-        self.single.drain_creation_answers()
+                   self.batch.drain().answers.items()}
+        self.single.drain()
         answers[name] = placed
         for n, a in answers.items():
             if isinstance(a, PinAtCreation):
@@ -138,7 +138,7 @@ def _step(t: Twin, op: tuple[int, int, int]) -> None:
     now = t.now
     name = PODS[i % len(PODS)]
     key = pod_key("default", name)
-    rec = t.batch.pods.get(key)
+    rec = t.batch.queries.pods.get(key)
     if kind == 0:  # reviewed: up to 4 of a gang's members, as a burst's creators call
         gang = name.split("-")[0]
         fresh = [n for n in PODS if n.startswith(gang + "-") and n not in t.objs]
@@ -154,7 +154,7 @@ def _step(t: Twin, op: tuple[int, int, int]) -> None:
         t.watch(name, {**obj, "spec": {**obj["spec"],
                                        "schedulingGates": [{"name": "lockstep.dev/gang"}]}})
     elif kind == 3:  # time passes: held reviews, provisional pins, deadlines
-        t.both(lambda core: (core.expire_holds(now), core.expire(now), core.admit_held(now)))
+        t.both(lambda core: (core.expire_holds(now), core.expire(now), core.admit_gated(now)))
     elif kind == 4 and rec is not None and not rec.uid:  # the webhook takes its pin back
         t.both(lambda core: core.withdraw_creation(key))
     elif kind == 5:  # the PodGroup comes or changes (its held reviews resolve otherwise:
@@ -167,15 +167,16 @@ def _step(t: Twin, op: tuple[int, int, int]) -> None:
         t.both(lambda core: core.delete_pod(key, rec.uid))
     elif kind == 7 and rec is not None and rec.uid and rec.node_name is None and not rec.held:
         def cycle(core: Coscheduler) -> None:  # kube-scheduler's cycle and the binding
-            p = core.pods[key]
+            p = core.queries.pods[key]
             core.filter(p, [NodeName(n) for n in NODES], now)
-            gang = core.gang_of(key)
-            planned = core.plans().get(gang, {}).get(key) if gang is not None else None
+            gang = core.queries.gang_of(key)
+            planned = core.queries.plans().get(gang, {}).get(key) if gang is not None else None
             d = core.bind(key, NodeName(planned or NODES[x % 3]), now, p.uid)
             binds = {key: d.node} if isinstance(d, BindNow) else \
                 d.binds if isinstance(d, BindGroup) else {}
             if binds:
-                core.bind_outcomes([Bound(k, n, core.pods[k].uid) for k, n in binds.items()])
+                pods = core.queries.pods
+                core.bind_outcomes([Bound(k, n, pods[k].uid) for k, n in binds.items()])
         t.both(cycle)
 
 
@@ -242,7 +243,7 @@ def test_a_gang_of_eight_pinned_together_is_decided_once_and_not_resolved_again(
     monkeypatch.setattr(ingest_module, "resolve_pod", counted_resolve)
     placed = core.place_at_creation(pod_from_json(objs[7]), 0.0)
     assert isinstance(placed, PinAtCreation)
-    assert all(isinstance(a, PinAtCreation) for a in core.drain_creation_answers().values())
+    assert all(isinstance(a, PinAtCreation) for a in core.drain().answers.values())
     assert reconciled == ["default/g"]
     assert resolved == []
 

@@ -63,18 +63,18 @@ def test_a_pod_lockstep_bound_is_counted_before_the_watch_shows_it() -> None:
     # The watch has not shown the binding; a stale event (still pending) arrives first.
     add(core, web)
     held_gang(core, "g", 2)
-    core.admit_held(1.0)
-    g = core.gang_view(gang_key("default", "g"))
+    core.admit_gated(1.0)
+    g = core.queries.gang_view(gang_key("default", "g"))
     assert g is not None and not g.plan
     assert isinstance(g.reason, DoesNotFit)
-    assert core.free(NodeName("n0")).get("nvidia.com/gpu") == 0
+    assert core.queries.free(NodeName("n0")).get("nvidia.com/gpu") == 0
     # The watch confirms it, then the pod finishes: the room is free again.
     add(core, pod("web").gpu(2).on("n0").build() | {"metadata": web["metadata"]})
     assert state_of(core).assumed == {}
     done = pod("web").gpu(2).on("n0", phase="Succeeded").build()
     add(core, done | {"metadata": web["metadata"]})
-    core.admit_held(2.0)
-    assert core.gang_view(gang_key("default", "g")).plan  # type: ignore[union-attr]
+    core.admit_gated(2.0)
+    assert core.queries.gang_view(gang_key("default", "g")).plan  # type: ignore[union-attr]
 
 
 def test_an_assumption_ends_when_the_pod_is_replaced_or_deleted() -> None:
@@ -83,14 +83,15 @@ def test_an_assumption_ends_when_the_pod_is_replaced_or_deleted() -> None:
     bind_plain(core, web, "n0")
     add(core, pod("web").gpu(2).build())  # recreated under the same name: a new UID
     assert state_of(core).assumed == {}
-    assert core.pod(pod_key("default", "web")).node_name is None  # type: ignore[union-attr]
+    assert core.queries.pod(pod_key("default", "web")).node_name is None  # type: ignore[union-attr]
     bind_plain(core, core_pod_json(core, "web"), "n0")
     core.delete_pod(pod_key("default", "web"))
-    assert state_of(core).assumed == {} and core.free(NodeName("n0")).get("nvidia.com/gpu") == 2
+    assert state_of(core).assumed == {}
+    assert core.queries.free(NodeName("n0")).get("nvidia.com/gpu") == 2
 
 
 def core_pod_json(core: Coscheduler, name: str) -> dict[str, Any]:
-    rec = core.pod(pod_key("default", name))
+    rec = core.queries.pod(pod_key("default", name))
     assert rec is not None
     return {"metadata": {"name": name, "uid": rec.uid}}
 
@@ -102,8 +103,8 @@ def test_a_gang_member_the_watch_has_not_shown_is_learnt_from_the_filter_call() 
     early["metadata"]["resourceVersion"] = "7"  # newer than anything the watch delivered
     decision = core.filter(pod_from_json(early), [NodeName("n0")], 0.0)
     assert decision.unresolvable is None and decision.passed == ["n0"]
-    assert core.pod(pod_key("default", "g-1")) is not None
-    assert core.gang_view(gang_key("default", "g")).members == 2  # type: ignore[union-attr]
+    assert core.queries.pod(pod_key("default", "g-1")) is not None
+    assert core.queries.gang_view(gang_key("default", "g")).members == 2  # type: ignore[union-attr]
     assert first  # the first member was there all along
 
 
@@ -122,7 +123,7 @@ def test_a_filter_call_for_a_deleted_pod_is_not_learnt(seen: bool) -> None:
         core.pods_listed(9)  # a list at revision 9 did not hold it: it went before that
     decision = core.filter(pod_from_json(gone), [NodeName("n0")], 0.0)
     assert isinstance(decision.unresolvable, PodNotInCache)
-    assert core.pod(pod_key("default", "g-0")) is None
+    assert core.queries.pod(pod_key("default", "g-0")) is None
 
 
 def plain_ahead(core: Coscheduler, n: int, gpus: int, priority: int,
@@ -149,8 +150,8 @@ def test_a_gang_waits_for_higher_priority_pods_kube_scheduler_is_placing(
     core = cluster(1, 1, 1)  # either three 1-GPU plain pods or the 3-member gang
     plain_ahead(core, 3, plain_gpus, plain_priority, unschedulable=unschedulable)
     held_gang(core, "g", 3, priority=10)
-    core.admit_held(0.0)
-    view = core.gang_view(gang_key("default", "g"))
+    core.admit_gated(0.0)
+    view = core.queries.gang_view(gang_key("default", "g"))
     assert view is not None
     if want_wait:
         assert not view.plan
@@ -164,23 +165,23 @@ def test_higher_priority_pods_that_fit_beside_the_gang_do_not_hold_it_back() -> 
     core = cluster(2, 2, 2)
     plain_ahead(core, 3, 1, 100)
     held_gang(core, "g", 3, priority=10)
-    core.admit_held(0.0)
-    assert len(core.gang_view(gang_key("default", "g")).plan) == 3  # type: ignore[union-attr]
+    core.admit_gated(0.0)
+    assert len(core.queries.gang_view(gang_key("default", "g")).plan) == 3  # type: ignore[union-attr]
 
 
 def test_the_gang_is_tried_again_once_the_pods_ahead_leave_kube_schedulers_queue() -> None:
     core = cluster(1, 1, 1)
     (ahead,) = plain_ahead(core, 1, 1, 100)
     held_gang(core, "g", 3, priority=10)
-    core.admit_held(0.0)
-    view = core.gang_view(gang_key("default", "g"))
+    core.admit_gated(0.0)
+    view = core.queries.gang_view(gang_key("default", "g"))
     assert view is not None and isinstance(view.reason, HigherPriorityPodsWaiting)
     # kube-scheduler found no room for it (its own filters): it is no longer being placed.
     ahead["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
                                       "reason": "Unschedulable"}]
     add(core, ahead)
-    core.admit_held(1.0)
-    assert len(core.gang_view(gang_key("default", "g")).plan) == 3  # type: ignore[union-attr]
+    core.admit_gated(1.0)
+    assert len(core.queries.gang_view(gang_key("default", "g")).plan) == 3  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("gang_priority", "pod_priority", "want_refused"), [
@@ -200,39 +201,39 @@ def test_a_plain_bind_is_refused_for_a_reservation_only_of_its_priority_or_highe
         # not know the pod was pending (its filter went to a replica that has since died).
         state_of(core).plain.pending.clear()
     held_gang(core, "g", 2, gpus=2, priority=gang_priority)
-    core.admit_held(0.0)
-    gang = core.gang_view(gang_key("default", "g"))
+    core.admit_gated(0.0)
+    gang = core.queries.gang_view(gang_key("default", "g"))
     assert gang is not None and len(gang.plan) == 2
     key = pod_key("default", "web")
     decision = core.bind(key, NodeName("n0"), 1.0, web["metadata"]["uid"])
     if want_refused:
         assert isinstance(decision, Reject) and isinstance(decision.reason, ReservedForGangs)
         assert decision.reason.gangs == (gang_key("default", "g"),)
-        verdict = core.plain_verdict(key)
+        verdict = core.queries.plain_verdict(key)
         assert verdict is not None and verdict.bind_refused == decision.reason
     else:
         assert decision == BindNow(key, NodeName("n0"))
-        after = core.gang_view(gang_key("default", "g"))
+        after = core.queries.gang_view(gang_key("default", "g"))
         # web is counted on n0 at once; the gang holds nothing there, and with n1 alone it
         # no longer fits: it gave everything back.
         assert after is not None and "n0" not in after.plan.values()
-        assert core.reserved_on(NodeName("n0")) == {}
-        assert core.free(NodeName("n0")).get("nvidia.com/gpu") == 0
+        assert core.queries.reserved_on(NodeName("n0")) == {}
+        assert core.queries.free(NodeName("n0")).get("nvidia.com/gpu") == 0
         assert not after.plan and isinstance(after.reason, DoesNotFit)
         # The binding fails after all: web is pending again and n0 free.
         from coscheduling import BindFailed
         core.bind_outcomes([BindFailed(key, NodeName("n0"), "409", permanent=True)])
-        assert core.pod(key).node_name is None  # type: ignore[union-attr]
-        assert core.free(NodeName("n0")).get("nvidia.com/gpu") == 2
+        assert core.queries.pod(key).node_name is None  # type: ignore[union-attr]
+        assert core.queries.free(NodeName("n0")).get("nvidia.com/gpu") == 2
 
 
 def test_explain_keeps_a_plain_pods_last_filter_answer() -> None:
     core = cluster(2, 2)
     held_gang(core, "g", 2, gpus=2)
-    core.admit_held(0.0)
+    core.admit_gated(0.0)
     web = add(core, pod("web").gpu(1).build())
     decision = core.filter(pod_from_json(web), [NodeName("n0"), NodeName("n1")], 3.0)
     assert decision.passed == []
-    verdict = core.plain_verdict(pod_key("default", "web"))
+    verdict = core.queries.plain_verdict(pod_key("default", "web"))
     assert verdict is not None and verdict.filtered_at == 3.0 and verdict.passed == 0
     assert set(verdict.refused) == {"n0", "n1"}

@@ -81,22 +81,22 @@ def test_a_gang_evicts_a_whole_lower_gang_and_holds_the_room_until_it_is_gone() 
     core = cluster(4)
     low = running(core, "low", 4, "n0", 10)
     arrive(core, "high", 4, 100)
-    d = core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "high-0")], [], 0.0)
     assert d.passed == [] and isinstance(d.unresolvable, Preempting)
-    evictions = core.drain_evictions()
+    evictions = core.drain().evictions
     assert sorted(e.pod for e in evictions) == [pod_key("default", f"low-{i}") for i in range(4)]
     assert {e.gang for e in evictions} == {gang_key("default", "low")}
-    high = core.gangs()[gang_key("default", "high")]
+    high = core.queries.gangs[gang_key("default", "high")]
     assert high.phase is GangPhase.ADMITTED and len(high.plan) == 4
     # A recreated low member waits while the preemption is in flight.
     for obj in low[:3]:
         core.delete_pod(pod_key("default", obj["metadata"]["name"]), obj["metadata"]["uid"])
     assert state_of(core).preemption.inflight.get(HIGH) is not None
-    core.drain_requeue()
+    core.drain()
     core.delete_pod(pod_key("default", "low-3"), "uid-low-3")
     assert state_of(core).preemption.inflight.get(HIGH) is None  # completed
-    assert set(core.drain_requeue()) >= {pod_key("default", "high-0")}
-    d = core.filter(core.pods[pod_key("default", "high-1")], [NodeName("n0")], 1.0)
+    assert set(core.drain().requeue) >= {pod_key("default", "high-0")}
+    d = core.filter(core.queries.pods[pod_key("default", "high-1")], [NodeName("n0")], 1.0)
     assert d.passed == [NodeName("n0")]
 
 
@@ -105,13 +105,13 @@ def test_a_recreated_victim_gang_waits_while_its_preemptor_is_not_running() -> N
     low = running(core, "low", 4, "n0", 10)
     running(core, "other", 4, "n1", 50)
     arrive(core, "high", 4, 100)
-    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    core.filter(core.queries.pods[pod_key("default", "high-0")], [], 0.0)
     for obj in low[:3]:  # three are gone, one still terminates
         core.delete_pod(pod_key("default", obj["metadata"]["name"]), obj["metadata"]["uid"])
     for i in range(4):  # the controller recreates them
         core.upsert_pod(pod_from_json(pod(f"low-new-{i}").gang("low", 4, timeout=30).gpu(1)
                                       .priority(10).build()))
-    d = core.filter(core.pods[pod_key("default", "low-new-0")], [NodeName("n0")], 0.5)
+    d = core.filter(core.queries.pods[pod_key("default", "low-new-0")], [NodeName("n0")], 0.5)
     assert isinstance(d.unresolvable, BeingPreempted)
 
 
@@ -122,16 +122,16 @@ def test_a_gated_extra_of_a_gang_being_evicted_is_neither_lifted_nor_let_bind() 
     running(core, "h", 3, "n0", 10)
     core.upsert_pod(pod_from_json(pod("h-3").gang("h", 3, timeout=30).gpu(1).priority(10)
                                   .held().build()))
-    assert core.gangs()[gang_key("default", "h")].phase is GangPhase.RELEASED
+    assert core.queries.gangs[gang_key("default", "h")].phase is GangPhase.RELEASED
     arrive(core, "b", 4, 50)
-    d = core.filter(core.pods[pod_key("default", "b-0")], [], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "b-0")], [], 0.0)
     assert isinstance(d.unresolvable, Preempting)
-    assert {e.pod for e in core.drain_evictions()} == {
-        pod_key("default", f"h-{i}") for i in range(3)}
-    assert pod_key("default", "h-3") not in {lf.pod for lf in core.drain_lift()}
+    out = core.drain()
+    assert {e.pod for e in out.evictions} == {pod_key("default", f"h-{i}") for i in range(3)}
+    assert pod_key("default", "h-3") not in {lf.pod for lf in out.lift}
     state_of(core).outbox.lift.add(pod_key("default", "h-3"))  # asked again, as a sweep would
-    assert core.drain_lift() == []
-    extra = core.pods[pod_key("default", "h-3")]
+    assert core.drain().lift == []
+    extra = core.queries.pods[pod_key("default", "h-3")]
     assert isinstance(core.filter(extra, [NodeName("n0")], 0.5).unresolvable, BeingPreempted)
 
 
@@ -139,11 +139,11 @@ def test_victims_that_never_go_give_the_room_back_at_the_deadline() -> None:
     core = cluster(4)
     running(core, "low", 4, "n0", 10)
     arrive(core, "high", 4, 100)
-    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    core.filter(core.queries.pods[pod_key("default", "high-0")], [], 0.0)
     rec = state_of(core).preemption.inflight.get(HIGH)
     assert rec is not None
     core.expire(rec.deadline + 0.1)
-    high = core.gangs()[gang_key("default", "high")]
+    high = core.queries.gangs[gang_key("default", "high")]
     assert high.phase is not GangPhase.ADMITTED and not high.plan
     assert isinstance(high.reason, PreemptionStalled)
 
@@ -157,8 +157,8 @@ def test_a_budget_that_allows_no_disruption_steers_the_choice_to_the_other_gang(
         "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
         "status": {"disruptionsAllowed": 0}}))
     arrive(core, "high", 4, 100)
-    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
-    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "free")}
+    core.filter(core.queries.pods[pod_key("default", "high-0")], [], 0.0)
+    assert {e.gang for e in core.drain().evictions} == {gang_key("default", "free")}
 
 
 def test_without_the_budget_the_same_tie_goes_the_other_way() -> None:
@@ -167,17 +167,17 @@ def test_without_the_budget_the_same_tie_goes_the_other_way() -> None:
     running(core, "guarded", 4, "n0", 10)
     running(core, "free", 4, "n1", 10)
     arrive(core, "high", 4, 100)
-    core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
-    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "guarded")}
+    core.filter(core.queries.pods[pod_key("default", "high-0")], [], 0.0)
+    assert {e.gang for e in core.drain().evictions} == {gang_key("default", "guarded")}
 
 
 def test_preemption_off_evicts_nothing_and_says_the_gang_does_not_fit() -> None:
     core = cluster(4, preemption=False)
     running(core, "low", 4, "n0", 10)
     arrive(core, "high", 4, 100)
-    d = core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "high-0")], [], 0.0)
     assert isinstance(d.unresolvable, DoesNotFit) and d.unresolvable.preemption == ""
-    assert core.drain_evictions() == []
+    assert core.drain().evictions == []
 
 
 def test_an_unschedulable_gang_with_no_filter_call_preempts_from_the_sweep() -> None:
@@ -190,9 +190,9 @@ def test_an_unschedulable_gang_with_no_filter_call_preempts_from_the_sweep() -> 
         obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
                                         "reason": "Unschedulable"}]
         core.upsert_pod(pod_from_json(obj))
-    core.admit_held(0.0)
-    assert len(core.drain_evictions()) == 4
-    assert core.gangs()[gang_key("default", "high")].phase is GangPhase.ADMITTED
+    core.admit_gated(0.0)
+    assert len(core.drain().evictions) == 4
+    assert core.queries.gangs[gang_key("default", "high")].phase is GangPhase.ADMITTED
 
 
 # ------------------------------------------------------------------ the group's own priority
@@ -226,14 +226,14 @@ def test_a_volcano_podgroup_priority_class_outranks_its_pods_own_priority() -> N
     for i in range(4):
         core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).annotate(
             "scheduling.k8s.io/group-name", "urgent").build()))
-    urgent0 = core.pods[pod_key("default", "urgent-0")]
+    urgent0 = core.queries.pods[pod_key("default", "urgent-0")]
     d = core.filter(urgent0, [], 0.0)
-    assert core.drain_evictions() == [] and not isinstance(d.unresolvable, Preempting)
+    assert core.drain().evictions == [] and not isinstance(d.unresolvable, Preempting)
     core.upsert(PRIORITY_CLASSES, priority_class_from_json(
         {"metadata": {"name": "urgent"}, "value": 1000}))
     d = core.filter(urgent0, [], 1.0)
     assert isinstance(d.unresolvable, Preempting)
-    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "low")}
+    assert {e.gang for e in core.drain().evictions} == {gang_key("default", "low")}
 
 
 def test_an_upstream_podgroup_priority_and_never_policy_are_its_own() -> None:
@@ -241,14 +241,14 @@ def test_an_upstream_podgroup_priority_and_never_policy_are_its_own() -> None:
     running(core, "low", 4, "n0", 10)
     upstream_group(core, "never", 4, priority=1000, preemptionPolicy="Never")
     upstream_pods(core, "never", 4)
-    d = core.filter(core.pods[pod_key("default", "never-0")], [], 0.0)
-    assert core.drain_evictions() == [] and isinstance(d.unresolvable, DoesNotFit)
+    d = core.filter(core.queries.pods[pod_key("default", "never-0")], [], 0.0)
+    assert core.drain().evictions == [] and isinstance(d.unresolvable, DoesNotFit)
     assert "preemptionPolicy is Never" in d.unresolvable.preemption
     upstream_group(core, "urgent", 4, priority=1000)
     upstream_pods(core, "urgent", 4)
-    d = core.filter(core.pods[pod_key("default", "urgent-0")], [], 1.0)
+    d = core.filter(core.queries.pods[pod_key("default", "urgent-0")], [], 1.0)
     assert isinstance(d.unresolvable, Preempting)
-    assert len(core.drain_evictions()) == 4
+    assert len(core.drain().evictions) == 4
 
 
 def test_a_victim_group_is_evicted_whole_whatever_its_disruption_mode() -> None:
@@ -264,8 +264,8 @@ def test_a_victim_group_is_evicted_whole_whatever_its_disruption_mode() -> None:
             obj["spec"]["schedulingGroup"] = {"podGroupName": "low"}
             core.upsert_pod(pod_from_json(obj))
         arrive(core, "high", 2, 100)
-        core.filter(core.pods[pod_key("default", "high-0")], [], 0.0)
-        evicted = core.drain_evictions()
+        core.filter(core.queries.pods[pod_key("default", "high-0")], [], 0.0)
+        evicted = core.drain().evictions
         assert len(evicted) == 4 and {e.node for e in evicted} == {"n0", "n1"}, mode
 
 
@@ -281,13 +281,13 @@ def test_pods_of_a_job_kueue_admitted_are_under_its_cluster_queue() -> None:
             core.upsert_pod(pod_from_json(
                 pod(f"hi-{i}").gang("hi", 4, timeout=30).gpu(1).priority(100)
                 .label("kueue.x-k8s.io/cluster-queue-name", label).build()))
-        core.filter(core.pods[pod_key("default", "hi-0")], [], 0.0)
-        assert len(core.drain_evictions()) == want, label
+        core.filter(core.queries.pods[pod_key("default", "hi-0")], [], 0.0)
+        assert len(core.drain().evictions) == want, label
     core = cluster(4)
     running(core, "job", 4, "n0", 10, **{"kueue.x-k8s.io/cluster-queue-name": "team-a"})
     arrive(core, "outside", 4, 100)  # no quota at all
-    core.filter(core.pods[pod_key("default", "outside-0")], [], 0.0)
-    assert core.drain_evictions() == []
+    core.filter(core.queries.pods[pod_key("default", "outside-0")], [], 0.0)
+    assert core.drain().evictions == []
 
 
 # ------------------------------------------------------------------ plain pods that preempt
@@ -315,23 +315,23 @@ def test_an_unschedulable_plain_pod_evicts_what_it_needs_and_holds_the_room() ->
     for i in range(4):
         plain_on(core, f"low-{i}", 2, f"n{i // 2}", 10)
     core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
-    core.admit_held(0.0)  # the sweep after cluster events
-    evicted = core.drain_evictions()
+    core.admit_gated(0.0)  # the sweep after cluster events
+    evicted = core.drain().evictions
     assert len(evicted) == 2 and len({e.node for e in evicted}) == 1  # one node, both pods
     node = evicted[0].node
     nominated = state_of(core).preemption.nominations.get(pod_key("default", "urgent"))
     assert nominated is not None and nominated.node == node
     for e in evicted:
         core.delete_pod(e.pod, e.uid)
-    assert pod_key("default", "urgent") in core.drain_requeue()  # woken to bind
+    assert pod_key("default", "urgent") in core.drain().requeue  # woken to bind
     # The room is free and held: a lower-priority plain pod is turned away there, and no
     # gang is planned into it; the preemptor itself may use it.
     later = pod_from_json(pod("later").gpu(2).priority(10).build())
     core.upsert_pod(later)
     d = core.filter(later, [NodeName(node)], 0.5)
     assert d.passed == [] and pod_key("default", "urgent") in d.failed[NodeName(node)].nominated
-    assert state_of(core).capacity.free_for_gang(NodeName(node)).get("nvidia.com/gpu", 0) == 0
-    urgent = core.pods[pod_key("default", "urgent")]
+    assert core.queries.free_unreserved(NodeName(node)).get("nvidia.com/gpu", 0) == 0
+    urgent = core.queries.pods[pod_key("default", "urgent")]
     assert core.filter(urgent, [NodeName(node)], 1.0).passed == [NodeName(node)]
     core.upsert_pod(pod_from_json(pod("urgent").gpu(4).priority(100).on(node).build()))
     assert state_of(core).preemption.nominations.get(pod_key("default", "urgent")) is None
@@ -344,8 +344,8 @@ def test_a_plain_pod_that_may_not_preempt_or_would_not_fit_evicts_nothing() -> N
         for i in range(2):
             plain_on(core, f"low-{i}", 2, "n0", 10)
         core.upsert_pod(pod_from_json(obj))
-        core.admit_held(0.0)
-        assert core.drain_evictions() == [], obj["metadata"]["name"]
+        core.admit_gated(0.0)
+        assert core.drain().evictions == [], obj["metadata"]["name"]
         assert len(state_of(core).preemption.nominations) == 0
 
 
@@ -354,16 +354,16 @@ def test_a_higher_priority_pod_may_take_the_room_and_the_nomination_is_given_bac
     for i in range(2):
         plain_on(core, f"low-{i}", 2, "n0", 10)
     core.upsert_pod(pod_from_json(unschedulable("mid", 4, 50)))
-    core.admit_held(0.0)
-    for e in core.drain_evictions():
+    core.admit_gated(0.0)
+    for e in core.drain().evictions:
         core.delete_pod(e.pod, e.uid)
-    core.drain_requeue()
+    core.drain()
     top = pod_from_json(pod("top").gpu(4).priority(1000).build())
     core.upsert_pod(top)
     assert core.filter(top, [NodeName("n0")], 1.0).passed == [NodeName("n0")]  # gives way
     plain_on(core, "top", 4, "n0", 1000)  # kube-scheduler bound it
     assert state_of(core).preemption.nominations.get(pod_key("default", "mid")) is None
-    assert pod_key("default", "mid") in core.drain_requeue()
+    assert pod_key("default", "mid") in core.drain().requeue
 
 
 def test_victims_that_never_go_give_a_plain_pods_room_back_at_the_deadline() -> None:
@@ -371,8 +371,8 @@ def test_victims_that_never_go_give_a_plain_pods_room_back_at_the_deadline() -> 
     for i in range(2):
         plain_on(core, f"low-{i}", 2, "n0", 10)
     core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
-    core.admit_held(0.0)
-    assert core.drain_evictions()
+    core.admit_gated(0.0)
+    assert core.drain().evictions
     rec = state_of(core).preemption.inflight.get(URGENT)
     assert rec is not None
     core.expire(rec.deadline + 0.1)
@@ -386,14 +386,14 @@ def test_a_nominated_node_deleted_gives_the_pod_its_turn_again() -> None:
     for i in range(2):
         plain_on(core, f"low-{i}", 2, "n0", 10)
     core.upsert_pod(pod_from_json(unschedulable("urgent", 4, 100)))
-    core.admit_held(0.0)
-    assert core.drain_evictions() \
-        and state_of(core).preemption.nominations.get(pod_key("default", "urgent"))
-    core.drain_requeue()
+    core.admit_gated(0.0)
+    assert core.drain().evictions
+    assert state_of(core).preemption.nominations.get(pod_key("default", "urgent"))
+    core.drain()
     core.delete(ingest.NODES, NodeName("n0"))
     assert state_of(core).preemption.nominations.get(pod_key("default", "urgent")) is None
     assert state_of(core).preemption.inflight.get(URGENT) is None
-    assert pod_key("default", "urgent") in core.drain_requeue()
+    assert pod_key("default", "urgent") in core.drain().requeue
 
 
 # ------------------------------------------------------------------ one measure on both sides
@@ -427,9 +427,9 @@ def test_a_priority_10_gang_never_evicts_a_volcano_gang_whose_class_is_1000() ->
     classes(core, high=1000)
     running(core, "ten", 4, "n0", 10)
     volcano_gang(core, "vc", 4, "high")
-    d = core.filter(core.pods[pod_key("default", "vc-0")], [], 0.0)
+    d = core.filter(core.queries.pods[pod_key("default", "vc-0")], [], 0.0)
     assert isinstance(d.unresolvable, Preempting)  # 1000 > 10: round one
-    for e in core.drain_evictions():
+    for e in core.drain().evictions:
         core.delete_pod(e.pod, e.uid)
     for i in range(4):  # the Volcano gang binds; the priority-10 job recreates its pods
         obj = pod(f"vc-{i}").gpu(1).annotate("scheduling.k8s.io/group-name", "vc").on(
@@ -438,13 +438,13 @@ def test_a_priority_10_gang_never_evicts_a_volcano_gang_whose_class_is_1000() ->
         core.upsert_pod(pod_from_json(obj))
         core.upsert_pod(pod_from_json(pod(f"ten-new-{i}").gang("ten", 4, timeout=30).gpu(1)
                                       .priority(10).build()))
-    d = core.filter(core.pods[pod_key("default", "ten-new-0")], [], 1.0)
-    assert core.drain_evictions() == []  # round two: never
+    d = core.filter(core.queries.pods[pod_key("default", "ten-new-0")], [], 1.0)
+    assert core.drain().evictions == []  # round two: never
     assert not isinstance(d.unresolvable, Preempting)
     # Nor does a plain pod of priority 10, from the sweep.
     core.upsert_pod(pod_from_json(unschedulable("plain-ten", 4, 10)))
-    core.admit_held(2.0)
-    assert core.drain_evictions() == []
+    core.admit_gated(2.0)
+    assert core.drain().evictions == []
 
 
 def test_a_gang_whose_group_says_5_is_a_victim_of_10_whatever_its_pods_say() -> None:
@@ -457,11 +457,11 @@ def test_a_gang_whose_group_says_5_is_a_victim_of_10_whatever_its_pods_say() -> 
         upstream_pods(core, "five", 4, 50, "n0")
         if preemptor == "gang":
             arrive(core, "ten", 4, 10)
-            core.filter(core.pods[pod_key("default", "ten-0")], [], 0.0)
+            core.filter(core.queries.pods[pod_key("default", "ten-0")], [], 0.0)
         else:
             core.upsert_pod(pod_from_json(unschedulable("ten", 4, 10)))
-            core.admit_held(0.0)
-        evicted = core.drain_evictions()
+            core.admit_gated(0.0)
+        evicted = core.drain().evictions
         assert {e.gang for e in evicted} == {gang_key("default", "five")}, preemptor
         assert len(evicted) == 4, preemptor
 
@@ -476,24 +476,24 @@ def test_a_gang_whose_group_binding_is_in_flight_is_a_victim_whole_or_not_at_all
     core = cluster(4, 2)
     arrive(core, "mid", 4, 10)
     keys = [pod_key("default", f"mid-{i}") for i in range(4)]
-    nodes = [core.filter(core.pods[k], [NodeName("n0"), NodeName("n1")], 0.0).passed
+    nodes = [core.filter(core.queries.pods[k], [NodeName("n0"), NodeName("n1")], 0.0).passed
              for k in keys]
     assert all(n == [NodeName("n0")] for n in nodes)
     decisions = [core.bind(k, NodeName("n0"), 0.1) for k in keys]
     assert isinstance(decisions[-1], BindGroup) and len(decisions[-1].binds) == 4
     for i in (0, 1):  # the watch shows two of them bound
         obj = pod(f"mid-{i}").gang("mid", 4, timeout=30).gpu(1).priority(10).on("n0").build()
-        obj["metadata"]["uid"] = core.pods[keys[i]].uid
+        obj["metadata"]["uid"] = core.queries.pods[keys[i]].uid
         core.upsert_pod(pod_from_json(obj))
     arrive(core, "high", 4, 100)
-    core.filter(core.pods[pod_key("default", "high-0")], [], 1.0)
-    assert core.drain_evictions() == []  # 2 GPUs on n0 + 2 on n1 would fit: not whole
+    core.filter(core.queries.pods[pod_key("default", "high-0")], [], 1.0)
+    assert core.drain().evictions == []  # 2 GPUs on n0 + 2 on n1 would fit: not whole
     for i in (2, 3):  # the other two land
         obj = pod(f"mid-{i}").gang("mid", 4, timeout=30).gpu(1).priority(10).on("n0").build()
-        obj["metadata"]["uid"] = core.pods[keys[i]].uid
+        obj["metadata"]["uid"] = core.queries.pods[keys[i]].uid
         core.upsert_pod(pod_from_json(obj))
-    core.filter(core.pods[pod_key("default", "high-0")], [], 2.0)
-    assert sorted(e.pod for e in core.drain_evictions()) == keys  # now whole
+    core.filter(core.queries.pods[pod_key("default", "high-0")], [], 2.0)
+    assert sorted(e.pod for e in core.drain().evictions) == keys  # now whole
 
 
 def test_a_member_of_a_gang_being_evicted_may_not_bind_even_if_its_filter_passed() -> None:
@@ -505,9 +505,9 @@ def test_a_member_of_a_gang_being_evicted_may_not_bind_even_if_its_filter_passed
     core.upsert_pod(extra)
     assert core.filter(extra, [NodeName("n1")], 0.0).passed == [NodeName("n1")]
     arrive(core, "b", 4, 50)
-    assert isinstance(core.filter(core.pods[pod_key("default", "b-0")], [], 0.5).unresolvable,
-                      Preempting)
-    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "h")}
+    b0 = core.queries.pods[pod_key("default", "b-0")]
+    assert isinstance(core.filter(b0, [], 0.5).unresolvable, Preempting)
+    assert {e.gang for e in core.drain().evictions} == {gang_key("default", "h")}
     d = core.bind(extra.key, NodeName("n1"), 0.6, extra.uid)
     assert isinstance(d, Reject) and isinstance(d.reason, BeingPreempted)
 
@@ -521,14 +521,14 @@ def test_a_gang_and_a_plain_pod_of_the_same_name_preempt_each_for_itself() -> No
         plain_on(core, f"low-{i}", 2, "n0", 10)
     running(core, "lowgang", 4, "n1", 20)
     core.upsert_pod(pod_from_json(unschedulable("job", 4, 100)))
-    core.admit_held(0.0)
-    assert {e.pod for e in core.drain_evictions()} == {pod_key("default", "low-0"),
+    core.admit_gated(0.0)
+    assert {e.pod for e in core.drain().evictions} == {pod_key("default", "low-0"),
                                                        pod_key("default", "low-1")}
     arrive(core, "job", 4, 100)
-    d = core.filter(core.pods[pod_key("default", "job-0")], [], 0.5)
+    d = core.filter(core.queries.pods[pod_key("default", "job-0")], [], 0.5)
     assert isinstance(d.unresolvable, Preempting)
     assert d.unresolvable.victim_gangs == (gang_key("default", "lowgang"),)
-    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "lowgang")}
+    assert {e.gang for e in core.drain().evictions} == {gang_key("default", "lowgang")}
     gang = PreemptorId.of_gang(gang_key("default", "job"))
     plain = PreemptorId.of_pod(pod_key("default", "job"))
     assert state_of(core).preemption.inflight.get(gang) is not None
@@ -551,17 +551,17 @@ def test_a_victim_search_runs_in_bounded_slices_across_sweeps_and_then_evicts() 
         obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
                                         "reason": "Unschedulable"}]
         core.upsert_pod(pod_from_json(obj))
-    core.admit_held(0.0)
-    assert core.drain_evictions() == []
-    g = core.gangs()[gang_key("default", "high")]
+    core.admit_gated(0.0)
+    assert core.drain().evictions == []
+    g = core.queries.gangs[gang_key("default", "high")]
     assert isinstance(g.reason, DoesNotFit) and "searching for victims" in g.reason.preemption
     now, sweeps = 0.0, 1
-    while not (evicted := core.drain_evictions()):
-        due = core.next_deadline()
+    while not (evicted := core.drain().evictions):
+        due = core.queries.next_deadline()
         assert due is not None and due <= now + 0.05 + 1e-9  # the timer comes back for it
         now = due
         core.expire(now)
-        core.admit_held(now)
+        core.admit_gated(now)
         sweeps += 1
         assert sweeps < 200
     assert sweeps > 2
@@ -585,7 +585,7 @@ def test_a_set_decided_over_slices_is_checked_against_the_cluster_of_now() -> No
     core.upsert_pod(pod_from_json(pod("low-4").gang("low", 4, timeout=30).gpu(0).priority(10)
                                   .on("n1").build()))  # another member bound meanwhile
     assert _recheck(st, found, pre) is None
-    core.delete_pod(pod_key("default", "low-4"), core.pods[pod_key("default", "low-4")].uid)
+    core.delete_pod(pod_key("default", "low-4"), core.queries.pods[pod_key("default", "low-4")].uid)
     assert _recheck(st, found, pre) is not None
     core.delete_pod(pod_key("default", "low-0"), "uid-low-0")  # a victim went
     assert _recheck(st, found, pre) is None
@@ -600,18 +600,18 @@ def test_preemptors_of_one_sweep_share_its_budget() -> None:
     state_of(core).preemption.inflight.budget = 30
     for name in ("a", "b"):
         core.upsert_pod(pod_from_json(unschedulable(name, 4, 100)))
-    core.admit_held(0.0)
-    assert set(state_of(core).preemption.inflight.searches) == {
-        PreemptorId.of_pod(pod_key("default", "a"))}
+    core.admit_gated(0.0)
+    searching = set(state_of(core).preemption.inflight.searches)
+    assert searching == {PreemptorId.of_pod(pod_key("default", "a"))}
     now = 0.0
     for _ in range(200):
         now += 0.05
         core.expire(now)
-        core.admit_held(now)
+        core.admit_gated(now)
         if len(state_of(core).preemption.nominations) == 2:
             break
     assert len(state_of(core).preemption.nominations) == 2  # both preempted, one node each
-    assert len({e.node for e in core.drain_evictions()}) == 2
+    assert len({e.node for e in core.drain().evictions}) == 2
 
 
 # ------------------------------------------------------------------ held gangs with minResources
@@ -631,8 +631,8 @@ def test_a_held_volcano_gang_whose_min_resources_need_evictions_preempts() -> No
     for i in range(4):
         core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).held().annotate(
             "scheduling.k8s.io/group-name", "urgent").build()))
-    core.admit_held(0.0)
-    evictions = core.drain_evictions()
+    core.admit_gated(0.0)
+    evictions = core.drain().evictions
     assert sorted(e.pod for e in evictions) == [pod_key("default", f"low-{i}") for i in range(4)]
     assert state_of(core).preemption.inflight.get(
         PreemptorId.of_gang(gang_key("default", "urgent")))
@@ -651,9 +651,9 @@ def test_a_held_gang_whose_min_resources_evictions_could_not_free_evicts_nothing
     for i in range(4):
         core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).held().annotate(
             "scheduling.k8s.io/group-name", "urgent").build()))
-    core.admit_held(0.0)
-    assert core.drain_evictions() == []
-    g = core.gangs()[gang_key("default", "urgent")]
+    core.admit_gated(0.0)
+    assert core.drain().evictions == []
+    g = core.queries.gangs[gang_key("default", "urgent")]
     assert isinstance(g.reason, NotEnoughMinResources)
 
 
@@ -667,6 +667,6 @@ def test_a_held_scheduler_plugins_gang_with_min_resources_preempts() -> None:
     for i in range(4):
         core.upsert_pod(pod_from_json(pod(f"high-{i}").gpu(1).priority(100).held().label(
             "scheduling.x-k8s.io/pod-group", "high").build()))
-    core.admit_held(0.0)
-    assert {e.gang for e in core.drain_evictions()} == {gang_key("default", "low")}
+    core.admit_gated(0.0)
+    assert {e.gang for e in core.drain().evictions} == {gang_key("default", "low")}
     assert state_of(core).preemption.inflight.get(HIGH) is not None

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import LockstepProcess, ProcessOptions, WebhookOptions
 from coscheduling import Settings
 from tests.fakeapi import Wire

@@ -30,14 +30,14 @@ from tests.unit.test_core import add, cluster
 
 
 def filt(core: Coscheduler, name: str, now: float = 0.0) -> list[NodeName]:
-    p = core.pod(pod_key("default", name))
+    p = core.queries.pod(pod_key("default", name))
     assert p is not None
-    return core.filter(p, core.node_names(), now).passed
+    return core.filter(p, sorted(core.queries.nodes), now).passed
 
 
 def bound(core: Coscheduler, name: str, where: str, phase: str = "Running") -> None:
     """What the watch delivers after a binding (same UID, nodeName set)."""
-    p = core.pod(pod_key("default", name))
+    p = core.queries.pod(pod_key("default", name))
     assert p is not None
     obj = {"metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid,
                         "annotations": p.annotations, "labels": p.labels},
@@ -51,8 +51,8 @@ def bound(core: Coscheduler, name: str, where: str, phase: str = "Running") -> N
 def overcommitted(core: Coscheduler) -> dict[str, int]:
     """Nodes whose usage plus reservations exceed allocatable GPUs, with the excess."""
     out = {}
-    for n in core.node_names():
-        left = sub(core.free(n), {k: v for per in core.reserved_on(n).values()
+    for n in sorted(core.queries.nodes):
+        left = sub(core.queries.free(n), {k: v for per in core.queries.reserved_on(n).values()
                                   for k, v in per.items()})
         if left.get("nvidia.com/gpu", 0) < 0:
             out[n] = -left["nvidia.com/gpu"]
@@ -70,7 +70,7 @@ def test_case1_member_deleted_after_admission_frees_only_its_own_slot() -> None:
     # then b was admitted onto the same GPUs: 7 planned on a 4-GPU node.
     assert overcommitted(core) == {}
     check_invariants(core)
-    a = core.gang_view(gang_key("default", "a"))
+    a = core.queries.gang_view(gang_key("default", "a"))
     assert a is not None and a.plan == {} and a.phase is GangPhase.WAITING
 
 
@@ -125,10 +125,10 @@ def test_case5_filter_after_the_delete_event_never_resurrects_the_pod() -> None:
     core.delete_pod(pod_key("default", "p2"))
     stale = core.filter(pod_from_json(objs[2]), [NodeName("n0")], 0.0)  # request raced delete
     assert stale.passed == [] and isinstance(stale.unresolvable, PodNotInCache)
-    assert core.pod(pod_key("default", "p2")) is None
+    assert core.queries.pod(pod_key("default", "p2")) is None
     again = core.filter(pod_from_json(objs[0]), [NodeName("n0")], 0.0)
     assert again.unresolvable == WaitingForMembers(gang_key("default", "g"), 2, 3)
-    assert core.reserved_gpus() == 0
+    assert core.queries.reserved_gpus() == 0
     check_invariants(core)
 
 
@@ -139,7 +139,7 @@ def test_case6_node_gone_before_quorum_is_never_bound_and_partial_is_reported() 
     assert isinstance(core.bind(pod_key("default", "p0"), where[0], 1.0), Park)
     assert isinstance(core.bind(pod_key("default", "p1"), where[1], 1.0), Park)
     core.delete(ingest.NODES, where[1])  # p1's target node disappears while p1 is parked
-    let_go = core.drain_unparked()
+    let_go = core.drain().unparked
     assert [(list(u.pods), type(u.reason)) for u in let_go] == [
         ([pod_key("default", "p1")], BindTargetGone)]
     # Old core: the group bound p1 to a node that no longer exists.
@@ -157,10 +157,10 @@ def test_case6_node_gone_before_quorum_is_never_bound_and_partial_is_reported() 
         BindFailed(pod_key("default", "p2"), where[2], "403 forbidden", permanent=True),
     ])
     assert isinstance(report, PartiallyBound) and (report.bound, report.need) == (2, 3)
-    assert core.partial_gangs == 1
-    view = core.gang_view(gang_key("default", "g"))
+    assert core.queries.partial_gangs == 1
+    view = core.queries.gang_view(gang_key("default", "g"))
     assert view is not None and view.partial == report
-    assert "GangPartiallyBound" in {n.kind.value for n in core.drain_notices()}
+    assert "GangPartiallyBound" in {n.kind.value for n in core.drain().notices}
     check_invariants(core)
 
 
@@ -224,16 +224,16 @@ def test_volcano_pods_with_only_the_group_name_are_gated_on_their_podgroup() -> 
     core = cluster(node("n0").gpus(4).build())
     add(core, *(pod(f"w{i}").annotate("scheduling.k8s.io/group-name", "pg").gpu(1).build()
                 for i in range(3)))
-    p = core.pod(pod_key("default", "w0"))
+    p = core.queries.pod(pod_key("default", "w0"))
     assert p is not None
     assert core.filter(p, [NodeName("n0")], 0.0).unresolvable == PodGroupNotFound(
         gang_key("default", "pg"), "scheduling.volcano.sh")
     pg = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
           "metadata": {"name": "pg", "namespace": "default"}, "spec": {"minMember": 3}}
     core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(pg))
-    assert core.drain_requeue() == [pod_key("default", "w0")]  # woken: no pod event would
+    assert core.drain().requeue == [pod_key("default", "w0")]  # woken: no pod event would
     assert core.filter(p, [NodeName("n0")], 0.0).passed == ["n0"]
     check_invariants(core)
     core.delete(ingest.VOLCANO_PODGROUPS, gang_key("default", "pg"))
-    assert core.reserved_gpus() == 0
+    assert core.queries.reserved_gpus() == 0
     check_invariants(core)

@@ -123,7 +123,7 @@ def gang(core: Coscheduler, name: str, size: int = 4, q: str | None = "q",
 
 
 def filt(core: Coscheduler, name: str, now: float = 0.0) -> Any:
-    return core.filter(core.pods[pod_key("default", name)], sorted(core.nodes), now)
+    return core.filter(core.queries.pods[pod_key("default", name)], sorted(core.queries.nodes), now)
 
 
 def delete_gang(core: Coscheduler, name: str, size: int = 4) -> None:
@@ -140,11 +140,11 @@ def test_two_gangs_in_a_queue_of_four_gpus_on_eight_one_runs_then_the_other() ->
     assert not no.passed and isinstance(no.unresolvable, QueueFull)
     text = render(no.unresolvable)
     assert "queue 'q'" in text and "{nvidia.com/gpu: 4}" in text
-    view = core.gang_view(gang_key("default", "b"))
+    view = core.queries.gang_view(gang_key("default", "b"))
     assert view is not None and isinstance(view.reason, QueueFull)
-    core.drain_requeue()
+    core.drain()
     delete_gang(core, "a")  # the running gang finishes: b is tried again at once
-    assert pod_key("default", "b-0") in core.drain_requeue()
+    assert pod_key("default", "b-0") in core.drain().requeue
     assert filt(core, "b-0").passed
 
 
@@ -152,9 +152,9 @@ def test_closed_queue_holds_the_gang_until_it_opens() -> None:
     core = core_with(queue("q", state="Closed"))
     gang(core, "a")
     assert filt(core, "a-0").unresolvable == QueueNotOpen(A, "q", "Closed")
-    core.drain_requeue()
+    core.drain()
     core.upsert(ingest.QUEUES, queue_from_json(queue("q")))
-    assert pod_key("default", "a-0") in core.drain_requeue()
+    assert pod_key("default", "a-0") in core.drain().requeue
     assert filt(core, "a-0").passed
 
 
@@ -201,9 +201,9 @@ def test_a_growing_capability_admits_the_waiting_gang() -> None:
     gang(core, "b")
     assert filt(core, "a-0").passed
     assert isinstance(filt(core, "b-0").unresolvable, QueueFull)
-    core.drain_requeue()
+    core.drain()
     core.upsert(ingest.QUEUES, queue_from_json(queue("q", 8)))
-    assert pod_key("default", "b-0") in core.drain_requeue()
+    assert pod_key("default", "b-0") in core.drain().requeue
     assert filt(core, "b-0").passed
 
 
@@ -212,7 +212,7 @@ def test_the_enqueue_status_says_which_queue_holds_a_group_back() -> None:
     for name, q in (("a", "q"), ("b", "q"), ("c", "shut"), ("d", "gone")):
         core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(vpg(name, 4, q)))
     out = {k.split("/")[1]: (s.phase, type(s.waiting).__name__ if s.waiting else None)
-           for k, s in volcano_statuses(core.status_model()).items()}
+           for k, s in volcano_statuses(core.queries.status_model()).items()}
     assert out == {"a": ("Inqueue", None), "b": ("Pending", "QueueFull"),
                    "c": ("Pending", "QueueNotOpen"), "d": ("Pending", "QueueNotFound")}
 
@@ -249,9 +249,9 @@ def test_the_last_member_of_a_gang_leaving_wakes_the_queue() -> None:
     for i in range(3):
         core.delete_pod(pod_key("default", f"a-{i}"))
     assert isinstance(filt(core, "b-0").unresolvable, QueueFull)  # a-3 still holds one
-    core.drain_requeue()
+    core.drain()
     core.delete_pod(pod_key("default", "a-3"))
-    assert pod_key("default", "b-0") in core.drain_requeue()
+    assert pod_key("default", "b-0") in core.drain().requeue
     assert filt(core, "b-0").passed
 
 
@@ -266,9 +266,9 @@ def test_the_last_member_of_a_gang_finishing_wakes_the_queue() -> None:
     for i in range(3):
         core.upsert_pod(pod_from_json(members[i].on(f"n{i // 2}", "Succeeded").build()))
     assert isinstance(filt(core, "b-0").unresolvable, QueueFull)  # a-3 still runs
-    core.drain_requeue()
+    core.drain()
     core.upsert_pod(pod_from_json(members[3].on("n1", "Succeeded").build()))
-    assert pod_key("default", "b-0") in core.drain_requeue()
+    assert pod_key("default", "b-0") in core.drain().requeue
     assert filt(core, "b-0").passed
 
 
@@ -281,7 +281,7 @@ def test_an_extra_of_a_gang_already_bound_never_takes_its_queue_past_capability(
     for name, at in nodes.items():  # bound, as the watch then shows them
         core.upsert_pod(pod_from_json(pod(name).annotate("scheduling.k8s.io/group-name", "a")
                                       .gpu(1).on(at).build()))
-    assert core.gangs()[gang_key("default", "a")].phase is GangPhase.RELEASED
+    assert core.queries.gangs[gang_key("default", "a")].phase is GangPhase.RELEASED
     core.upsert_pod(pod_from_json(
         pod("a-2").annotate("scheduling.k8s.io/group-name", "a").gpu(1).build()))
     assert isinstance(filt(core, "a-2").unresolvable, QueueFull)

@@ -95,15 +95,15 @@ def test_no_sweep_of_a_victim_search_reads_more_pods_than_its_budget(
     counter = _Counter(monkeypatch)
     per_sweep = []
     now = 0.0
-    core.admit_held(now)
+    core.admit_gated(now)
     per_sweep.append(counter.calls)
-    while not (evicted := core.drain_evictions()):
+    while not (evicted := core.drain().evictions):
         counter.calls = 0
-        due = core.next_deadline()
+        due = core.queries.next_deadline()
         assert due is not None
         now = due
         core.expire(now)
-        core.admit_held(now)
+        core.admit_gated(now)
         per_sweep.append(counter.calls)
         assert len(per_sweep) < 500
     # A slice runs pieces while they fit the budget (and always one): at most two pieces

@@ -40,7 +40,8 @@ PODS = [f"g{g}-{i}" for g in range(2) for i in range(4)]
 
 
 def snapshot(core: Coscheduler) -> dict[str, Any]:
-    """Everything the gang rules keep, and what they queued (drained)."""
+    """Everything the gang rules keep, and what they queued (read in place, not drained: a
+    held review's answer stays for the caller that waits for it)."""
     s = state_of(core)
     return {
         "gangs": {k: (g.phase, dict(g.plan), set(g.binding), set(g.members), g.spec,
@@ -55,11 +56,9 @@ def snapshot(core: Coscheduler) -> dict[str, Any]:
         "assumed": dict(s.assumed),
         "held_touched": set(s.creation.gated.touched),
         "pending_plain": dict(s.plain.pending),
-        "notices": core.drain_notices(),
-        "requeue": core.drain_requeue(),
-        "unparked": core.drain_unparked(),
-        "lift": core.drain_lift(),
-        "next_deadline": core.next_deadline(),
+        "queued": (list(s.outbox.notices), set(s.outbox.requeue), list(s.outbox.unparked),
+                   set(s.outbox.lift)),
+        "next_deadline": core.queries.next_deadline(),
     }
 
 
@@ -93,7 +92,7 @@ class Twin:
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.objs[name] = obj
         rec = pod_from_json(obj)
-        old = self.fast.pods.get(rec.key)
+        old = self.fast.queries.pods.get(rec.key)
         if old is not None and old.uid == rec.uid and status_only(old, rec):
             self.short_ways += 1
         self.both(lambda core: core.upsert_pod(pod_from_json(obj)))
@@ -104,22 +103,23 @@ def _step(t: Twin, op: tuple[int, int, int], now: float) -> None:
     name = PODS[i % len(PODS)]
     key = pod_key("default", name)
     obj = t.objs.get(name)
-    rec = t.fast.pods.get(key)
+    rec = t.fast.queries.pods.get(key)
     if kind == 0 and obj is None:  # created
         gang = name.split("-")[0]
         t.watch(name, pod(name).gang(gang, min_member=2 + i // 4).gpu(1).build())
     elif kind == 1 and rec is not None and rec.node_name is None:  # kube-scheduler's cycle
         def cycle(core: Coscheduler) -> None:
-            p = core.pods[key]
+            p = core.queries.pods[key]
             core.filter(p, [NodeName(n) for n in NODES], now)
-            gang = core.gang_of(key)
-            planned = core.plans().get(gang, {}).get(key) if gang is not None else None
+            gang = core.queries.gang_of(key)
+            planned = core.queries.plans().get(gang, {}).get(key) if gang is not None else None
             target = planned if planned is not None and x % 5 else NODES[x % len(NODES)]
             d = core.bind(key, NodeName(target), now, p.uid)
             binds = {key: d.node} if isinstance(d, BindNow) else \
                 d.binds if isinstance(d, BindGroup) else {}
             if binds:
-                core.bind_outcomes([Bound(k, n, core.pods[k].uid) for k, n in binds.items()])
+                pods = core.queries.pods
+                core.bind_outcomes([Bound(k, n, pods[k].uid) for k, n in binds.items()])
         t.both(cycle)
     elif kind == 2 and obj is not None and rec is not None and rec.node_name is not None:
         if not obj["spec"].get("nodeName"):  # the watch shows the binding
@@ -144,7 +144,7 @@ def _step(t: Twin, op: tuple[int, int, int], now: float) -> None:
         del t.objs[name]
         t.both(lambda core: core.delete_pod(key, obj["metadata"]["uid"]))
     elif kind == 5:  # time passes: deadlines, backoffs, held gangs
-        t.both(lambda core: (core.expire(now), core.admit_held(now)))
+        t.both(lambda core: (core.expire(now), core.admit_gated(now)))
 
 
 KINDS = (0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 4, 5, 6)
@@ -192,8 +192,9 @@ def test_a_gang_bound_then_running_takes_the_short_way(monkeypatch: pytest.Monke
     # the watch showing Lockstep's own binding (assumed already) is short too
     assert t.short_ways == 6
     keys = [PodKey(pod_key("default", PODS[i])) for i in range(3)]
-    assert all(t.fast.pods[k].phase == "Running" and t.fast.pods[k].started > 0 for k in keys)
-    assert [t.fast.gang_state(g) for g in t.fast.gangs()] == ["running"]
+    pods = t.fast.queries.pods
+    assert all(pods[k].phase == "Running" and pods[k].started > 0 for k in keys)
+    assert [t.fast.queries.gang_state(g) for g in t.fast.queries.gangs] == ["running"]
 
 
 def test_a_record_handed_back_to_be_resolved_is_never_short(monkeypatch: pytest.MonkeyPatch

@@ -206,7 +206,7 @@ def test_the_core_builds_the_model_of_gangs_with_an_object_only() -> None:
         *(pod(f"sp-{i}").label("scheduling.x-k8s.io/pod-group", "sp").gpu(1)
           .on("n0").build() for i in range(2)),
         *(pod(f"own-{i}").gang("own", min_member=2).gpu(1).build() for i in range(2)))
-    model = core.status_model()
+    model = core.queries.status_model()
     assert set(model.gangs) == {gang_key("default", "sp")}
     g = model.gangs[gang_key("default", "sp")]
     assert (g.source, g.min_member, g.members) == (
@@ -226,9 +226,9 @@ def test_a_partly_bound_scheduler_plugins_gang_says_so_in_its_status() -> None:
                 for i in range(2)))
     where = {}
     for i in range(2):
-        p = core.pod(pod_key("default", f"p{i}"))
+        p = core.queries.pod(pod_key("default", f"p{i}"))
         assert p is not None
-        [where[i]] = core.filter(p, core.node_names(), 0.0).passed
+        [where[i]] = core.filter(p, sorted(core.queries.nodes), 0.0).passed
     assert isinstance(core.bind(pod_key("default", "p0"), where[0], 1.0), Park)
     assert isinstance(core.bind(pod_key("default", "p1"), where[1], 1.0), BindGroup)
     report = core.bind_outcomes([
@@ -236,7 +236,7 @@ def test_a_partly_bound_scheduler_plugins_gang_says_so_in_its_status() -> None:
         BindFailed(pod_key("default", "p1"), NodeName(where[1]), "403 forbidden",
                    permanent=True)])
     assert isinstance(report, PartiallyBound)
-    model = core.status_model()
+    model = core.queries.status_model()
     assert model.gangs[gang_key("default", "g")].partial == report
     [patch] = scheduler_plugins.status_patches(model, words, NOW)
     assert patch.status["conditions"][0]["type"] == "GangPartiallyBound"
@@ -247,7 +247,7 @@ def test_volcano_gangs_are_in_the_model_with_what_they_hold_in_their_queue() -> 
     core.upsert(ingest.VOLCANO_PODGROUPS, volcano_podgroup_from_json(vpg("v", 2)))
     add(core, *(pod(f"v-{i}").annotate("scheduling.k8s.io/group-name", "v").gpu(1)
                 .on("n0").build() for i in range(2)))
-    model = core.status_model()
+    model = core.queries.status_model()
     g = model.gangs[gang_key("default", "v")]
     assert (g.queue, g.held[GPU], [r[GPU] for r in g.requests]) == ("default", 2, [1, 1])
     assert model.free[GPU] == 6  # 8 GPUs, 2 of them bound

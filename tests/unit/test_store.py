@@ -21,7 +21,7 @@ def admit(core: Coscheduler, gang: str, size: int, gpus: int) -> None:
     for i in range(size):
         core.upsert_pod(pod_from_json(
             pod(f"{gang}-{i}").gang(gang, size, timeout=30).gpu(gpus).held().build()))
-    core.admit_held(0.0)
+    core.admit_gated(0.0)
 
 
 def test_planning_asks_only_touched_nodes_for_their_free_gpus() -> None:
@@ -36,19 +36,19 @@ def test_planning_asks_only_touched_nodes_for_their_free_gpus() -> None:
 
     state_of(core).capacity.free_gpus = counting  # type: ignore[method-assign]
     admit(core, "b", 2, 8)
-    plan_a = set(core.gangs()[gang_key("default", "a")].plan.values())
+    plan_a = set(core.queries.gangs[gang_key("default", "a")].plan.values())
     assert len(asked) < 20, f"{len(asked)} nodes asked; only the {plan_a} reserved changed"
-    plan_b = set(core.gangs()[gang_key("default", "b")].plan.values())
+    plan_b = set(core.queries.gangs[gang_key("default", "b")].plan.values())
     assert len(plan_b) == 2 and not plan_b & plan_a
 
 
 def test_the_tightest_domain_follows_reservations_and_releases() -> None:
     core = racks(3)
     admit(core, "a", 3, 8)  # rack r0: 3 of 4 nodes reserved, 8 GPUs left
-    a = core.gangs()[gang_key("default", "a")]
+    a = core.queries.gangs[gang_key("default", "a")]
     assert {n.split("-")[0] for n in a.plan.values()} == {"r0"}
     admit(core, "b", 1, 8)  # the tightest rack that fits is r0's last node
-    b = core.gangs()[gang_key("default", "b")]
+    b = core.queries.gangs[gang_key("default", "b")]
     assert set(b.plan.values()) == {"r0-n3"}
 
 

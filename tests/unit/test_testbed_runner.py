@@ -92,5 +92,5 @@ def test_lockstep_is_byte_compiled_before_a_bed_starts_it(tmp_path: Path,
     monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path))  # leave the tree's bytecode be
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # as this machine runs Python
     runner.compile_lockstep.__wrapped__()
-    for module in ("app/verbs.py", "app/service.py", "coscheduling/core.py"):
+    for module in ("app/http/verbs.py", "app/service.py", "coscheduling/core.py"):
         assert Path(importlib.util.cache_from_source(str(runner.REPO / module))).is_file()

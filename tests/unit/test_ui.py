@@ -1,4 +1,4 @@
-"""The web page's JSON (app/ui.py) on a real core: gang states and rows, racks and their
+"""The web page's JSON (app/http/ui.py) on a real core: gang states and rows, racks and their
 GPU slots, one gang's plan, the guard, and --ui=false."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
@@ -55,14 +55,14 @@ def add(service: Lockstep, *pods: dict[str, object]) -> None:
 async def gangs_in_three_states(service: Lockstep) -> None:
     """waiting (1 of 2 members), admitted (2 of 2 filtered, none bound), running (bound)."""
     add(service, pod("w0", "ml").gang("wait", min_member=2).gpu(1).priority(5).build())
-    service.filter(service.core.pods["ml/w0"], NAMES)  # type: ignore[index]
+    service.filter(service.core.queries.pods["ml/w0"], NAMES)  # type: ignore[index]
     add(service, *(pod(f"a{i}", "ml").gang("adm", min_member=2).gpu(2).build()
                    for i in range(2)))
     for i in range(2):
-        service.filter(service.core.pods[f"ml/a{i}"], NAMES)  # type: ignore[index]
+        service.filter(service.core.queries.pods[f"ml/a{i}"], NAMES)  # type: ignore[index]
     add(service, *(pod(f"r{i}", "team").gang("run", min_member=2).gpu(1).build()
                    for i in range(2)))
-    nodes = [service.filter(service.core.pods[f"team/r{i}"], NAMES).passed[0]  # type: ignore[index]
+    nodes = [service.filter(service.core.queries.pods[f"team/r{i}"], NAMES).passed[0]  # type: ignore[index]
              for i in range(2)]
     binds = [asyncio.ensure_future(service.bind("team", f"r{i}", "", nodes[i])) for i in range(2)]
     assert await asyncio.gather(*binds) == ["", ""]
@@ -160,7 +160,7 @@ async def test_ui_false_serves_nothing(service: Lockstep) -> None:
 
 
 def test_history_is_bounded(service: Lockstep) -> None:
-    from app import poster
+    from app.effects import poster
     for i in range(poster.HISTORY_GANGS + 5):
         for j in range(poster.HISTORY_PER_GANG + 3):
             service.poster._remember(f"ns/g{i}", {
@@ -193,7 +193,7 @@ async def test_preemptions_in_flight_say_who_evicts_whom(client: httpx.AsyncClie
                    .on(NAMES[i]).build() for i in range(4)))
     add(service, *(pod(f"h{i}", "prod").gang("high", min_member=2).gpu(4).priority(100)
                    .build() for i in range(2)))
-    decision = service.filter(service.core.pods["prod/h0"], [])  # type: ignore[index]
+    decision = service.filter(service.core.queries.pods["prod/h0"], [])  # type: ignore[index]
     assert decision.passed == [] and "preempting" in str(decision.unresolvable).lower()
     data = (await client.get("/ui/api/gangs")).json()
     (p,) = data["preemptions"]

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cache import ClusterCache
-from app.kube import KubeClient, KubeConfig
+from app.kube.cache import ClusterCache
+from app.kube.client import KubeClient, KubeConfig
 from coscheduling import Coscheduler, GangPhase, Settings, gang_key, node_from_json, pod_key
 from coscheduling.conventions.upstream import (
     Condition,
@@ -41,7 +41,6 @@ from coscheduling.records import PodRecord, pod_from_json
 from coscheduling.topology.domains import DEFAULT_LEVELS
 from tests.builders import node, pod
 from tests.fakeapi import Wire
-from tests.internals import state_of
 
 DEFAULTS = GangDefaults(timeout_seconds=60, max_timeout_seconds=240)
 KEY = gang_key("default", "train")
@@ -373,13 +372,13 @@ def test_pods_before_their_podgroup_wait_then_are_woken_when_it_arrives() -> Non
     core = six_gpus()
     for i in range(4):
         core.upsert_pod(member(f"w{i}"))
-    w0 = core.pods[pod_key("default", "w0")]
-    d = core.filter(w0, sorted(core.nodes), 0.0)
+    w0 = core.queries.pods[pod_key("default", "w0")]
+    d = core.filter(w0, sorted(core.queries.nodes), 0.0)
     assert d.unresolvable == PodGroupNotFound(KEY, "scheduling.k8s.io")
-    core.drain_requeue()
+    core.drain()
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(podgroup(), "v1beta1"))
-    assert pod_key("default", "w0") in core.drain_requeue()  # woken, as for Volcano
-    assert len(core.filter(w0, sorted(core.nodes), 1.0).passed) == 1
+    assert pod_key("default", "w0") in core.drain().requeue  # woken, as for Volcano
+    assert len(core.filter(w0, sorted(core.queries.nodes), 1.0).passed) == 1
 
 
 def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
@@ -387,15 +386,16 @@ def test_a_condition_written_back_does_not_re_resolve_or_wake() -> None:
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(podgroup(), "v1beta1"))
     for i in range(3):
         core.upsert_pod(member(f"w{i}"))
-    w0 = core.pods[pod_key("default", "w0")]
-    assert isinstance(core.filter(w0, sorted(core.nodes), 0.0).unresolvable, WaitingForMembers)
-    core.drain_requeue()
+    w0 = core.queries.pods[pod_key("default", "w0")]
+    d = core.filter(w0, sorted(core.queries.nodes), 0.0)
+    assert isinstance(d.unresolvable, WaitingForMembers)
+    core.drain()
     written = podgroup(status={"conditions": [{"type": "PodGroupInitiallyScheduled",
                                                 "status": "False", "reason": "Unschedulable",
                                                 "message": "x"}]})
     core.upsert(ingest.UPSTREAM_PODGROUPS, upstream_podgroup_from_json(written, "v1beta1"))
-    assert core.drain_requeue() == []
-    assert state_of(core).store.upstream[KEY].condition is not None
+    assert core.drain().requeue == []
+    assert core.queries.status_model().upstream[KEY].condition is not None
 
 
 def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
@@ -404,10 +404,11 @@ def test_zone_constraint_keeps_the_gang_in_one_zone() -> None:
         min_count=3, topology=[{"key": "topology.kubernetes.io/zone"}]), "v1beta1"))
     for i in range(3):
         core.upsert_pod(member(f"w{i}"))
-    placed = {core.filter(core.pods[pod_key("default", f"w{i}")], sorted(core.nodes),
-                          0.0).passed[0] for i in range(3)}
+    q = core.queries
+    placed = {core.filter(q.pods[pod_key("default", f"w{i}")], sorted(q.nodes), 0.0).passed[0]
+              for i in range(3)}
     assert placed <= {"n0", "n2"}
-    view = core.gang_view(KEY)
+    view = core.queries.gang_view(KEY)
     assert view is not None and view.phase is GangPhase.ADMITTED and view.plan_level == "zone"
 
 
@@ -416,9 +417,10 @@ def test_podgroup_deleted_turns_members_back_to_missing() -> None:
     core.upsert(ingest.UPSTREAM_PODGROUPS,
                 upstream_podgroup_from_json(podgroup(min_count=1), "v1beta1"))
     core.upsert_pod(member("w0"))
-    assert isinstance(core.membership(pod_key("default", "w0")), GangSpec)
+    assert isinstance(core.queries.membership(pod_key("default", "w0")), GangSpec)
     core.replace(ingest.UPSTREAM_PODGROUPS, [])
-    assert core.membership(pod_key("default", "w0")) == MissingPodGroup(KEY, "scheduling.k8s.io")
+    m = core.queries.membership(pod_key("default", "w0"))
+    assert m == MissingPodGroup(KEY, "scheduling.k8s.io")
 
 
 def test_pods_of_other_schedulers_are_not_locksteps() -> None:
@@ -426,7 +428,7 @@ def test_pods_of_other_schedulers_are_not_locksteps() -> None:
     obj = pod("native").gpu(1).scheduler("default-scheduler").build()
     obj["spec"]["schedulingGroup"] = {"podGroupName": "train"}
     core.upsert_pod(pod_from_json(obj))
-    assert core.membership(pod_key("default", "native")) is None
+    assert core.queries.membership(pod_key("default", "native")) is None
 
 
 # ------------------------------------------------------------------------------ discovery
@@ -484,11 +486,11 @@ async def test_podgroups_are_found_by_discovery_or_synced_empty(
     try:
         await until(lambda: res.synced)
         if want_version:
-            await until(lambda: KEY in state_of(core).store.upstream)
-            assert state_of(core).store.upstream[KEY].version == want_version
+            await until(lambda: KEY in core.queries.status_model().upstream)
+            assert core.queries.status_model().upstream[KEY].version == want_version
             assert res.path == f"/apis/scheduling.k8s.io/{want_version}/podgroups"
         else:
-            assert state_of(core).store.upstream == {} and res.version == ""
+            assert core.queries.status_model().upstream == {} and res.version == ""
         assert not task.done()  # never fails, never exits
     finally:
         task.cancel()

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import orjson
 
-from app.kube import KubeClient, KubeConfig
+from app.http.verbs import VerbsApp
+from app.kube.client import KubeClient, KubeConfig
 from app.service import Lockstep
-from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, node_from_json
 from coscheduling.events import ingest
 from tests.builders import node, pod

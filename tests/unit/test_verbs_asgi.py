@@ -16,9 +16,9 @@ import httpx
 import orjson
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.http.verbs import VerbsApp
+from app.kube.client import KubeClient, KubeConfig
 from app.service import Lockstep
-from app.verbs import VerbsApp
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest
 from tests.builders import node, pod
@@ -142,7 +142,7 @@ async def test_lifespan_completes_without_fastapi(service: Lockstep) -> None:
 async def test_a_parked_bind_is_dropped_when_kube_scheduler_hangs_up(service: Lockstep) -> None:
     for i in range(2):
         service.core.upsert_pod(pod_from_json(pod(f"p{i}").gang("g", min_member=2).gpu(1).build()))
-    planned = service.filter(service.core.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
+    planned = service.filter(service.core.queries.pods["default/p0"], ["n0", "n1", "n2"]).passed[0]  # type: ignore[index]
     hang_up = asyncio.Event()
     body = orjson.dumps({"PodName": "p0", "PodNamespace": "default", "Node": planned})
     messages = [{"type": "http.request", "body": body, "more_body": False}]
@@ -162,10 +162,10 @@ async def test_a_parked_bind_is_dropped_when_kube_scheduler_hangs_up(service: Lo
     scope = {"type": "http", "method": "POST", "path": "/bind", "headers": []}
     call = asyncio.ensure_future(VerbsApp(service)(scope, receive, send))
     await asyncio.sleep(0.05)
-    assert not call.done() and service.core.parked_total() == 1
+    assert not call.done() and service.core.queries.parked_total() == 1
     hang_up.set()
     await asyncio.wait_for(call, 2)
-    assert service.core.parked_total() == 0
+    assert service.core.queries.parked_total() == 0
     assert orjson.loads(answer[0]) == {"Error": "kube-scheduler hung up"}
 
 
@@ -185,7 +185,7 @@ async def test_a_filter_of_the_version_the_watch_delivered_reuses_its_record(
 ) -> None:
     """The watch decoded the pod already: a call carrying the same UID and resourceVersion
     is answered from that record, not decoded again; any other version is decoded."""
-    import app.verbs as verbs
+    import app.http.verbs as verbs
 
     obj = pod("web").gpu(1).build()
     obj["metadata"] |= {"uid": "u-1", "resourceVersion": "41"}

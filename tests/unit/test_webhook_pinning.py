@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.http.routes import create_rest_app
+from app.http.webhook import create_webhook_app
+from app.kube.client import KubeClient, KubeConfig
 from app.service import Lockstep
-from app.webhook import create_webhook_app
 from coscheduling import Coscheduler, NodeName, Settings, gang_key, node_from_json, pod_key
 from coscheduling.events import ingest
 from coscheduling.gang.gating import GANG_GATE, pinned_node
@@ -122,8 +123,7 @@ def gates(obj: dict[str, Any]) -> list[str]:
 
 
 def reserved(service: Lockstep) -> int:
-    return sum(r.requests.get("nvidia.com/gpu", 0)
-               for r in state_of(service.core).ledger.by_pod.values())
+    return service.core.queries.reserved_gpus()
 
 
 def counted(service: Lockstep, decision: str) -> float:
@@ -141,9 +141,31 @@ async def test_members_created_together_are_pinned_with_no_gate(
     assert len(nodes) == 1 and nodes <= {"n0", "n1"}
     # The whole gang's plan is held from this moment: 3 GPUs, on the pinned node.
     assert reserved(service) == 3
-    assert service.core.gangs()[gang_key("ml", "g")].phase.value == "Admitted"
+    assert service.core.queries.gangs[gang_key("ml", "g")].phase.value == "Admitted"
     assert counted(service, "pinned") == 3
     check_invariants(service.core)
+
+
+async def test_a_review_held_on_one_port_is_answered_when_the_other_port_completes_its_quorum(
+        client: httpx.AsyncClient, service: Lockstep) -> None:
+    """The webhook answers on its own port and on the extender's: a review held by one is
+    answered when a review reaching the other completes its gang's quorum (the held reviews
+    are the service's, not each server's, or the first two would wait out their window and
+    be gated)."""
+    transport = httpx.ASGITransport(app=create_rest_app(service))
+    async with httpx.AsyncClient(transport=transport, base_url="http://lockstep.test") as rest:
+        objs = [member(f"w-{i}") for i in range(3)]
+        first = [asyncio.ensure_future(mutate(client, o)) for o in objs[:2]]
+        while len(service.held) < 2:
+            await asyncio.sleep(0.001)  # both held on the webhook's port
+        start = time.monotonic()
+        last = await mutate(rest, objs[2])
+        outs = [apply(o, ops) for o, ops in zip(objs, [*await asyncio.gather(*first), last],
+                                                strict=True)]
+    assert time.monotonic() - start < 0.5  # answered with the quorum, not at the window
+    assert all(gates(out) == [] for out in outs)
+    assert len({pinned_node(tuple(terms(out))) for out in outs}) == 1
+    assert reserved(service) == 3
 
 
 async def test_a_member_created_alone_is_held_a_moment_then_gated(
@@ -155,7 +177,7 @@ async def test_a_member_created_alone_is_held_a_moment_then_gated(
     # since a busy machine delays the answer but a hold never outlives its 1 s limit by much.
     assert 0.2 <= time.monotonic() - start < 10.0
     assert gates(out) == [GANG_GATE] and terms(out) == []
-    assert reserved(service) == 0 and service.core.pods == {}
+    assert reserved(service) == 0 and service.core.queries.pods == {}
     assert state_of(service.core).creation.holds == {}
 
 
@@ -181,7 +203,7 @@ async def test_a_gang_that_does_not_fit_is_gated_and_holds_nothing(
                       strict=True):
         out = apply(o, ops)
         assert gates(out) == [GANG_GATE] and terms(out) == []
-    assert reserved(service) == 0 and service.core.pods == {}
+    assert reserved(service) == 0 and service.core.queries.pods == {}
     assert counted(service, "gated") == 3
 
 
@@ -196,7 +218,7 @@ async def test_another_partys_gate_at_creation_is_never_pinned(
 async def test_a_dry_run_reserves_nothing(client: httpx.AsyncClient, service: Lockstep) -> None:
     obj = member("w-0")
     assert gates(apply(obj, await mutate(client, obj, dry_run=True))) == [GANG_GATE]
-    assert reserved(service) == 0 and service.core.pods == {}
+    assert reserved(service) == 0 and service.core.queries.pods == {}
 
 
 async def test_a_lockstep_whose_cache_is_not_synced_gates() -> None:
@@ -231,7 +253,7 @@ async def test_a_pin_reviewed_again_with_another_gate_or_shape_is_taken_back(
     out = apply(pinned, await mutate(client, pinned))
     assert terms(out) == [] and GANG_GATE in gates(out)
     assert "nodeAffinity" in out["spec"]["affinity"]  # only what the pin added is gone
-    assert reserved(service) == 0 and pod_key("ml", "w-0") not in service.core.pods
+    assert reserved(service) == 0 and pod_key("ml", "w-0") not in service.core.queries.pods
     assert counted(service, "unpinned") == 1
     check_invariants(service.core)
 
@@ -260,7 +282,7 @@ async def test_a_pin_reviewed_again_after_a_later_webhook_narrowed_the_pod_is_ta
         pinned["spec"]["tolerations"] = []
     out = apply(pinned, await mutate(client, pinned))
     assert GANG_GATE in gates(out) and pinned_node(tuple(terms(out))) is None
-    assert reserved(service) == 0 and pod_key("ml", "w-0") not in service.core.pods
+    assert reserved(service) == 0 and pod_key("ml", "w-0") not in service.core.queries.pods
     assert counted(service, "unpinned") == 1
     check_invariants(service.core)
 
@@ -286,10 +308,10 @@ async def test_a_pin_that_never_reaches_the_watch_is_given_back(
         client: httpx.AsyncClient, service: Lockstep) -> None:
     obj = member("w-0", size=1)
     await mutate(client, obj)
-    deadline = service.core.next_deadline()
+    deadline = service.core.queries.next_deadline()
     assert deadline is not None
     service.core.expire(deadline + 0.01)
-    assert reserved(service) == 0 and service.core.pods == {}
+    assert reserved(service) == 0 and service.core.queries.pods == {}
 
 
 async def test_a_pod_its_author_pinned_is_gated_not_pinned_twice(

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.kube import KubeClient, KubeConfig
+from app.http.webhook import MAX_BODY
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app, webhook_app
 from app.service import Lockstep
-from app.webhook import MAX_BODY
 from coscheduling import Coscheduler, Settings, pod_from_json
 from coscheduling.conventions import declarations as _declarations
 from coscheduling.gang.gating import GANG_GATE, declares_gang
@@ -417,7 +417,7 @@ async def test_a_standby_never_narrows_a_claim() -> None:
     from prometheus_client import CollectorRegistry
     from prometheus_client import Counter as PromCounter
 
-    from app.webhook import admission_router
+    from app.http.webhook import admission_router
 
     acting = [False]
     op = [{"op": "replace", "path": "/spec/devices/requests/0/firstAvailable", "value": []}]

@@ -56,11 +56,11 @@ def running(core: Coscheduler, gang: str, size: int, node_name: str, prio: int) 
 
 def observed(core: Coscheduler) -> tuple[object, ...]:
     """Everything the facade shows of the core (what a what-if must leave as it was)."""
-    return (dict(core.pods), core.plans(), core.reserved_total(), core.gang_views(),
-            core.preemptions_in_flight(), core.parked_total(),
-            {n: (core.free(n), core.free_unreserved(n)) for n in core.node_names()},
-            core.drain_notices(), core.drain_evictions(), core.drain_requeue(),
-            core.drain_lift(), core.drain_creation_answers(), core.next_deadline())
+    q = core.queries
+    return (dict(q.pods), q.plans(), q.reserved_total(), q.gang_views(),
+            q.preemptions_in_flight(), q.parked_total(),
+            {n: (q.free(n), q.free_unreserved(n)) for n in sorted(q.nodes)},
+            core.drain(), q.next_deadline())
 
 
 def test_fits_now_names_each_members_node_rack_clique_and_pin_and_is_what_creation_does(
@@ -106,10 +106,10 @@ def test_fits_after_preemption_names_whole_victim_gangs_and_is_what_the_sweep_do
         gated = {**o, "metadata": {**o["metadata"], "uid": f"u{i}", "resourceVersion": "5"},
                  "spec": {**o["spec"], "schedulingGates": [{"name": "lockstep.dev/gang"}]}}
         core.upsert_pod(pod_from_json(gated))
-    core.admit_held(1.0)
-    assert sorted(e.pod for e in core.drain_evictions()) == sorted(
+    core.admit_gated(1.0)
+    assert sorted(e.pod for e in core.drain().evictions) == sorted(
         f"default/low-{i}" for i in range(4))
-    assert core.plans()[gang_key("default", "high")] == {p.pod: p.node for p in out.placed}
+    assert core.queries.plans()[gang_key("default", "high")] == {p.pod: p.node for p in out.placed}
 
 
 def test_waits_says_why_what_would_make_it_fit_and_the_earliest_start() -> None:
@@ -117,8 +117,8 @@ def test_waits_says_why_what_would_make_it_fit_and_the_earliest_start() -> None:
     # An admitted gang holds n0 and n1 with a deadline: room known to come back then.
     for i in range(8):
         core.upsert_pod(pod_from_json(pod(f"a-{i}").gang("a", 8, timeout=30).gpu(1).build()))
-    a0 = core.pods["default/a-0"]  # type: ignore[index]
-    assert core.filter(a0, core.node_names(), 0.0).passed
+    a0 = core.queries.pods["default/a-0"]  # type: ignore[index]
+    assert core.filter(a0, sorted(core.queries.nodes), 0.0).passed
     objs = [creating(f"w{i}", "g", 2, gpus=2) for i in range(2)]
     observed(core)  # drains what the setup queued
     before = observed(core)
@@ -285,8 +285,8 @@ def test_the_room_a_preemption_frees_beyond_its_preemptor_is_an_earliest_start()
         obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
                                         "reason": "Unschedulable"}]
         core.upsert_pod(pod_from_json(obj))
-    core.admit_held(0.0)
-    (flight,) = core.preemptions_in_flight()
+    core.admit_gated(0.0)
+    (flight,) = core.queries.preemptions_in_flight()
     objs = [creating(f"w{i}", "w", 4) for i in range(4)]
     (out,) = core.what_if(objs, 1.0).run().outcomes
     assert out.verdict is Verdict.WAITS
@@ -321,7 +321,7 @@ def _scenarios() -> list[tuple[Coscheduler, list[dict[str, Any]], float]]:
     waits = cluster(4, 4)
     for i in range(8):
         waits.upsert_pod(pod_from_json(pod(f"a-{i}").gang("a", 8, timeout=30).gpu(1).build()))
-    waits.filter(waits.pods["default/a-0"], waits.node_names(), 0.0)  # type: ignore[index]
+    waits.filter(waits.queries.pods["default/a-0"], sorted(waits.queries.nodes), 0.0)  # type: ignore[index]
     never_ = cluster(2, 2, racks=2)
     return [
         (fits, [creating(f"w{i}", "g", 4, gpus=2) for i in range(4)], 0.0),

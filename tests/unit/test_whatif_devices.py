@@ -49,7 +49,7 @@ def test_a_dra_gang_waits_while_an_admitted_gang_holds_the_devices_it_needs() ->
     core = seed()
     for i in range(4):
         core.upsert_pod(pod_from_json(gang_pod(f"x-{i}", "x", 4, "one")))
-    assert core.filter(core.pods[pod_key("default", "x-0")], ["n0", "n1", "n2"], 0.0).passed
+    assert core.filter(core.queries.pods[pod_key("default", "x-0")], ["n0", "n1", "n2"], 0.0).passed
     held = dict(state_of(core).devices.planned)
     answer = core.what_if([creating(f"w{i}", "g", 4) for i in range(4)], 0.0).run()
     assert answer.verdict is Verdict.WAITS
@@ -86,8 +86,8 @@ def test_a_later_gang_of_the_manifest_sees_the_devices_an_earlier_one_was_planne
         p.pod.split("/")[1]: p.node for p in first.placed}
     assert all(isinstance(placed[f"b-{i}"], GateAtCreation) for i in range(4))
     land_all(core, objs, placed)
-    core.admit_held(1.0)
-    assert core.gangs()[gang_key("default", "b")].reason == second.reason
+    core.admit_gated(1.0)
+    assert core.queries.gangs[gang_key("default", "b")].reason == second.reason
 
 
 

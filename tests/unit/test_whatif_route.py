@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from app import cli
-from app.kube import KubeClient, KubeConfig
+from app.http.whatif import MAX_BODY
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from app.whatif import MAX_BODY
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest
 from tests.builders import node, pod
@@ -76,7 +76,8 @@ def gang_yaml(name: str, size: int, gpus: int, prio: int = 0) -> str:
 
 
 def test_the_answer_names_nodes_and_topology(client: Client, service: Lockstep) -> None:
-    before = (dict(service.core.pods), service.core.plans(), service.core.gang_views())
+    q = service.core.queries
+    before = (dict(q.pods), q.plans(), q.gang_views())
     r = client.post("/debug/what-if", content=gang_yaml("g", 2, 2))
     assert r.status_code == 200, r.text
     body = r.json()
@@ -84,7 +85,7 @@ def test_the_answer_names_nodes_and_topology(client: Client, service: Lockstep) 
     (out,) = body["outcomes"]
     assert len(out["placed"]) == 2 and out["placed"][0]["topology"]["rack"] in ("r0", "r1")
     assert all(p["pinnedAtCreation"] for p in out["placed"])
-    assert (dict(service.core.pods), service.core.plans(), service.core.gang_views()) == before
+    assert (dict(q.pods), q.plans(), q.gang_views()) == before
     assert service.api_writes == []  # type: ignore[attr-defined]  # nothing sent to the API
 
 
@@ -153,7 +154,7 @@ def test_service_core_sees_a_pod_created_after_the_what_if(client: Client,
     """A what-if leaves nothing behind that a later pod of the same name would collide with."""
     client.post("/debug/what-if", content=gang_yaml("g", 2, 2))
     service.core.upsert_pod(pod_from_json(pod("g-0").gang("g", 2).gpu(2).build()))
-    assert "default/g-0" in service.core.pods
+    assert "default/g-0" in service.core.queries.pods
 
 
 async def test_one_what_if_at_a_time(service: Lockstep) -> None:

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.kube import KubeClient, KubeConfig
+from app.http.wire import BindingArgs, ExtenderArgs
+from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from app.wire import BindingArgs, ExtenderArgs
 from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest
 from tests.builders import node

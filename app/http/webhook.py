@@ -9,7 +9,7 @@ JSONPatches:
 * **pinned**: its gang's quorum exists (members that exist, reviews in hand and this one)
   and the gang fits now: the whole plan is reserved before the answer and the pod gets the
   required node affinity the gate's lift would have written, and no gate. kube-scheduler
-  filters one node for it and there is no lift to write (``app.pinning``,
+  filters one node for it and there is no lift to write (``app.http.pinning``,
   ``coscheduling.creation.placer``). A review whose gang has no quorum yet is **held** (its answer
   waits, at most about a second) for the sibling reviews that complete it: members created
   together are all pinned; one created alone is gated when the wait ends;
@@ -51,11 +51,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coscheduling import GANG_GATE, declares_gang, unpinned_terms
 
+from ..kube.errors import BadRequest, error_body
+from ..service import Lockstep
 from .asgi import JSON, TEXT, Receive, Scope, Send, answer, lifespan, read_body
-from .errors import BadRequest, error_body
 from .pinning import CreationPlacer
 from .rest import JSON as MEDIA_JSON
-from .service import Lockstep
 
 __all__ = [
     "API_VERSION",
@@ -181,7 +181,7 @@ def _validate(model: type[M], data: bytes | dict[str, Any], prefix: str = "") ->
 
 
 class Placer(Protocol):
-    """Placement at creation (``app.pinning.CreationPlacer``): the webhook's side effect."""
+    """Placement at creation (``app.http.pinning.CreationPlacer``): the webhook's side effect."""
 
     def place(self, obj: dict[str, Any], namespace: str
               ) -> list[dict[str, Any]] | asyncio.Future[list[dict[str, Any]] | None] | None: ...
@@ -441,13 +441,13 @@ def admission_router(scheduler_names: frozenset[str], decisions: Counter,
 
 
 class WebhookApp:
-    """The app of the webhook's own (TLS) port, a plain ASGI app as :class:`app.verbs.VerbsApp`
+    """The app of the webhook's own (TLS) port, a plain ASGI app as :class:`app.http.verbs.VerbsApp`
     is: the admission routes and ``/healthz`` only, so the extender verbs and debug endpoints
     stay on the extender's loopback port. FastAPI's middleware, routing and response objects
     cost about as much per review as the answer itself.
 
     Every other path is a 404 naming ``path``, another method a 405 naming ``method``, in the
-    shape of every 4xx (``app.errors.error_body``)."""
+    shape of every 4xx (``app.kube.errors.error_body``)."""
 
     def __init__(self, service: Lockstep) -> None:
         self.service = service

@@ -21,9 +21,9 @@ from typing import Any
 from coscheduling import Coscheduler, conventions
 from coscheduling.conventions.base import FIELD_MANAGER, StatusModel, StatusWrite
 
-from .errors import APIError, APIUnreachable
-from .kube import KubeClient
-from .render import render
+from ..kube.client import KubeClient
+from ..kube.errors import APIError, APIUnreachable
+from ..render import render
 
 __all__ = ["FIELD_MANAGER", "StatusWriter"]
 
@@ -51,9 +51,9 @@ class StatusWriter:
         while True:
             await asyncio.sleep(1.0)
             if self.kube.may_write is not None and not self.kube.may_write():
-                continue  # a standby writes no status (``app.lease``)
+                continue  # a standby writes no status (``app.kube.lease``)
             try:
-                model = self.core.status_model()
+                model = self.core.queries.status_model()
             except Exception:
                 self.failed += 1
                 log.exception("reading the status model failed; trying again next pass")

@@ -3,7 +3,7 @@
 Lockstep needs a handful of calls on its hot path and wants raw JSON (parsed once into slim
 records), so it talks to the API server directly instead of through the generated client.
 Configuration comes from a kubeconfig (token, client certificate or insecure) or from the
-in-cluster service account. Requests and watches go through ``app.fasthttp``, a client on
+in-cluster service account. Requests and watches go through ``app.kube.fasthttp``, a client on
 httptools that costs the event loop a third to a quarter of aiohttp's CPU per request
 (``python -m benchmarks client``); the tests fake the API server below it, at the connection.
 """
@@ -119,11 +119,11 @@ def _ssl_context(cfg: KubeConfig) -> ssl.SSLContext | bool:
 UPKEEP = re.compile(r"/api/v1/namespaces/[^/]+/secrets(/[^/]+)?"
                     r"|/apis/admissionregistration\.k8s\.io/v1/mutatingwebhookconfigurations/[^/]+")
 """Writes every replica makes, leading or not: its webhook's certificate and caBundle
-(``app.certs``). Nothing that schedules is among them."""
+(``app.kube.certs``). Nothing that schedules is among them."""
 
 
 class KubeClient:
-    """The calls Lockstep makes, each mapping HTTP failures onto ``app.errors``."""
+    """The calls Lockstep makes, each mapping HTTP failures onto ``app.kube.errors``."""
 
     def __init__(
         self, cfg: KubeConfig, *, connect: Connector | None = None, timeout: float = 30.0,
@@ -145,7 +145,7 @@ class KubeClient:
             # Keep every connection: an idle one costs nothing, a new one a handshake.
             max_idle=80)
         self.may_write: Callable[[], bool] | None = None
-        """The fence (``app.lease``): when set and false, every write but the replica's
+        """The fence (``app.kube.lease``): when set and false, every write but the replica's
         own upkeep (:data:`UPKEEP`) is refused with :class:`NotLeading`, nothing sent. It is
         asked before the request and again right before its bytes go out, after any wait
         for a connection: a write that passed it while leading is not sent once the lead

@@ -20,11 +20,11 @@ from pydantic import BaseModel, ConfigDict
 
 from coscheduling import Offload, Outcome, Proposal, Verdict, WhatIfError
 
-from .errors import BadRequest
-from .render import render, render_nofit
+from ..kube.errors import BadRequest
+from ..render import render, render_nofit
 
 if TYPE_CHECKING:
-    from .service import Lockstep
+    from ..service import Lockstep
 
 __all__ = ["EXIT_CODES", "MAX_BODY", "WhatIfAnswer", "as_text", "parse_manifest", "read_body",
            "what_if"]

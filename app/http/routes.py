@@ -1,6 +1,6 @@
 """HTTP routes beside the verbs: metrics, debug, the admission webhook and routing errors.
 
-The verbs and probes are answered by ``app.verbs.VerbsApp`` before a request reaches
+The verbs and probes are answered by ``app.http.verbs.VerbsApp`` before a request reaches
 FastAPI; ``app.process.extender_app`` puts the two together, and the process serves the
 verbs before this module is even imported. Bad input is answered with a 4xx that names the
 offending field.
@@ -19,11 +19,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coscheduling import pod_key
 
-from .errors import BadRequest
+from ..kube.errors import BadRequest
+from ..service import Lockstep, UnknownObject
 from .explain import explain_pod, gang_json, node_json
 from .pinning import CreationPlacer
 from .rest import add_error_handlers, json_response
-from .service import Lockstep, UnknownObject
 from .ui import ui_router
 from .webhook import admission_router
 from .whatif import read_body, what_if
@@ -51,7 +51,7 @@ def create_rest_app(
     app = FastAPI(title="Lockstep", version="0.1.0", redirect_slashes=False)
     m = service.metrics
 
-    # The admission webhook (app/webhook.py) also answers here, for clients that reach
+    # The admission webhook (app/http/webhook.py) also answers here, for clients that reach
     # the extender's port; the API server calls it on --webhook-port, over TLS.
     app.include_router(admission_router(service.core.settings.scheduler_names, m.webhook,
                                         CreationPlacer(service), service.acting_now,
@@ -76,7 +76,7 @@ def create_rest_app(
         return json_response(
             {"error": "debug endpoints answer loopback clients or a bearer token"}, 403)
 
-    if ui:  # the read-only web page and its JSON, behind the same guard (app/ui.py)
+    if ui:  # the read-only web page and its JSON, behind the same guard (app/http/ui.py)
         app.include_router(ui_router(service, guard))
     app.include_router(_debug_router(service, guard))
     return app
@@ -92,7 +92,8 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
         if (denied := guard(request)) is not None:
             return denied
         now = service.clock()
-        return json_response({"gangs": [gang_json(v, now) for v in service.core.gang_views()]})
+        views = service.core.queries.gang_views()
+        return json_response({"gangs": [gang_json(v, now) for v in views]})
 
     @app.get("/debug/loop")
     async def debug_loop(request: Request) -> Response:
@@ -111,8 +112,8 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
     async def debug_nodes(request: Request) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        core = service.core
-        return json_response({"nodes": [node_json(core, n) for n in core.node_names()]})
+        q = service.core.queries
+        return json_response({"nodes": [node_json(q, n) for n in sorted(q.nodes)]})
 
     @app.get("/debug/pods/{namespace}/{name}")
     async def debug_pod(namespace: str, name: str, request: Request) -> Response:
@@ -125,7 +126,7 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
                 raise BadRequest(400, f"{field} {value!r} is not a valid Kubernetes name",
                                  [field])
         key = pod_key(namespace, name)
-        if service.core.pod(key) is None:
+        if service.core.queries.pod(key) is None:
             raise UnknownObject("pod", key)
         return json_response(explain_pod(service, key))
 
@@ -133,7 +134,7 @@ def _debug_router(service: Lockstep, guard: Callable[[Request], Response | None]
 
     @app.post("/debug/what-if")
     async def debug_what_if(request: Request) -> Response:
-        """Would this manifest fit? A dry plan against the live state (app/whatif.py), one
+        """Would this manifest fit? A dry plan against the live state (app/http/whatif.py), one
         at a time: a victim search is seconds of CPU at most, and two would share the loop
         with the verbs twice over."""
         if (denied := guard(request)) is not None:

@@ -40,8 +40,8 @@ from coscheduling import (
     watched_table,
 )
 
+from .client import KubeClient
 from .errors import APIError, APIUnreachable, Gone, NotFound
-from .kube import KubeClient
 from .nodeproto import decode_node_list
 
 __all__ = ["ClusterCache", "Resource"]

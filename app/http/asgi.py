@@ -1,5 +1,5 @@
-"""What Lockstep's two plain ASGI apps share: the extender's (``app.verbs.VerbsApp``) and the
-webhook's (``app.webhook.WebhookApp``). Both skip FastAPI on their hot routes, so each reads a
+"""What Lockstep's two plain ASGI apps share: the extender's (``app.http.verbs.VerbsApp``) and the
+webhook's (``app.http.webhook.WebhookApp``). Both skip FastAPI on their hot routes, so each reads a
 body, answers and speaks uvicorn's lifespan protocol itself, the same way."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from .errors import BadRequest
+from ..kube.errors import BadRequest
 
 __all__ = ["JSON", "TEXT", "ASGIApp", "Message", "Receive", "Scope", "Send", "answer",
            "lifespan", "read_body"]

@@ -33,11 +33,11 @@ from coscheduling import (
     Reject,
 )
 
-from .kube import KubeClient
-from .metrics import Metrics
+from ..kube.client import KubeClient
+from ..metrics import Metrics
+from ..render import render
 from .parked import ParkedCalls
 from .poster import Poster
-from .render import render
 
 __all__ = ["SWEEP_GAP", "Binder", "error_text"]
 
@@ -137,19 +137,19 @@ class Binder:
     def _observe_arrival_to_bound(self, gang: GangKey) -> None:
         """Creation of the gang's first member to now, on the wall clock: the API server
         stamps creation in whole seconds, so this is what a user waited, give or take one."""
-        created = [c for m in self.core.members_of(gang) if (c := _created(m.created))]
+        created = [c for m in self.core.queries.members_of(gang) if (c := _created(m.created))]
         if created:
             self.metrics.arrival_to_bound.observe(max(0.0, time.time() - min(created)))
 
     async def _bind_one(self, key: PodKey, node: NodeName) -> BindOutcome:
-        pod = self.core.pod(key)
+        pod = self.core.queries.pod(key)
         if pod is None:
             self.metrics.bind_errors.labels("PodGone").inc()
             return BindFailed(key, node, f"pod {key} was deleted before it could be bound",
                               permanent=True)
 
         def already_bound() -> bool:
-            current = self.core.pod(key)
+            current = self.core.queries.pod(key)
             return current is not None and current.node_name == node
 
         outcome = await self.kube.bind_retrying(
@@ -181,7 +181,7 @@ class Binder:
         read after it), and nothing falls due more than the gap late."""
         while True:
             now = self.clock()
-            nxt = self.core.next_deadline()
+            nxt = self.core.queries.next_deadline()
             wait = 1.0 if nxt is None else min(1.0, max(0.0, nxt - now))
             self.kick.clear()
             with contextlib.suppress(TimeoutError):

@@ -7,7 +7,7 @@
      +-- Conflict          409: already bound / changed under us
      +-- Gone              410: watch resourceVersion expired; relist
      +-- TooManyRequests   429: back off and retry
-     +-- NotLeading        never sent: this replica does not lead (``app.lease``)
+     +-- NotLeading        never sent: this replica does not lead (``app.kube.lease``)
     APIUnreachable         transport failure; the API server is down or restarting
 
 They carry fields, never parsed messages; ``app.render`` turns them into text at the edge.

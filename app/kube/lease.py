@@ -35,7 +35,7 @@ counting it would let this replica lead past the instant the standby takes the L
 **Writes are fenced where they leave.** A write checked against :attr:`leading` may still
 wait for a connection (a slow API server both costs the Lease and fills the client's
 slots), so the client checks the fence again right before the bytes go out and waits for a
-connection no longer than :meth:`LeaseFollower.remaining` (``app.kube``).
+connection no longer than :meth:`LeaseFollower.remaining` (``app.kube.client``).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .client import KubeClient
 from .errors import APIError, APIUnreachable, NotFound
-from .kube import KubeClient
 
 __all__ = ["LeaseFollower", "LeaseTiming", "holder_host", "pod_identity"]
 

@@ -27,10 +27,10 @@ from pydantic import BaseModel, ValidationError
 
 from coscheduling import PodKey, PodRecord, QuantityError, RecordError, pod_from_json, pod_key
 
+from ..kube.errors import BadRequest, error_body
+from ..render import render
+from ..service import NOT_LEADING, Lockstep, UnknownObject
 from .asgi import JSON, TEXT, ASGIApp, Receive, Scope, Send, answer, lifespan, read_body
-from .errors import BadRequest, error_body
-from .render import render
-from .service import NOT_LEADING, Lockstep, UnknownObject
 from .wire import BindingArgs, ExtenderArgs, validate_shape
 
 __all__ = ["DEFAULT_MAX_BODY", "VerbsApp"]
@@ -277,7 +277,7 @@ class VerbsApp:
     async def _filter(self, scope: Scope, receive: Receive) -> tuple[int, bytes, bytes]:
         done = self._timed("filter")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
-        pod, names = _pod(args, self.service.core.pod), _names(args)
+        pod, names = _pod(args, self.service.core.queries.pod), _names(args)
         if not self.service.acting and not await self.service.await_acting():
             # A replica that does not act decides nothing (a filter may reserve, nominate
             # or preempt): kube-scheduler retries the pod, by then calling the leader.
@@ -310,7 +310,7 @@ class VerbsApp:
         done = self._timed("prioritize")
         args = _decode(ExtenderArgs, await _read_body(receive, scope, self.max_body))
         names = _names(args)
-        pod = _pod(args, self.service.core.pod)
+        pod = _pod(args, self.service.core.queries.pod)
         body = _host_priorities(names, self.service.prioritize(pod, names))
         done()
         return 200, body, JSON

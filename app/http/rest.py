@@ -1,6 +1,6 @@
 """What the FastAPI apps (the routes beside the verbs, the webhook's port) share: a JSON
 answer, and the error handlers that give every 4xx the one shape
-(``app.errors.error_body``), routing errors (no such path, wrong method) included."""
+(``app.kube.errors.error_body``), routing errors (no such path, wrong method) included."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .errors import BadRequest, error_body
+from ..kube.errors import BadRequest, error_body
 
 __all__ = ["add_error_handlers", "json_response"]
 

@@ -4,14 +4,14 @@ Runs as a DaemonSet on GPU nodes (``deploy/labeller/``). Each round reads the GP
 matrix (``nvidia-smi topo -m``, NVML through an optional ``pynvml``, or a file), turns it into
 labels with the pure ``coscheduling.topology.gpus`` and merge-patches only those labels onto the
 Node, skipping the write when they are already there (each write wakes every Node watcher).
-It reaches the API server as the rest of Lockstep does: ``app.kube.load_config``
-(``--kubeconfig``, else the in-cluster service account) and ``app.kube.KubeClient``.
+It reaches the API server as the rest of Lockstep does: ``app.kube.client.load_config``
+(``--kubeconfig``, else the in-cluster service account) and ``app.kube.client.KubeClient``.
 
 The labels are a hint for scoring, never a gate: when data is missing or wrong (no driver, a
 parse error, the API refusing) this logs a warning, removes nothing and exits 0, so a broken
 labeller can never keep pods off a node. ``--strict`` turns those failures into exit 1.
 
-Seams for tests: ``main`` takes ``connect`` (``app.fasthttp.Connector``), ``run`` (instead
+Seams for tests: ``main`` takes ``connect`` (``app.kube.fasthttp.Connector``), ``run`` (instead
 of the subprocess), ``environ`` (for ``NODE_NAME``) and ``wait`` (the interval sleep; return
 True to stop).
 """
@@ -44,9 +44,9 @@ from coscheduling.topology.gpus import (
     parse_nvidia_smi_topo,
 )
 
+from .client import KubeClient, load_config
 from .errors import APIError, APIUnreachable, NotFound
 from .fasthttp import Connector
-from .kube import KubeClient, load_config
 
 __all__ = ["LabellerError", "api_client", "apply_labels", "main", "read_topology"]
 
@@ -186,7 +186,7 @@ def read_topology(source: str, topo_file: str | None, run: Runner) -> GpuTopolog
 
 
 def api_client(kubeconfig: str | None, connect: Connector | None) -> KubeClient:
-    """A client from ``app.kube.load_config``: the kubeconfig, else the service account."""
+    """A client from ``app.kube.client.load_config``: the kubeconfig, else the service account."""
     try:
         return KubeClient(load_config(kubeconfig), connect=connect, timeout=API_TIMEOUT_SECONDS)
     except (OSError, ValueError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:

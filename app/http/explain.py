@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from coscheduling import (
-    Coscheduler,
     GangSpec,
     GangView,
     InvalidGang,
@@ -13,15 +12,16 @@ from coscheduling import (
     NodeName,
     PlainVerdict,
     PodKey,
+    Queries,
     format_resources,
 )
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
 from coscheduling.topology.domains import DEFAULT_LEVELS, GPU, gpu_layout
 
-from .render import render
+from ..render import render
 
 if TYPE_CHECKING:
-    from .service import Lockstep
+    from ..service import Lockstep
 
 __all__ = ["explain_pod", "gang_json", "node_json"]
 
@@ -50,17 +50,17 @@ def gang_json(v: GangView, now: float) -> dict[str, Any]:
     }
 
 
-def node_json(core: Coscheduler, name: NodeName) -> dict[str, Any]:
-    node = core.node(name)
+def node_json(q: Queries, name: NodeName) -> dict[str, Any]:
+    node = q.node(name)
     assert node is not None
     layout = gpu_layout(node)
     domains = {lv.name: lv.value(node.labels) for lv in DEFAULT_LEVELS[:-1]}
     return {
         "node": name,
         "allocatable": format_resources(node.allocatable),
-        "free": format_resources(core.free(name)),
-        "freeOutsideReservations": format_resources(core.free_unreserved(name)),
-        "reservations": {g: format_resources(r) for g, r in sorted(core.reserved_on(name).items())},
+        "free": format_resources(q.free(name)),
+        "freeOutsideReservations": format_resources(q.free_unreserved(name)),
+        "reservations": {g: format_resources(r) for g, r in sorted(q.reserved_on(name).items())},
         "topology": {k: v for k, v in domains.items() if v},
         "gpuIslands": list(layout.islands),
         "gpusPerNuma": list(layout.numa),
@@ -70,23 +70,23 @@ def node_json(core: Coscheduler, name: NodeName) -> dict[str, Any]:
 
 
 def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
-    core = service.core
+    q = service.core.queries
     now = service.clock()
-    pod = core.pod(key)
+    pod = q.pod(key)
     assert pod is not None
     out: dict[str, Any] = {"pod": key, "phase": pod.phase, "node": pod.node_name,
                            "schedulerName": pod.scheduler_name}
-    m = core.membership(key)
-    gang = core.gang_of(key)
-    view = core.gang_view(gang) if gang is not None else None
+    m = q.membership(key)
+    gang = q.gang_of(key)
+    view = q.gang_view(gang) if gang is not None else None
     if view is not None:
         out["gang"] = gang_json(view, now)
     if pod.node_name is not None:
         where = f" with gang {gang}" if gang else ""
         out["explanation"] = f"bound to {pod.node_name}{where}; phase {pod.phase}"
         return out
-    if pod.scheduler_name not in core.settings.scheduler_names:
-        names = ", ".join(sorted(core.settings.scheduler_names))
+    if pod.scheduler_name not in q.settings.scheduler_names:
+        names = ", ".join(sorted(q.settings.scheduler_names))
         out["explanation"] = (
             f"schedulerName is {pod.scheduler_name!r}: Lockstep only sees pods for {names}"
         )
@@ -96,7 +96,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
     elif isinstance(m, MissingPodGroup):
         out["explanation"] = render(PodGroupNotFound(m.key, m.api))
     elif isinstance(m, GangSpec) and view is not None:
-        if core.is_parked(key):
+        if q.is_parked(key):
             out["explanation"] = (
                 f"assumed on {view.plan.get(key)} and parked: waiting for gang {gang} to reach "
                 f"{m.min_member} ({view.parked} parked, {view.bound} bound)"
@@ -115,7 +115,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
             "not in a gang: kube-scheduler places it like any pod, on capacity not reserved "
             "for gangs"
         )
-        verdict = core.plain_verdict(key)
+        verdict = q.plain_verdict(key)
         if verdict is not None:
             out["lastAnswers"] = plain_verdict_json(verdict, now)
             if verdict.bind_refused is not None:
@@ -129,7 +129,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
     if view is not None and view.partial is not None:
         out["partiallyBound"] = render(view.partial)
         out["explanation"] = f"{render(view.partial)}; then: {out['explanation']}"
-    out["bestNodes"] = best_nodes(core, pod.requests.get(GPU, 0), key if gang else None)
+    out["bestNodes"] = best_nodes(q, pod.requests.get(GPU, 0), key if gang else None)
     return out
 
 
@@ -147,10 +147,10 @@ def plain_verdict_json(v: PlainVerdict, now: float) -> dict[str, Any]:
     return out
 
 
-def best_nodes(core: Coscheduler, gpus: int, own: PodKey | None, top: int = 5
+def best_nodes(q: Queries, gpus: int, own: PodKey | None, top: int = 5
                ) -> list[dict[str, Any]]:
     """The nodes Lockstep's prioritize would rank highest for this pod, with why."""
-    scored = [(core.explain_score(n, gpus, own), n) for n in core.node_names()]
+    scored = [(q.explain_score(n, gpus, own), n) for n in sorted(q.nodes)]
     scored.sort(key=lambda t: (-t[0].total, t[1]))
     return [{"node": n, "score": s.total, "packing": s.packing, "locality": s.locality,
              "why": s.why} for s, n in scored[:top]]

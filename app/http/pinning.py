@@ -25,7 +25,6 @@ from coscheduling import (
     AwaitQuorum,
     NodeName,
     PinAtCreation,
-    PodKey,
     PodRecord,
     QuantityError,
     RecordError,
@@ -36,7 +35,7 @@ from coscheduling import (
     pod_key,
 )
 
-from .service import Lockstep
+from ..service import Lockstep
 from .wire import validate_shape
 
 __all__ = ["CreationPlacer"]
@@ -49,9 +48,6 @@ class CreationPlacer:
 
     def __init__(self, service: Lockstep) -> None:
         self.service = service
-        self._held: dict[PodKey, tuple[asyncio.Future[list[dict[str, Any]] | None],
-                                       PodRecord]] = {}
-        """Reviews held for their gang's quorum: the answer each one's request awaits."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
 
@@ -77,14 +73,13 @@ class CreationPlacer:
         if rec is None or pinned_node(rec.required_affinity) is not None:
             return None  # pinned by its author (or by a Lockstep before a restart): gated
         placed = s.core.place_at_creation(rec, s.clock())
-        self._answer_held()
-        s.after_change()  # held members its admission lifts; the timer for the pin's deadline
+        # Held reviews this one answered, gated members its admission lifts, the timer for
+        # the pin's deadline: all in the core's drain.
+        s.after_change()
         if isinstance(placed, PinAtCreation):
             return pinned_terms(rec.required_affinity, placed.node)
         if isinstance(placed, AwaitQuorum):
-            fut: asyncio.Future[list[dict[str, Any]] | None] = \
-                asyncio.get_running_loop().create_future()
-            self._held[rec.key] = (fut, rec)
+            fut = s.held.open(rec)
             self._arm(placed.until)
             return fut
         log.debug("gating %s at creation: %s", rec.key, placed.why)
@@ -93,7 +88,7 @@ class CreationPlacer:
     def give_up(self, obj: dict[str, Any], namespace: str) -> None:
         """A held review that is answered without its quorum (its wait ran out here)."""
         rec = self._record(obj, namespace)
-        if rec is not None and self._held.pop(rec.key, None) is not None:
+        if rec is not None and self.service.held.drop(rec.key):
             self.service.core.release_hold(rec.key)
 
     def _arm(self, until: float) -> None:
@@ -110,18 +105,9 @@ class CreationPlacer:
         self._timer = None
         s = self.service
         s.core.expire_holds(s.clock())
-        self._answer_held()
-        if (nxt := s.core.next_hold_deadline()) is not None:
+        s.send_queued()  # the gated reviews' answers
+        if (nxt := s.core.queries.next_hold_deadline()) is not None:
             self._arm(nxt)
-
-    def _answer_held(self) -> None:
-        """Send held reviews the answers the core decided for them."""
-        for key, placed in self.service.core.drain_creation_answers().items():
-            fut, rec = self._held.pop(key, (None, None))
-            if fut is None or rec is None or fut.done():
-                continue
-            fut.set_result(pinned_terms(rec.required_affinity, placed.node)
-                           if isinstance(placed, PinAtCreation) else None)
 
     def pinned(self, obj: dict[str, Any], namespace: str) -> NodeName | None:
         """The node this process pinned ``obj`` to when it was reviewed before (the API
@@ -131,7 +117,7 @@ class CreationPlacer:
         ns = (meta.get("namespace") if isinstance(meta, dict) else None) or namespace
         if not isinstance(name, str) or not name or not isinstance(ns, str):
             return None
-        return self.service.core.pinned_at_creation(pod_key(ns, name))
+        return self.service.core.queries.pinned_at_creation(pod_key(ns, name))
 
     def still_fits(self, obj: dict[str, Any], namespace: str, node: str) -> bool:
         """A pod pinned before is still the pod its slot was reserved for: the pin kept, the
@@ -140,9 +126,9 @@ class CreationPlacer:
         narrowed it (a ``nodeSelector``, an affinity term, a toleration taken away): a pin it
         cannot meet would leave it stuck for good, its slot held until the gang's deadline."""
         rec = self._record(obj, namespace)
-        core = self.service.core
-        held = core.pod(rec.key) if rec is not None else None
-        at = core.node(NodeName(node))
+        q = self.service.core.queries
+        held = q.pod(rec.key) if rec is not None else None
+        at = q.node(NodeName(node))
         return (rec is not None and held is not None and held.requests == rec.requests
                 and pinned_node(rec.required_affinity) == node
                 and at is not None and eligible(rec, at))

@@ -19,10 +19,10 @@ from typing import Any
 
 from coscheduling import Coscheduler, Eviction, NodeName, Notice, NoticeKind, PodKey, lift_patch
 
-from .errors import APIError, APIUnreachable, Conflict, NotFound
-from .kube import KubeClient
-from .metrics import Metrics
-from .render import render_notice
+from ..kube.client import KubeClient
+from ..kube.errors import APIError, APIUnreachable, Conflict, NotFound
+from ..metrics import Metrics
+from ..render import render_notice
 
 __all__ = ["LIFTERS", "LIFT_RETRIES", "REQUEUE_ANNOTATION", "Poster"]
 
@@ -49,19 +49,19 @@ class Poster:
         self.events: asyncio.Queue[tuple[PodKey, Notice]] = asyncio.Queue(QUEUE_SIZE)
         self.requeue: asyncio.Queue[PodKey] = asyncio.Queue(QUEUE_SIZE)
         self.lifts: asyncio.Queue[tuple[PodKey, int]] = asyncio.Queue(QUEUE_SIZE)
+        """Gated pods to take Lockstep's gate off, with the attempt number."""
         self.evictions: asyncio.Queue[Eviction] = asyncio.Queue(QUEUE_SIZE)
         self.deallocations: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue(QUEUE_SIZE)
         """DRA claims whose allocation to clear: (namespace/name, uid, resourceVersion)."""
-        """Held pods to take Lockstep's gate off, with the attempt number."""
         self.dropped = 0
         self._posted: dict[tuple[PodKey, str, str], float] = {}
         self._lift_queued: set[PodKey] = set()
         self._lift_sent: dict[PodKey, tuple[str, NodeName | None]] = {}
-        """The lift last written per pod: events on a pod still cached as held must not
+        """The lift last written per pod: events on a pod still cached as gated must not
         write it again before the watch shows the gate gone."""
         self._instance = f"{socket.gethostname()}-{os.getpid()}"
         self.history: OrderedDict[str, deque[dict[str, str]]] = OrderedDict()
-        """The Events Lockstep posted, newest gangs last, for the web page (app/ui.py)."""
+        """The Events Lockstep posted, newest gangs last, for the web page (app/http/ui.py)."""
 
     def offer(self, q: asyncio.Queue[Any], item: Any) -> bool:
         """Queue ``item`` unless ``q`` is full (counted in ``dropped``); says whether it was."""
@@ -81,7 +81,7 @@ class Poster:
     async def post_events(self) -> None:
         while True:
             key, notice = await self.events.get()
-            pod = self.core.pod(key)
+            pod = self.core.queries.pod(key)
             if pod is None:
                 continue
             message = render_notice(notice)
@@ -136,7 +136,7 @@ class Poster:
         seq = 0
         while True:
             key = await self.requeue.get()
-            pod = self.core.pod(key)
+            pod = self.core.queries.pod(key)
             if pod is None or pod.node_name is not None:
                 continue
             seq += 1
@@ -229,12 +229,12 @@ class Poster:
         plan that moved meanwhile is honoured. A pod recreated under the same name fails the
         UID precondition and a deleted one 404s: both are dropped, since the watch brings
         the new pod back through the core. Transient failures are retried; a refusal (422:
-        say, a validating webhook) leaves the pod held and is logged."""
+        say, a validating webhook) leaves the pod gated and is logged."""
         while True:
             key, attempt = await self.lifts.get()
             self._lift_queued.discard(key)
-            lift = self.core.lift_target(key)
-            pod = self.core.pod(key)
+            lift = self.core.queries.lift_target(key)
+            pod = self.core.queries.pod(key)
             if lift is None or pod is None or self._lift_sent.get(key) == (lift.uid, lift.node):
                 continue
             if len(self._lift_sent) > 50000:

@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from coscheduling import GANG_STATES, Coscheduler, GangKey, GangPhase, GangView, NodeName
+from coscheduling import GANG_STATES, GangKey, GangPhase, GangView, NodeName, Queries
 from coscheduling.topology.domains import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
 
-from .errors import BadRequest
-from .render import render
+from ..kube.errors import BadRequest
+from ..render import render
 from .rest import json_response
 
 if TYPE_CHECKING:
-    from .service import Lockstep
+    from ..service import Lockstep
 
 __all__ = ["STATES", "gang_detail", "gangs_page", "rack_nodes", "racks",
            "ui_router"]
@@ -65,14 +65,14 @@ def _split(key: str) -> tuple[str, str]:
     return ns, name
 
 
-def gang_row(core: Coscheduler, v: GangView, now: float, wall: float) -> dict[str, Any]:
+def gang_row(q: Queries, v: GangView, now: float, wall: float) -> dict[str, Any]:
     """One gang as a table row: counts, convention, priority, age and the reason in words."""
     ns, name = _split(v.key)
-    members = core.members_of(v.key)
+    members = q.members_of(v.key)
     created = [c for m in members if (c := _created(m.created)) is not None]
     pending = max(0, v.members - v.bound - v.parked)
     return {
-        "gang": v.key, "namespace": ns, "name": name, "state": core.gang_state(v.key) or "invalid",
+        "gang": v.key, "namespace": ns, "name": name, "state": q.gang_state(v.key) or "invalid",
         "phase": v.phase.value, "minMember": v.spec.min_member if v.spec else None,
         "members": v.members, "bound": v.bound, "parked": v.parked, "pending": pending,
         "convention": v.spec.source.value if v.spec else None,
@@ -94,30 +94,30 @@ def _progress(v: GangView, pending: int) -> str | None:
             f"{pending} not yet asked to bind by kube-scheduler")
 
 
-def gangs_page(core: Coscheduler, now: float, wall: float, *, namespace: str = "",
+def gangs_page(q: Queries, now: float, wall: float, *, namespace: str = "",
                state: str = "", limit: int = 200) -> dict[str, Any]:
     """Counts for every state (within ``namespace``), and the first ``limit`` matching rows."""
-    gangs = core.gangs()
+    gangs = q.gangs
     namespaces = sorted({_split(k)[0] for k in gangs})
     keys = [k for k in gangs if _split(k)[0] == namespace] if namespace else list(gangs)
-    states = [(core.gang_state(k) or "invalid", k) for k in keys]
+    states = [(q.gang_state(k) or "invalid", k) for k in keys]
     counts = dict.fromkeys(STATES, 0)
     for s, _ in states:
         counts[s] += 1
     chosen = sorted((_RANK[s], k) for s, k in states if not state or s == state)
     rows = []
     for _, k in chosen[:limit]:
-        v = core.gang_view(k)
+        v = q.gang_view(k)
         if v is not None:
-            rows.append(gang_row(core, v, now, wall))
+            rows.append(gang_row(q, v, now, wall))
     return {"counts": counts, "total": len(keys), "matching": len(chosen),
-            "namespaces": namespaces, "gangs": rows, "preemptions": preemptions(core, now)}
+            "namespaces": namespaces, "gangs": rows, "preemptions": preemptions(q, now)}
 
 
-def preemptions(core: Coscheduler, now: float) -> list[dict[str, Any]]:
+def preemptions(q: Queries, now: float) -> list[dict[str, Any]]:
     """Who is preempting whom: each preemption whose victims are still terminating."""
     out = []
-    for rec in core.preemptions_in_flight():
+    for rec in q.preemptions_in_flight():
         out.append({"preemptor": rec.preemptor.name, "priority": rec.priority,
                     "victimGangs": sorted(rec.victim_gangs), "plainPods": rec.plain,
                     "victimPods": len(rec.victims), "waitingFor": len(rec.waiting_for),
@@ -126,42 +126,42 @@ def preemptions(core: Coscheduler, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def _rack_level(core: Coscheduler) -> int | None:
+def _rack_level(q: Queries) -> int | None:
     """The index of the level the page groups nodes by: ``rack``, else the one above the
     node, else None (one group for the whole cluster)."""
-    levels = core.settings.levels
+    levels = q.settings.levels
     lv = level_by_name(levels, "rack")
     if lv is not None:
         return levels.index(lv)
     return len(levels) - 2 if len(levels) >= 2 else None
 
 
-def _rack_of(core: Coscheduler) -> tuple[str, dict[str, list[NodeName]]]:
+def _rack_of(q: Queries) -> tuple[str, dict[str, list[NodeName]]]:
     """(level name, rack id -> its nodes); a rack's id is its domain path joined by '/'."""
-    index = _rack_level(core)
+    index = _rack_level(q)
     if index is None:
-        return "cluster", {NO_RACK: sorted(core.nodes)}
-    out = {"/".join(d): list(ns) for d, ns in core.domains(index).items()}
+        return "cluster", {NO_RACK: sorted(q.nodes)}
+    out = {"/".join(d): list(ns) for d, ns in q.domains(index).items()}
     placed = {n for ns in out.values() for n in ns}
-    if len(placed) < len(core.nodes):
-        out[NO_RACK] = sorted(n for n in core.nodes if n not in placed)
-    return core.settings.levels[index].name, out
+    if len(placed) < len(q.nodes):
+        out[NO_RACK] = sorted(n for n in q.nodes if n not in placed)
+    return q.settings.levels[index].name, out
 
 
-def _gpus(core: Coscheduler, n: NodeName, reserved: Mapping[NodeName, Mapping[GangKey, Any]]
+def _gpus(q: Queries, n: NodeName, reserved: Mapping[NodeName, Mapping[GangKey, Any]]
           ) -> tuple[int, int, int]:
     """(allocatable, used, reserved) GPUs of node ``n``."""
-    node = core.nodes[n]
+    node = q.nodes[n]
     alloc = node.allocatable.get(GPU, 0)
-    used = core.used(n).get(GPU, 0)
+    used = q.used(n).get(GPU, 0)
     held = sum(r.get(GPU, 0) for r in reserved.get(n, {}).values())
     return alloc, used, held
 
 
-def racks(core: Coscheduler) -> dict[str, Any]:
+def racks(q: Queries) -> dict[str, Any]:
     """One aggregate per rack: what the capacity picture draws at cluster scale."""
-    level, by_rack = _rack_of(core)
-    reserved = core.reserved_total()
+    level, by_rack = _rack_of(q)
+    reserved = q.reserved_total()
     out = []
     totals = {"nodes": 0, "gpus": 0, "used": 0, "reserved": 0}
     for rack_id in sorted(by_rack, key=lambda r: (r == NO_RACK, r)):
@@ -169,9 +169,9 @@ def racks(core: Coscheduler) -> dict[str, Any]:
         gpus = used = held = unschedulable = 0
         gangs: dict[str, int] = {}
         for n in names:
-            a, u, r = _gpus(core, n, reserved)
+            a, u, r = _gpus(q, n, reserved)
             gpus, used, held = gpus + a, used + u, held + r
-            unschedulable += core.nodes[n].unschedulable
+            unschedulable += q.nodes[n].unschedulable
             for g, res in reserved.get(n, {}).items():
                 gangs[g] = gangs.get(g, 0) + res.get(GPU, 0)
         out.append({
@@ -193,38 +193,38 @@ def _natural(name: str) -> tuple[Any, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def _owners(core: Coscheduler, names: Iterable[NodeName]) -> dict[NodeName, list[str]]:
+def _owners(q: Queries, names: Iterable[NodeName]) -> dict[NodeName, list[str]]:
     """Per node, the gang (or plain pod) of each GPU in use, one entry per GPU."""
     wanted = set(names)
     out: dict[NodeName, list[str]] = {n: [] for n in wanted}
-    for p in core.pods.values():
+    for p in q.pods.values():
         if p.node_name in wanted and p.holds_capacity:
             gpus = p.requests.get(GPU, 0)
             if gpus:
-                out[p.node_name].extend([core.gang_of(p.key) or p.key] * gpus)
+                out[p.node_name].extend([q.gang_of(p.key) or p.key] * gpus)
     return out
 
 
-def rack_nodes(core: Coscheduler, rack_id: str) -> dict[str, Any]:
+def rack_nodes(q: Queries, rack_id: str) -> dict[str, Any]:
     """One rack's nodes, each GPU a slot: ``[state, owner]`` with state used / reserved /
     free, in NVLink-island order, plus the node's NUMA split and NVSwitch domain."""
-    level, by_rack = _rack_of(core)
+    level, by_rack = _rack_of(q)
     names = by_rack.get(rack_id)
     if names is None:
         raise BadRequest(404, f"no {level} {rack_id!r}", ["rack"])
-    reserved = core.reserved_total()
-    owners = _owners(core, names)
-    levels = core.settings.levels
+    reserved = q.reserved_total()
+    owners = _owners(q, names)
+    levels = q.settings.levels
     clique = level_by_name(levels, "clique")
     nodes = []
     for n in sorted(names, key=_natural):
-        node = core.nodes[n]
-        alloc, _, _ = _gpus(core, n, reserved)
+        node = q.nodes[n]
+        alloc, _, _ = _gpus(q, n, reserved)
         slots: list[list[str]] = [["used", o] for o in owners[n][:alloc]]
         for g, res in sorted(reserved.get(n, {}).items()):
             slots += [["reserved", g]] * res.get(GPU, 0)
         slots = slots[:alloc] + [["free", ""]] * max(0, alloc - len(slots))
-        layout = core.layout(n)
+        layout = q.layout(n)
         path = {lv.name: v for lv in levels[:-1] if (v := lv.value(node.labels))}
         nodes.append({
             "node": n, "gpus": alloc, "slots": slots, "islands": list(layout.islands),
@@ -237,34 +237,34 @@ def rack_nodes(core: Coscheduler, rack_id: str) -> dict[str, Any]:
     return {"level": level, "rack": rack_id, "nodes": nodes}
 
 
-def gang_detail(core: Coscheduler, key: GangKey, now: float, wall: float,
+def gang_detail(q: Queries, key: GangKey, now: float, wall: float,
                 events: Iterable[Mapping[str, str]]) -> dict[str, Any]:
     """A gang's row, its plan with the reason for each node, its members and its Events."""
-    v = core.gang_view(key)
+    v = q.gang_view(key)
     if v is None:
         raise BadRequest(404, f"gang {key} is not known", ["gang"])
-    levels = core.settings.levels
+    levels = q.settings.levels
     plan_index = next((i for i, lv in enumerate(levels) if lv.name == v.plan_level), None)
     plan = []
     for pod_key, n in sorted(v.plan.items()):
-        pod = core.pod(pod_key)
-        node = core.node(n)
+        pod = q.pod(pod_key)
+        node = q.node(n)
         gpus = pod.requests.get(GPU, 0) if pod else 0
-        why = core.explain_score(n, gpus, pod_key).why if node is not None else "node gone"
+        why = q.explain_score(n, gpus, pod_key).why if node is not None else "node gone"
         domain = (domain_of(levels, plan_index, node)
                   if node is not None and plan_index is not None else None)
         plan.append({"pod": pod_key, "node": n, "gpus": gpus,
                      "domain": "/".join(domain) if domain else None, "why": why})
     members = []
-    for m in sorted(core.members_of(key), key=lambda p: p.key):
-        state = ("bound" if m.node_name is not None else "parked" if core.is_parked(m.key)
+    for m in sorted(q.members_of(key), key=lambda p: p.key):
+        state = ("bound" if m.node_name is not None else "parked" if q.is_parked(m.key)
                  else "held" if m.held else "pending")
         members.append({"pod": m.key, "state": state, "node": m.node_name,
                         "planned": v.plan.get(m.key), "gpus": m.requests.get(GPU, 0),
                         "priority": m.priority, "phase": m.phase})
     required = v.spec.topology if v.spec else None
     return {
-        **gang_row(core, v, now, wall),
+        **gang_row(q, v, now, wall),
         "placedWithin": v.plan_level, "topologyRequired": required,
         "planWhy": _plan_why(v.plan_level, required, len(set(v.plan.values()))),
         "plan": plan, "memberPods": members, "events": list(events),
@@ -294,7 +294,7 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
               wall: Callable[[], float] = time.time) -> APIRouter:
     """The page and its JSON; ``guard`` is the debug endpoints' access check."""
     router = APIRouter()
-    core = service.core
+    q = service.core.queries
     answered: dict[tuple[str, str, int], tuple[float, Response]] = {}
 
     def cached(key: tuple[str, str, int], make: Callable[[], Any]) -> Response:
@@ -328,19 +328,19 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
         if not 0 < limit <= MAX_ROWS:
             raise BadRequest(400, f"limit must be 1..{MAX_ROWS}", ["limit"])
         return cached((namespace, state, limit), lambda: gangs_page(
-            core, service.clock(), wall(), namespace=namespace, state=state, limit=limit))
+            q, service.clock(), wall(), namespace=namespace, state=state, limit=limit))
 
     @router.get("/ui/api/racks")
     async def all_racks(request: Request) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        return json_response(racks(core), headers=NO_STORE)
+        return json_response(racks(q), headers=NO_STORE)
 
     @router.get("/ui/api/rack")
     async def one_rack(request: Request, rack: str) -> Response:
         if (denied := guard(request)) is not None:
             return denied
-        return json_response(rack_nodes(core, rack), headers=NO_STORE)
+        return json_response(rack_nodes(q, rack), headers=NO_STORE)
 
     @router.get("/ui/api/gang/{namespace}/{name}")
     async def one_gang(request: Request, namespace: str, name: str) -> Response:
@@ -348,7 +348,7 @@ def ui_router(service: Lockstep, guard: Callable[[Request], Response | None],
             return denied
         key = GangKey(f"{namespace}/{name}")
         history = service.poster.history.get(key, ())
-        return json_response(gang_detail(core, key, service.clock(), wall(), list(history)),
+        return json_response(gang_detail(q, key, service.clock(), wall(), list(history)),
                              headers=NO_STORE)
 
     return router
