@@ -45,7 +45,7 @@ test: $(STAMP) bins lint
 	$(VPY) -m pytest tests/e2e -q -ra -n 2 --dist loadfile
 
 # The gang core's model-based test with a bigger budget than `make test` gives it
-# (tests/unit/test_model.py; FUZZ_EXAMPLES runs of up to FUZZ_STEPS random steps). Each run
+# (tests/unit/model/test_model.py; FUZZ_EXAMPLES runs of up to FUZZ_STEPS random steps). Each run
 # draws a new seed and prints it; LOCKSTEP_FUZZ_SEED=n make fuzz replays that run. `make
 # test` runs the same model derandomized (the same runs every time).
 FUZZ_EXAMPLES ?= 3000
@@ -54,16 +54,16 @@ fuzz: $(STAMP)
 	@seed=$${LOCKSTEP_FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
 	echo "fuzz seed: $$seed (replay: LOCKSTEP_FUZZ_SEED=$$seed make fuzz)"; \
 	LOCKSTEP_FUZZ_SEED=$$seed LOCKSTEP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
-		LOCKSTEP_FUZZ_STEPS=$(FUZZ_STEPS) $(VPY) -m pytest tests/unit/test_model.py -q -s \
+		LOCKSTEP_FUZZ_STEPS=$(FUZZ_STEPS) $(VPY) -m pytest tests/unit/model/test_model.py -q -s \
 		-p no:cacheprovider --hypothesis-seed=$$seed
 
-# Property-based fuzzing of the HTTP edge (tests/unit/test_fuzz_verbs.py) with a long budget:
+# Property-based fuzzing of the HTTP edge (tests/unit/app/http/test_fuzz_verbs.py) with a long budget:
 # FUZZ_VERBS_EXAMPLES requests per verb (filter, prioritize, bind, debug); counts go to
 # run/fuzz-verbs-summary.json. LOCKSTEP_FUZZ_VERBS_SEED=n replays a seed.
 FUZZ_VERBS_EXAMPLES ?= 10000
 fuzz-verbs: $(STAMP)
 	LOCKSTEP_FUZZ_VERBS_EXAMPLES=$(FUZZ_VERBS_EXAMPLES) \
-		$(VPY) -m pytest tests/unit/test_fuzz_verbs.py -q -s -p no:cacheprovider
+		$(VPY) -m pytest tests/unit/app/http/test_fuzz_verbs.py -q -s -p no:cacheprovider
 
 # The long runs of what `make test` runs short:
 # - the churn soak (tests/e2e/test_churn.py): SOAK_SECONDS of churn (default 600), then

@@ -50,8 +50,9 @@ def declares_alike(old: PodRecord, new: PodRecord) -> bool:
     the same objects: equal in every field of the pod it reads (the conventions read a
     pod's labels and annotations, its scheduler, and Kubernetes' own gang API its
     ``schedulingGroup`` and ``workloadRef``, all in its namespace). A convention that comes
-    to read another field must be added here (``tests/unit/test_status_events.py`` checks
-    the watch's way against resolving every event)."""
+    to read another field must be added here
+    (``tests/unit/coscheduling/events/test_status_events.py`` checks the watch's way
+    against resolving every event)."""
     return (old.scheduler_name == new.scheduler_name and old.namespace == new.namespace
             and old.scheduling_group == new.scheduling_group
             and old.workload_ref == new.workload_ref

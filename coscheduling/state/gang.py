@@ -20,7 +20,7 @@ and a reservation could outlive or undercut its plan.
 of bindings already in flight, which are about to become real usage (``expire`` keeps those
 too).
 
-Invariants (checked after every step of ``tests/unit/test_model.py``):
+Invariants (checked after every step of ``tests/unit/model/test_model.py``):
 
 * ``plan`` and the ledger's reservations for this gang are the same set of (pod, node);
 * only ADMITTED and RELEASED gangs hold slots, except in-flight bindings of a gang that fell

@@ -25,7 +25,6 @@ import random
 import resource
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -43,6 +42,7 @@ from coscheduling import (
     pod_from_json,
 )
 from coscheduling.events import ingest
+from testbed.bins import REPO
 from tests.builders import node, pod
 from tests.fakeapi import Wire
 
@@ -50,7 +50,7 @@ GANGS = 20
 SIZE = 101
 PARKED = GANGS * (SIZE - 1)
 NODES = 256
-SUMMARY = Path(__file__).resolve().parents[2] / "run" / "load-summary.json"
+SUMMARY = REPO / "run" / "load-summary.json"
 
 
 def rss_mib() -> float:
