@@ -47,7 +47,7 @@ test: $(STAMP) bins lint
 # The gang core's model-based test with a bigger budget than `make test` gives it
 # (tests/unit/model/test_model.py; FUZZ_EXAMPLES runs of up to FUZZ_STEPS random steps). Each run
 # draws a new seed and prints it; LOCKSTEP_FUZZ_SEED=n make fuzz replays that run. `make
-# test` runs the same model derandomized (the same runs every time).
+# test` runs the same model with a fixed seed (the same runs every time).
 FUZZ_EXAMPLES ?= 3000
 FUZZ_STEPS ?= 80
 fuzz: $(STAMP)

@@ -214,7 +214,7 @@ def build_workload(nodes: Sequence[Mapping[str, Any]], pods: int, *, gangs: int 
     gang_pods = [
         _realistic(pod(f"gang-{g:03d}-{m}", GANG_NS).gang(f"gang-{g:03d}", gang_size,
                                                             timeout=gang_timeout)
-                   .gpu(1).held(), "train", GANG_NS, g)
+                   .gpu(1).gated(), "train", GANG_NS, g)
         for g in range(gangs) for m in range(gang_size)]
     return MemoryWorkload(tuple(bound), tuple(pending), tuple(gang_pods))
 

@@ -164,11 +164,11 @@ class PodRecord:
     """nodeSelectorTerms of requiredDuringSchedulingIgnoredDuringExecution (ORed)."""
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
-    gated: bool = False
+    other_gate: bool = False
     """``spec.schedulingGates`` holds a gate other than Lockstep's (Kueue's
     ``kueue.x-k8s.io/admission``, say): somebody else holds the pod back, so it cannot count
     toward a gang's quorum."""
-    held: bool = False
+    gated: bool = False
     """``spec.schedulingGates`` holds Lockstep's own gate (``coscheduling.gang.gating``): a member
     that counts, waiting outside kube-scheduler's queue for its gang's admission."""
     unschedulable: bool = False
@@ -212,7 +212,7 @@ class PodRecord:
     @property
     def active(self) -> bool:
         """A member that counts toward its gang: not deleting, not finished, not gated."""
-        return not (self.deleting or self.gated or self.phase in _FINISHED)
+        return not (self.deleting or self.other_gate or self.phase in _FINISHED)
 
     @property
     def holds_capacity(self) -> bool:
@@ -411,8 +411,8 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         required_affinity=tuple(affinity.get("nodeSelectorTerms") or ()),
         tolerations=tolerations,
         priority=_priority(spec.get("priority"), "Pod.spec.priority"),
-        gated=any(g != GANG_GATE for g in gates),
-        held=GANG_GATE in gates,
+        other_gate=any(g != GANG_GATE for g in gates),
+        gated=GANG_GATE in gates,
         unschedulable=_unschedulable(status),
         scheduling_group=_scheduling_group(spec),
         workload_ref=_workload_ref(spec),

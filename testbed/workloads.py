@@ -104,7 +104,7 @@ class PodBuilder:
             self._obj["spec"]["priorityClassName"] = class_name
         return self
 
-    def held(self) -> Self:
+    def gated(self) -> Self:
         """Created behind Lockstep's scheduling gate, as its webhook would do."""
         self._obj["spec"].setdefault("schedulingGates", []).append({"name": GANG_GATE})
         return self

@@ -152,8 +152,8 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
         for pod, node in state_of(core).waiting.parked(gang).items():
             if owner is None or owner.phase is not GangPhase.ADMITTED:
                 raise InvariantBroken(f"{pod} parked for gang {gang}, which is not admitted")
-            held = store.pods.get(pod)
-            if held is not None and held.held:
+            rec = store.pods.get(pod)
+            if rec is not None and rec.gated:
                 raise InvariantBroken(f"{pod} is parked with Lockstep's gate still on")
             if owner.plan.get(pod) != node:
                 raise InvariantBroken(

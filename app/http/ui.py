@@ -258,7 +258,7 @@ def gang_detail(q: Queries, key: GangKey, now: float, wall: float,
     members = []
     for m in sorted(q.members_of(key), key=lambda p: p.key):
         state = ("bound" if m.node_name is not None else "parked" if q.is_parked(m.key)
-                 else "held" if m.held else "pending")
+                 else "gated" if m.gated else "pending")
         members.append({"pod": m.key, "state": state, "node": m.node_name,
                         "planned": v.plan.get(m.key), "gpus": m.requests.get(GPU, 0),
                         "priority": m.priority, "phase": m.phase})

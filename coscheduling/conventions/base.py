@@ -255,7 +255,7 @@ class GangStatusModel:
     its queue for these)."""
     queue: str | None = None
     """Its Volcano queue; None for any other convention."""
-    held: Resources = field(default_factory=dict)
+    allocated: Resources = field(default_factory=dict)
     """For a Volcano gang, what it holds in its queue: its reservations and its bound live
     members' requests (Volcano's ``allocated``)."""
 

@@ -154,8 +154,9 @@ def volcano_statuses(model: StatusModel) -> dict[GangKey, VolcanoStatus]:
         return {}
     queues = None
     if model.queues is not None:
-        queues = queue_use(model.queues, ((g.key, g.queue, g.held) for g in model.gangs.values()
-                                          if g.queue is not None), enqueued(groups))
+        allocated = ((g.key, g.queue, g.allocated) for g in model.gangs.values()
+                     if g.queue is not None)
+        queues = queue_use(model.queues, allocated, enqueued(groups))
     budget = dict(model.free)
     out: dict[GangKey, VolcanoStatus] = {}
     pending: list[GangKey] = []

@@ -142,16 +142,16 @@ class QueueUse:
     """What each queue's groups hold, and whether one more group may enter."""
 
     queues: Mapping[str, QueueRecord]
-    held: dict[GangKey, tuple[str, Resources]] = field(default_factory=dict)
+    allocated: dict[GangKey, tuple[str, Resources]] = field(default_factory=dict)
     """Each group's queue and what it holds there (reserved, bound, or enqueued)."""
 
     def take(self, gang: GangKey, queue: str, amount: Resources) -> None:
         """Count ``amount`` as ``gang``'s share of ``queue`` (replacing what it had)."""
-        self.held[gang] = (queue, dict(amount))
+        self.allocated[gang] = (queue, dict(amount))
 
     def used(self, queue: str, other_than: GangKey | None = None) -> Resources:
         total: Resources = {}
-        for gang, (q, amount) in self.held.items():
+        for gang, (q, amount) in self.allocated.items():
             if q == queue and gang != other_than:
                 total = add(total, amount)
         return total
@@ -178,17 +178,17 @@ class QueueUse:
 
 
 def queue_use(queues: Mapping[str, QueueRecord],
-              held: Iterable[tuple[GangKey, str, Resources]],
+              allocated: Iterable[tuple[GangKey, str, Resources]],
               enqueued: Iterable[tuple[GangKey, str, Resources]]) -> QueueUse:
-    """What each queue's groups hold: ``held``, (group, queue, amount) for what Lockstep
+    """What each queue's groups hold: ``allocated``, (group, queue, amount) for what Lockstep
     reserved or bound for a group (Volcano's ``allocated``); then ``enqueued``, the
     ``minResources`` of each group enqueued that holds nothing yet, its pods on their way
     (Volcano's ``inqueue``)."""
     use = QueueUse(queues)
-    for gang, queue, amount in held:
+    for gang, queue, amount in allocated:
         if amount:
             use.take(gang, queue, amount)
     for gang, queue, amount in enqueued:
-        if gang not in use.held:
+        if gang not in use.allocated:
             use.take(gang, queue, amount)
     return use

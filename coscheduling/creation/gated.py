@@ -60,7 +60,7 @@ def admit_gated(st: CoreState, now: float) -> None:
         if g.phase is not GangPhase.WAITING:
             continue
         live = st.live(g)
-        gated = [p.key for p in live if p.held or pinned_pending(p)]
+        gated = [p.key for p in live if p.gated or pinned_pending(p)]
         if not gated:
             # Members kube-scheduler cycles are admitted by their filter call, unless its
             # own filters found no node at all: then no filter call comes, and only a
@@ -105,7 +105,7 @@ def lift_target(st: CoreState, key: PodKey) -> Lift | None:
     extra beyond an admitted gang's plan. Members of a gang not admitted yet, or waiting
     for its PodGroup, stay gated."""
     pod = st.store.pods.get(key)
-    if pod is None or not pod.held or pod.node_name is not None or pod.deleting \
+    if pod is None or not pod.gated or pod.node_name is not None or pod.deleting \
             or pod.scheduler_name not in st.settings.scheduler_names:
         return None
     m = st.membership.get(key)

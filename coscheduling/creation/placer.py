@@ -84,7 +84,7 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
     decided here wait in :func:`drain_answers`."""
     if not pod.name:
         return GateAtCreation("no name yet (generateName): its slot could not be named")
-    if pod.node_name is not None or pod.gated:
+    if pod.node_name is not None or pod.other_gate:
         return GateAtCreation("another party holds it back (a scheduling gate of its own)")
     if pod.key in st.store.pods or _held_gang(st, pod.key) is not None:
         return GateAtCreation(f"a pod named {pod.key} exists already")
@@ -95,8 +95,8 @@ def place_at_creation(st: CoreState, pod: PodRecord, now: float) -> Placement:
         return GateAtCreation("a member of a gang group: planned when its gangs exist")
     # As the API server is about to create it: no UID, no version, not held (a review's
     # record always is; copying it, once per member, only to say so cost a tenth of this).
-    rec = pod if not pod.uid and not pod.held and not pod.resource_version \
-        else replace(pod, uid="", held=False, resource_version=0)
+    rec = pod if not pod.uid and not pod.gated and not pod.resource_version \
+        else replace(pod, uid="", gated=False, resource_version=0)
     g = st.gangs.get(m.key)
     spec = g.spec if g is not None else None
     hold = _agreeing_hold(st, m.key, spec)

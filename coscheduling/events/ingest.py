@@ -258,7 +258,7 @@ def _counted_again(st: CoreState, pod: PodRecord, m: Membership) -> Gang | None:
     assumed for it, its pin (if any) on the node its slot is planned on and the slot sized
     for it. What is left is the gang's decision, the caller's (:func:`_decide`).
     None: not such a record, nothing done."""
-    if pod.uid or pod.node_name is not None or not pod.active or pod.held \
+    if pod.uid or pod.node_name is not None or not pod.active or pod.gated \
             or pod.unschedulable or pod.terminal or pod.key in st.assumed:
         return None
     old = st.store.pods.get(pod.key)
@@ -351,7 +351,7 @@ def _upsert_pod(st: CoreState, pod: PodRecord, watched: bool,
     ):
         st.notice(NoticeKind.INVALID, membership.key, (pod.key,),
                   InvalidDeclaration(membership))
-    if pod.held:
+    if pod.gated:
         st.outbox.lift.add(pod.key)
     if pod.terminal:
         victims_gone(st, (pod.key,))
@@ -418,7 +418,7 @@ def _track_pending(st: CoreState, pod: PodRecord, plain: bool) -> None:
     """Keep ``plain.pending`` (plain pods kube-scheduler is placing); when one leaves it,
     gangs that waited for it are tried again."""
     placing = (plain and pod.scheduler_name in st.settings.scheduler_names
-               and pod.node_name is None and pod.active and not pod.held
+               and pod.node_name is None and pod.active and not pod.gated
                and not pod.unschedulable)
     if placing:
         st.plain.pending[pod.key] = pod.priority
@@ -426,7 +426,7 @@ def _track_pending(st: CoreState, pod: PodRecord, plain: bool) -> None:
         _wake_deferred(st)
     # No node passed kube-scheduler's own filters: no filter call comes; it may preempt.
     if (plain and pod.scheduler_name in st.settings.scheduler_names
-            and pod.node_name is None and pod.active and not pod.held and pod.unschedulable):
+            and pod.node_name is None and pod.active and not pod.gated and pod.unschedulable):
         st.preemption.unschedulable_plain[pod.key] = pod.priority
     elif st.preemption.unschedulable_plain.pop(pod.key, None) is not None:
         st.preemption.plain_tried.pop(pod.key, None)

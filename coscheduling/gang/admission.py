@@ -72,7 +72,7 @@ def reconcile(st: CoreState, g: Gang) -> None:
     """Bring the gang's phase back in line with its members after any change."""
     spec = g.spec
     live = st.live(g)
-    held = [p.key for p in live if p.held]
+    held = [p.key for p in live if p.gated]
     if held:
         st.creation.gated.touched.add(g.key)
         st.outbox.lift.update(held)
@@ -133,7 +133,7 @@ def complete_plan(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord],
 def pinned_pending(pod: PodRecord) -> bool:
     """A member kube-scheduler cycles on one node: pinned (at creation or by a lift) and
     not bound. A restarted Lockstep re-admits its gang from the pins, not the filter call."""
-    return pod.node_name is None and not pod.held and pod.required_affinity != () \
+    return pod.node_name is None and not pod.gated and pod.required_affinity != () \
         and pinned_node(pod.required_affinity) is not None
 
 
@@ -310,7 +310,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
     # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
     # API event will wake them: ask the app to nudge them. Held members lose the gate.
     st.outbox.requeue.update(k for k in g.wake() if k != first or pod is None)
-    st.outbox.lift.update(p.key for p in live if p.held)
+    st.outbox.lift.update(p.key for p in live if p.gated)
     return result.assignments
 
 
@@ -331,7 +331,7 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
         return False
     if queue_gate(st, g, spec, live) is not None:
         return False  # no eviction for a gang its Volcano queue holds back
-    pending = [p for p in live if p.node_name is None and not p.held]
+    pending = [p for p in live if p.node_name is None and not p.gated]
     have = [p.key for p in live if p.node_name is not None] \
         if spec.match_policy is not MatchPolicy.ONLY_WAITING else []
     chosen = pick(st, spec, have, [p.key for p in pending]) or [p.key for p in pending]

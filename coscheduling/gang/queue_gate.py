@@ -52,9 +52,9 @@ def queue_use(st: CoreState) -> QueueUse | None:
     """What every Volcano group holds in its queue; None when Queues are not served."""
     if st.store.queues is None:
         return None
-    held = [(g.key, queue, holds(st, g)) for g in st.gangs.values()
+    allocated = [(g.key, queue, holds(st, g)) for g in st.gangs.values()
             if (queue := queue_of(st, g)) is not None]
-    return volcano_queues.queue_use(st.store.queues, held, enqueued(st.store.volcano))
+    return volcano_queues.queue_use(st.store.queues, allocated, enqueued(st.store.volcano))
 
 
 def queue_gate(st: CoreState, g: Gang, spec: GangSpec, live: Sequence[PodRecord],

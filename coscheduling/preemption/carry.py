@@ -353,7 +353,7 @@ def victims_gone(st: CoreState, pods: Iterable[PodKey]) -> None:
         # The room is free now: members turned away while victims held it are woken, held
         # ones lose the gate (pinned to their slot).
         st.outbox.requeue.update(g.wake())
-        st.outbox.lift.update(p.key for p in st.live(g) if p.held)
+        st.outbox.lift.update(p.key for p in st.live(g) if p.gated)
         st.creation.gated.touched.add(g.key)
 
 

@@ -28,7 +28,7 @@ def gated_by_another(pod: PodRecord) -> bool:
     pinning it (``creation.placer``), and it is placed once that party lets it go: a gate of
     its own in the manifest, or Kueue's admission gate, which Kueue's webhook adds to every
     pod of its pod-group integration (a pod naming a LocalQueue)."""
-    return pod.gated or kueue.QUEUE in pod.labels or kueue.GROUP in pod.labels
+    return pod.other_gate or kueue.QUEUE in pod.labels or kueue.GROUP in pod.labels
 
 
 def gang_priority(st: CoreState, spec: GangSpec, pods: Sequence[PodRecord]) -> int:

@@ -71,7 +71,7 @@ def _record(st: CoreState, m: Manifest) -> PodRecord:
         raise WhatIfError(f"{where}.metadata.name",
                           f"a pod named {pod.key} exists already: a what-if is for pods "
                           "not created yet")
-    return replace(pod, held=False)
+    return replace(pod, gated=False)
 
 
 def _resolve(st: CoreState, pod: PodRecord, groups: Mapping[Source, Mapping[str, PodGroupRecord]]

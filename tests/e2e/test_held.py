@@ -17,7 +17,7 @@ from .conftest import ClusterFactory, settle
 
 
 def held_gang(name: str, size: int, gpus: int = 1) -> list[dict[str, Any]]:
-    return [pod(f"{name}-{i}").gang(name, size, timeout=30).gpu(gpus).held().build()
+    return [pod(f"{name}-{i}").gang(name, size, timeout=30).gpu(gpus).gated().build()
             for i in range(size)]
 
 
@@ -35,10 +35,10 @@ def test_held_gangs_seed_case_pinned_whole_and_the_second_after_the_first(
     for name, node_name in first.items():
         spec = c.kube.get(f"/api/v1/namespaces/{c.ns}/pods/{name}")
         rec = pod_from_json(spec)
-        assert not rec.held and pinned_node(rec.required_affinity) == node_name
+        assert not rec.gated and pinned_node(rec.required_affinity) == node_name
     for name in c.names("b", 4):  # still behind the gate: no scheduling cycle spent on them
         rec = pod_from_json(c.kube.get(f"/api/v1/namespaces/{c.ns}/pods/{name}"))
-        assert rec.held
+        assert rec.gated
     c.wait_event("b-0", "GangWaiting", "free outside reservations")
     assert c.metric("lockstep_gate_lifts_total") == 4
     c.delete(*c.names("a", 4))

@@ -46,7 +46,7 @@ def add(core: Coscheduler, obj: dict[str, Any]) -> dict[str, Any]:
 def held_gang(core: Coscheduler, name: str, size: int, gpus: int = 1,
               priority: int = 0) -> list[dict[str, Any]]:
     return [add(core, pod(f"{name}-{i}").gang(name, size, timeout=30).gpu(gpus)
-                .priority(priority).held().build()) for i in range(size)]
+                .priority(priority).gated().build()) for i in range(size)]
 
 
 def bind_plain(core: Coscheduler, obj: dict[str, Any], node_name: str) -> None:

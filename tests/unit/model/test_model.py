@@ -750,7 +750,7 @@ class GangModel(RuleBasedStateMachine):
         if mm != HELD["h"][0]:
             saw("minMember:disagrees")
         b = pod(f"h-{k}").gang("h", min_member=mm, timeout=20).gpu(gpus)
-        self._put_pod((b.held() if held else b).build())
+        self._put_pod((b.gated() if held else b).build())
         # A member sorting before the others by name that says another minMember is the
         # gang's declaration now: its gang may fall back and answer parked calls, which the
         # app sends after each batch of events.
@@ -1202,7 +1202,7 @@ class GangModel(RuleBasedStateMachine):
             for k, v in fresh.labels.items():
                 b.label(k, v)
             if self._part(obj) in HELD:
-                b.held()
+                b.gated()
             self._put_pod(b.gpu(gpu(obj)).build())
         self._answered()
 

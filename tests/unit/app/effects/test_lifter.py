@@ -52,7 +52,7 @@ def service(api: PatchAPI, *, synced: bool = True) -> Lockstep:
 
 def held(svc: Lockstep, n: int, gang: str = "g") -> None:
     for i in range(n):
-        obj = pod(f"{gang}-{i}").gang(gang, n, timeout=30).gpu(1).held().build()
+        obj = pod(f"{gang}-{i}").gang(gang, n, timeout=30).gpu(1).gated().build()
         obj["metadata"]["uid"] = f"uid-{gang}-{i}"
         svc.core.upsert_pod(pod_from_json(obj))
 
@@ -74,7 +74,7 @@ async def test_each_member_is_lifted_once_pinned_to_its_planned_node() -> None:
     await run_lifters(svc, 0.1)
     # Events on the gang before the watch shows the gates gone re-queue its held members.
     again = svc.core.queries.pod(next(iter(sorted(svc.core.queries.gangs["default/g"].members))))
-    assert again is not None and again.held
+    assert again is not None and again.gated
     svc.core.upsert_pod(again)
     svc.after_change()
     await run_lifters(svc, 0.1)

@@ -307,7 +307,7 @@ def held_gang() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     nodes = [node(f"n{i}").gpus(4).build() for i in range(2)]
     pods = []
     for i in range(2):
-        obj = pod(f"g-{i}").gang("g", 2, timeout=30).gpu(1).held().build()
+        obj = pod(f"g-{i}").gang("g", 2, timeout=30).gpu(1).gated().build()
         obj["metadata"]["uid"] = f"uid-g-{i}"
         pods.append(obj)
     return nodes, pods

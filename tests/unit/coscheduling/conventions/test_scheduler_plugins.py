@@ -144,7 +144,7 @@ def test_a_pod_behind_a_scheduling_gate_is_not_an_active_member() -> None:
     obj = pod("p").build()
     obj["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
     gated = pod_from_json(obj)
-    assert gated.gated and not gated.active
+    assert gated.other_gate and not gated.active
     obj["spec"]["schedulingGates"] = []
     assert pod_from_json(obj).active
 

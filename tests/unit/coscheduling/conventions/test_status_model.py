@@ -126,10 +126,10 @@ def test_volcano_status_from_a_hand_built_model() -> None:
     run = gang_key("default", "run")
     model = StatusModel(
         gangs={
-            held: GangStatusModel(held, Source.VOLCANO, 2, queue="q", held={GPU: 2}),
+            held: GangStatusModel(held, Source.VOLCANO, 2, queue="q", allocated={GPU: 2}),
             run: GangStatusModel(run, Source.VOLCANO, 2,
                                  MemberCounts(total=2, scheduled=2, placed=2, bound=2,
-                                              running=2), queue="default", held={GPU: 2}),
+                                              running=2), queue="default", allocated={GPU: 2}),
         },
         objects={Source.VOLCANO: groups},
         queues={"q": QueueRecord("q", {GPU: 4}, "Open")},
@@ -249,5 +249,5 @@ def test_volcano_gangs_are_in_the_model_with_what_they_hold_in_their_queue() -> 
                 .on("n0").build() for i in range(2)))
     model = core.queries.status_model()
     g = model.gangs[gang_key("default", "v")]
-    assert (g.queue, g.held[GPU], [r[GPU] for r in g.requests]) == ("default", 2, [1, 1])
+    assert (g.queue, g.allocated[GPU], [r[GPU] for r in g.requests]) == ("default", 2, [1, 1])
     assert model.free[GPU] == 6  # 8 GPUs, 2 of them bound

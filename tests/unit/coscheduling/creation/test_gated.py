@@ -31,7 +31,7 @@ def cluster(*gpus: int) -> Coscheduler:
 
 
 def held(name: str, gang: str, size: int, gpus: int = 1) -> dict[str, Any]:
-    return pod(name).gang(gang, size, timeout=30).gpu(gpus).held().build()
+    return pod(name).gang(gang, size, timeout=30).gpu(gpus).gated().build()
 
 
 def lifted(obj: dict[str, Any], node_name: str | None) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def test_a_held_gang_is_admitted_without_any_filter_call_and_lifted_pinned() -> 
     # The gate comes off with the pin; kube-scheduler's cycle sees only the pinned node.
     for o, lf in zip(objs, sorted(lifts, key=lambda x: x.pod), strict=True):
         rec = pod_from_json(lifted(o, lf.node))
-        assert not rec.held and pinned_node(rec.required_affinity) == lf.node
+        assert not rec.gated and pinned_node(rec.required_affinity) == lf.node
         core.upsert_pod(rec)
     decisions = []
     for i in range(3):
@@ -98,8 +98,8 @@ def test_a_held_gang_that_does_not_fit_waits_holding_nothing_then_goes_when_room
 
 def test_a_held_pod_that_is_no_gang_member_is_lifted_unpinned() -> None:
     core = cluster(4)
-    core.upsert_pod(pod_from_json(pod("solo").gpu(1).held().build()))
-    bad = pod("bad").gang("x", 2).annotate("lockstep.dev/min-member", "zero").held().build()
+    core.upsert_pod(pod_from_json(pod("solo").gpu(1).gated().build()))
+    bad = pod("bad").gang("x", 2).annotate("lockstep.dev/min-member", "zero").gated().build()
     core.upsert_pod(pod_from_json(bad))
     core.admit_gated(0.0)
     assert {(lf.pod, lf.node) for lf in core.drain().lift} == {
@@ -154,15 +154,15 @@ def test_a_filter_call_newer_than_the_watch_takes_the_lifted_member_and_older_ev
     decision = core.filter(pod_from_json(up), [NodeName("n0")], 1.0)
     assert decision.passed == [NodeName("n0")]
     rec = core.queries.pod(w0)
-    assert rec is not None and not rec.held
+    assert rec is not None and not rec.gated
     stale = {**objs[0], "metadata": {**objs[0]["metadata"], "resourceVersion": "15"}}
     core.upsert_pod(pod_from_json(stale))  # an event from before the lift, delivered late
     rec = core.queries.pod(w0)
-    assert rec is not None and not rec.held and rec.resource_version == 20
+    assert rec is not None and not rec.gated and rec.resource_version == 20
     assert isinstance(core.bind(w0, NodeName("n0"), 1.0, "uid-0"), Park)
     core.upsert_pod(pod_from_json(up))  # the watch catches up: the same version again
     rec = core.queries.pod(w0)
-    assert rec is not None and not rec.held
+    assert rec is not None and not rec.gated
 
 
 def waiting_notices(core: Coscheduler) -> list[tuple[str, str]]:

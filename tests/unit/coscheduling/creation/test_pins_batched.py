@@ -165,7 +165,7 @@ def _step(t: Twin, op: tuple[int, int, int]) -> None:
         t.objs.pop(name, None)
         t.pins.pop(name, None)
         t.both(lambda core: core.delete_pod(key, rec.uid))
-    elif kind == 7 and rec is not None and rec.uid and rec.node_name is None and not rec.held:
+    elif kind == 7 and rec is not None and rec.uid and rec.node_name is None and not rec.gated:
         def cycle(core: Coscheduler) -> None:  # kube-scheduler's cycle and the binding
             p = core.queries.pods[key]
             core.filter(p, [NodeName(n) for n in NODES], now)

@@ -226,7 +226,7 @@ def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -
     for 8 placeholders of a gang of 2. The gang's own spec stands (its first members', as
     the filter verb answers too): the one that disagrees is gated and counts for nothing."""
     core = cluster(8, 8)
-    core.upsert_pod(pod_from_json(pod("w0").gang("g", 2, timeout=30).gpu(1).held().build()))
+    core.upsert_pod(pod_from_json(pod("w0").gang("g", 2, timeout=30).gpu(1).gated().build()))
     placed = core.place_at_creation(pod_from_json(creating("w1", "g", 10)), 0.0)
     assert isinstance(placed, GateAtCreation) and "disagree" in placed.why
     assert reserved(core) == 0 and state_of(core).creation.holds == {}
@@ -458,7 +458,7 @@ def test_a_gang_admitted_with_the_members_that_exist_gates_the_extra_being_creat
     this one gated."""
     core = cluster(2)
     for name in ("w0", "w1"):
-        core.upsert_pod(pod_from_json(pod(name).gang("g", 2, timeout=30).gpu(1).held().build()))
+        core.upsert_pod(pod_from_json(pod(name).gang("g", 2, timeout=30).gpu(1).gated().build()))
     placed = core.place_at_creation(pod_from_json(creating("w2", "g", 2)), 0.0)
     g = core.queries.gangs[gang_key("default", "g")]
     assert g.phase is GangPhase.ADMITTED and reserved(core) == 2

@@ -121,7 +121,7 @@ def test_a_gated_extra_of_a_gang_being_evicted_is_neither_lifted_nor_let_bind() 
     core = cluster(4)
     running(core, "h", 3, "n0", 10)
     core.upsert_pod(pod_from_json(pod("h-3").gang("h", 3, timeout=30).gpu(1).priority(10)
-                                  .held().build()))
+                                  .gated().build()))
     assert core.queries.gangs[gang_key("default", "h")].phase is GangPhase.RELEASED
     arrive(core, "b", 4, 50)
     d = core.filter(core.queries.pods[pod_key("default", "b-0")], [], 0.0)
@@ -629,7 +629,7 @@ def test_a_held_volcano_gang_whose_min_resources_need_evictions_preempts() -> No
         "spec": {"minMember": 4, "priorityClassName": "urgent",
                  "minResources": {"nvidia.com/gpu": "4"}}}))
     for i in range(4):
-        core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).held().annotate(
+        core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).gated().annotate(
             "scheduling.k8s.io/group-name", "urgent").build()))
     core.admit_gated(0.0)
     evictions = core.drain().evictions
@@ -649,7 +649,7 @@ def test_a_held_gang_whose_min_resources_evictions_could_not_free_evicts_nothing
         "spec": {"minMember": 4, "priorityClassName": "urgent",
                  "minResources": {"nvidia.com/gpu": "8"}}}))
     for i in range(4):
-        core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).held().annotate(
+        core.upsert_pod(pod_from_json(pod(f"urgent-{i}").gpu(1).gated().annotate(
             "scheduling.k8s.io/group-name", "urgent").build()))
     core.admit_gated(0.0)
     assert core.drain().evictions == []
@@ -665,7 +665,7 @@ def test_a_held_scheduler_plugins_gang_with_min_resources_preempts() -> None:
     core.upsert(SP_PODGROUPS, podgroup_from_json(
         podgroup("high", 4, min_resources={"nvidia.com/gpu": "4"})))
     for i in range(4):
-        core.upsert_pod(pod_from_json(pod(f"high-{i}").gpu(1).priority(100).held().label(
+        core.upsert_pod(pod_from_json(pod(f"high-{i}").gpu(1).priority(100).gated().label(
             "scheduling.x-k8s.io/pod-group", "high").build()))
     core.admit_gated(0.0)
     assert {e.gang for e in core.drain().evictions} == {gang_key("default", "low")}

@@ -20,7 +20,7 @@ def racks(count: int) -> Coscheduler:
 def admit(core: Coscheduler, gang: str, size: int, gpus: int) -> None:
     for i in range(size):
         core.upsert_pod(pod_from_json(
-            pod(f"{gang}-{i}").gang(gang, size, timeout=30).gpu(gpus).held().build()))
+            pod(f"{gang}-{i}").gang(gang, size, timeout=30).gpu(gpus).gated().build()))
     core.admit_gated(0.0)
 
 
