@@ -11,7 +11,7 @@
 5. the derived caches equal a fresh computation (plain-pod scores, free GPUs, topology
    domains);
 6. a member pinned to a node (Lockstep lifted its gate) is only ever planned on that node,
-   and no held member (its gate still on) is parked;
+   and no gated member (its gate still on) is parked;
 7. preemptions in flight evict only strictly lower priorities, and victim gangs whole; room
    nominated to a plain pod that preempted is held only for a pending plain pod (and counts
    under 2 with the reservations);

@@ -8,9 +8,10 @@ awaits) until sibling reviews complete it or its window closes (a timer here gat
 
 :class:`CreationPlacer` is that question and its two companions, with what only the adapter
 knows: whether this process may reserve at all (its cache synced and its verbs served: a
-starting Lockstep, with half a cache, gates), the clock, and the pod as a record. Lockstep runs
-one replica per scheduler (``deploy/deployment.yaml``), so the replica that answers the
-webhook is the one that holds the ledger; there is no standby that could pin without it.
+starting Lockstep, with half a cache, gates), the clock, and the pod as a record. With two
+replicas the Service spreads reviews over both; only the leader, which holds the ledger, may
+pin: a standby (or a leader still rebuilding its view) gates every member, and the leader
+lifts those gates as for any gated gang (docs/failover.md).
 """
 
 from __future__ import annotations

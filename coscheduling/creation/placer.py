@@ -28,7 +28,7 @@ already held when the gang came into being saying otherwise: they are gated then
 pinned into its quorum (a gang's ``minMember`` never comes from a pod that may never land).
 
 Promises kept: a member pinned at creation that the watch has not shown within
-``PROVISIONAL_SECONDS`` (its creation failed, or was refused by a later webhook) is taken out
+``PIN_LANDING_SECONDS`` (its creation failed, or was refused by a later webhook) is taken out
 again, which gives the gang's slots back (:func:`expire_pins`); a held review whose pod
 appears in the watch (the API server gave up on the webhook and created it as it was) is no
 longer held; nothing is evicted for a gang planned at creation; a pod carrying another
@@ -52,13 +52,13 @@ from ..records import NodeName, PodKey, PodRecord
 from ..state.gang import Gang, GangPhase
 from .state import Hold
 
-__all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PROVISIONAL_SECONDS",
+__all__ = ["HOLD_LIMIT", "HOLD_MAX_SECONDS", "HOLD_SECONDS", "PIN_LANDING_SECONDS",
            "drain_answers",
            "expire_holds", "expire_pins", "landed", "next_hold_deadline",
            "next_pin_deadline", "pinned_at_creation", "place_at_creation",
            "release_hold", "withdraw"]
 
-PROVISIONAL_SECONDS = 10.0
+PIN_LANDING_SECONDS = 10.0
 """How long a member pinned at creation may take to appear in the watch before its slot is
 given back (the API server answers a create in milliseconds; the watch follows)."""
 HOLD_SECONDS = 0.4
@@ -287,7 +287,7 @@ def _drop_if_empty(st: CoreState, g: Gang) -> None:
 def _pin(st: CoreState, rec: PodRecord, node: NodeName, now: float) -> PodRecord:
     """``rec`` pinned to ``node``, counted as pinned until the watch shows it (the caller counts
     it: :func:`~coscheduling.events.ingest.upsert_pods`)."""
-    st.creation.pinned[rec.key] = now + PROVISIONAL_SECONDS
+    st.creation.pinned[rec.key] = now + PIN_LANDING_SECONDS
     return replace(rec, required_affinity=tuple(pinned_terms(rec.required_affinity, node)))
 
 

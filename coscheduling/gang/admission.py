@@ -258,7 +258,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
         if not fits(spec.min_resources, total):
             short = NotEnoughMinResources(g.key, spec.min_resources, total)
             # Evictions may free the room (the filter path reaches preemption through
-            # admit_by_preemption; a held gang only through here), but only for a gang
+            # admit_by_preemption; a gated gang only through here), but only for a gang
             # whose minResources would fit once every lower-priority pod were gone.
             if not may_preempt or not st.settings.preemption \
                     or not fits(spec.min_resources, add(total, _preemptible(st, g))):
@@ -308,7 +308,7 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
     # One Event per admission, on the member whose filter call admitted the gang.
     st.notice(NoticeKind.ADMITTED, g.key, (first,), detail=_plan_text(result))
     # Members turned away earlier sit in kube-scheduler's unschedulable queue and no
-    # API event will wake them: ask the app to nudge them. Held members lose the gate.
+    # API event will wake them: ask the app to nudge them. Gated members lose the gate.
     st.outbox.requeue.update(k for k in g.wake() if k != first or pod is None)
     st.outbox.lift.update(p.key for p in live if p.gated)
     return result.assignments

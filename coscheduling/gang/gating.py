@@ -82,7 +82,7 @@ def declares_gang(pod: Mapping[str, Any]) -> bool:
     convention Lockstep reads: the keys and spec fields every registered convention
     (``coscheduling.conventions``) resolves a gang from, with a non-empty value.
 
-    It says nothing about whether the declaration is valid or its PodGroup exists: a held pod
+    It says nothing about whether the declaration is valid or its PodGroup exists: a gated pod
     whose declaration turns out to be no gang (invalid, or an upstream ``basic`` policy) is let
     go by the core; one whose PodGroup is missing waits for it, gated."""
     annotation_keys, label_keys, paths = declaring_keys()  # every registered convention's

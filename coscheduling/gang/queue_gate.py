@@ -77,7 +77,7 @@ def queue_gate(st: CoreState, g: Gang, spec: GangSpec, live: Sequence[PodRecord]
 
 def wake_queued(st: CoreState, queue: str | None = None) -> None:
     """A queue changed or one of its groups gave room back: try the groups it held back
-    again (members kube-scheduler parked are nudged, held gangs planned again)."""
+    again (members kube-scheduler parked are nudged, gated gangs planned again)."""
     for g in st.gangs.values():
         if held_back(g.reason, queue):
             st.outbox.requeue.update(g.wake())

@@ -24,7 +24,7 @@ class Outbox:
     requeue: set[PodKey] = field(default_factory=set)
     unparked: list[Unparked] = field(default_factory=list)
     lift: set[PodKey] = field(default_factory=set)
-    """Held pods whose gate may have to come off (the core decides at drain time)."""
+    """Gated pods whose gate may have to come off (the core decides at drain time)."""
     awaited: set[PodKey] = field(default_factory=set)
     """Gang pods a verb asked about before the watch delivered them: nudged on arrival."""
     evictions: list[Eviction] = field(default_factory=list)

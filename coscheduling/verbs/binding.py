@@ -159,7 +159,7 @@ def _bind_unplanned(st: CoreState, pod: PodRecord, node: NodeName
     reserved since its filter call; a gang of lower priority makes room.
 
     Between kube-scheduler's filter and bind calls Lockstep may admit a gang (another
-    member's filter, or a held gang) onto the node the pod was then free to use. kube-
+    member's filter, or a gated gang) onto the node the pod was then free to use. kube-
     scheduler's queue served the pod first, so when it outranks every gang holding the
     node, the pod binds and those gangs' slots there are planned again elsewhere (or the
     gangs give all back); binding it over a gang of its own priority or higher would

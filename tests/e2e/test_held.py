@@ -1,6 +1,6 @@
 """Gangs behind Lockstep's scheduling gate, on the real API server and kube-scheduler.
 
-kube-scheduler never cycles a held member. Lockstep admits the gang from its own cache and
+kube-scheduler never cycles a gated member. Lockstep admits the gang from its own cache and
 lifts each gate with a pin to the planned node; the binding recorder checks every gang binds
 whole, and the pods' specs show what the API server accepted.
 """

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import yaml
 
-from coscheduling.creation.placer import PROVISIONAL_SECONDS
+from coscheduling.creation.placer import PIN_LANDING_SECONDS
 from coscheduling.gang.gating import GANG_GATE, pinned_node
 from testbed.bins import REPO
 from testbed.certs import make_certs
@@ -280,7 +280,7 @@ def test_a_pin_whose_create_is_refused_later_gives_its_gang_back_within_seconds(
 ) -> None:
     """A validating step after the webhook (here a ValidatingAdmissionPolicy) refuses a member
     the webhook had pinned, with its gang's whole plan reserved: Lockstep never sees the pod,
-    and gives the reservation back within PROVISIONAL_SECONDS, not at the gang's deadline."""
+    and gives the reservation back within PIN_LANDING_SECONDS, not at the gang's deadline."""
     c = with_webhook(cluster)
     policy = {"apiVersion": "admissionregistration.k8s.io/v1",
               "kind": "ValidatingAdmissionPolicy", "metadata": {"name": f"refuse-{c.ns}"},
@@ -319,8 +319,8 @@ def test_a_pin_whose_create_is_refused_later_gives_its_gang_back_within_seconds(
     assert c.metric("lockstep_reserved_gpus") == 3  # the whole plan, held for a pod not there
     t0 = time.monotonic()
     c.kube.wait("the pin given back", lambda: c.metric("lockstep_reserved_gpus") == 0,
-                PROVISIONAL_SECONDS + 10, interval=0.5)
-    assert time.monotonic() - t0 < PROVISIONAL_SECONDS + 10
+                PIN_LANDING_SECONDS + 10, interval=0.5)
+    assert time.monotonic() - t0 < PIN_LANDING_SECONDS + 10
     # All 6 GPUs are free for the next gang, pinned at creation.
     made = stored(burst(c, gang("whole", 3, gpus=2)))
     assert all(gates(m) == [] and pin(m) for m in made.values()), made

@@ -47,7 +47,7 @@ After every step it asserts:
 * once the watch has caught up, a core rebuilt from the same API-server state agrees on
   every fact derived from it;
 * a member pinned at creation whose pod never reached the API server holds no slot and is
-  not counted once ``PROVISIONAL_SECONDS`` have passed.
+  not counted once ``PIN_LANDING_SECONDS`` have passed.
 
 ``make test`` runs a derandomized, bounded budget and asserts both machines reach their
 transitions; ``make fuzz`` (``LOCKSTEP_FUZZ_EXAMPLES``) runs more, from a new seed each time
@@ -116,7 +116,7 @@ from coscheduling.actions import Answer, AwaitQuorum
 from coscheduling.conventions.upstream import upstream_podgroup_from_json
 from coscheduling.conventions.volcano import volcano_podgroup_from_json
 from coscheduling.conventions.volcano_queues import queue_from_json
-from coscheduling.creation.placer import PROVISIONAL_SECONDS
+from coscheduling.creation.placer import PIN_LANDING_SECONDS
 from coscheduling.events import ingest
 from coscheduling.gang.gating import GANG_GATE, pinned_node, pinned_terms
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
@@ -150,14 +150,14 @@ KG = "kg"
 KG_GROUPS = '["default/k1", "default/k2"]'
 HELD = {"h": (3, 1)}
 """A gang created behind Lockstep's scheduling gate (as its webhook does): kube-scheduler never
-cycles a held member, Lockstep admits the gang itself and lifts each gate with a pin to the
+cycles a gated member, Lockstep admits the gang itself and lifts each gate with a pin to the
 planned node, which the model's API server applies late, stale or never."""
 WEBHOOK = {"w": (3, 1)}
 """A gang whose members the webhook places at creation: a review is held a moment for its
 siblings, and once the quorum's reviews are in hand the gang is admitted whole and each is
 pinned without a gate; a member of a gang that cannot run, or one created alone too long, is
 gated. A creation may land at once, late, or never (its slot must then go back within
-``PROVISIONAL_SECONDS``), and Lockstep may restart while pinned members are unbound."""
+``PIN_LANDING_SECONDS``), and Lockstep may restart while pinned members are unbound."""
 PG = "pg"
 """A scheduler-plugins gang whose PodGroup the model creates, changes and deletes."""
 UP = "up"
@@ -906,7 +906,7 @@ class GangModel(RuleBasedStateMachine):
                           delay: float = 0.0) -> None:
         """The leading replica is deposed (its node lost, or cut off from the API server)
         and the standby takes over. The deposed one may still try to act (``acts``): admit
-        the held gangs it sees, lift gates, evict. Its fence (``app.kube.lease``, the real one)
+        the gated gangs it sees, lift gates, evict. Its fence (``app.kube.lease``, the real one)
         has ended its lead before the standby could hold the Lease, so every such write is
         refused before it is sent; the standby acts on a view rebuilt from the API server,
         as a restart does (``lockstep_restarts``), and every invariant holds after.
@@ -1515,9 +1515,9 @@ class GangModel(RuleBasedStateMachine):
 
     def _given_back(self) -> None:
         """A pod pinned at creation that never reached the API server holds nothing once
-        ``PROVISIONAL_SECONDS`` have passed (the core's timer has run since)."""
+        ``PIN_LANDING_SECONDS`` have passed (the core's timer has run since)."""
         for key, asked in self.never_landed.items():
-            if self.now >= asked + PROVISIONAL_SECONDS and key not in self.pods:
+            if self.now >= asked + PIN_LANDING_SECONDS and key not in self.pods:
                 assert state_of(self.core).ledger.get(key) is None, \
                     f"{key} never created, still holds"
                 assert key not in self.core.queries.pods, f"{key} never created, still counted"
@@ -1633,7 +1633,7 @@ def _replay(machine: type[GangModel], *steps: tuple[Any, ...]) -> GangModel:
 
 def test_replay_a_deposed_leader_acting_mid_preemption_is_fenced_and_the_standby_finishes() -> None:
     """Gang d (100) evicts gang a; the leader is deposed with a's victims still going and a
-    held gang to admit. It still tries to act, is fenced, and the standby, rebuilt from the
+    gated gang to admit. It still tries to act, is fenced, and the standby, rebuilt from the
     API server, carries on: every invariant holds at each step, the victims go once each,
     and d binds whole on the room they leave."""
     m = _replay(PreemptionModel, ("create_whole_gang", "a", False),

@@ -143,7 +143,7 @@ def test_replay_a_member_that_redeclares_a_held_gang_answers_its_parked_calls() 
     (ungated, minMember 2) is parked for gang h, admitted with the gated h-3; then h-1 is
     created saying minMember 5. The first member by name declares the gang, so h falls back
     and h-2's parked call is answered; the model then held a call the core had let go (its
-    rule for held members did not send what the core answered, as the app does after every
+    rule for gated members did not send what the core answered, as the app does after every
     batch of events)."""
     h2 = pod_key("default", "h-2")
     m = _replay(GangModel, ("create_held_member", 2, False, 2),
@@ -177,7 +177,7 @@ def test_replay_a_once_satisfied_gang_group_rebinding_one_by_one_is_its_disrupti
 
 
 def test_replay_a_transient_bind_failure_in_a_gang_admitted_again_completes_its_plan() -> None:
-    """The seeded run's 42 steps, shortened: the held gang h is released (BindGroup of h-0,
+    """The seeded run's 42 steps, shortened: the gated gang h is released (BindGroup of h-0,
     h-1, h-2 in flight); h-0 is deleted and created again (held), so h falls back keeping
     the slots of h-1 and h-2 for their flights, and is admitted again around them. h-1
     binds; h-2's binding fails for now (not for good). Its slot was kept only for the

@@ -72,7 +72,7 @@ async def test_each_member_is_lifted_once_pinned_to_its_planned_node() -> None:
     svc.after_change()
     svc.after_change()  # the same targets again: nothing more to write
     await run_lifters(svc, 0.1)
-    # Events on the gang before the watch shows the gates gone re-queue its held members.
+    # Events on the gang before the watch shows the gates gone re-queue its gated members.
     again = svc.core.queries.pod(next(iter(sorted(svc.core.queries.gangs["default/g"].members))))
     assert again is not None and again.gated
     svc.core.upsert_pod(again)

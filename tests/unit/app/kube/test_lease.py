@@ -280,7 +280,7 @@ def test_only_a_change_client_gos_standby_sees_extends_the_lead(
 
 
 class ClusterAPI:
-    """Lists the nodes and held pods given; a watch ends at once; records writes."""
+    """Lists the nodes and gated pods given; a watch ends at once; records writes."""
 
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
         self.nodes, self.pods = nodes, pods

@@ -27,7 +27,7 @@ from coscheduling import (
     podgroup_from_json,
 )
 from coscheduling.actions import Answer
-from coscheduling.creation.placer import HOLD_MAX_SECONDS, HOLD_SECONDS, PROVISIONAL_SECONDS
+from coscheduling.creation.placer import HOLD_MAX_SECONDS, HOLD_SECONDS, PIN_LANDING_SECONDS
 from coscheduling.events import ingest
 from coscheduling.gang.gating import pinned_node, pinned_terms
 from coscheduling.reasons import DoesNotFit, HigherPriorityPodsWaiting
@@ -170,8 +170,8 @@ def test_a_pin_whose_pod_never_appears_gives_the_gang_back_and_leaves_no_gang() 
     assert all(isinstance(p, PinAtCreation) for p in placed.values())
     assert reserved(core) == 2
     deadline = core.queries.next_deadline()
-    assert deadline is not None and deadline <= PROVISIONAL_SECONDS
-    core.expire(PROVISIONAL_SECONDS + 0.01)
+    assert deadline is not None and deadline <= PIN_LANDING_SECONDS
+    core.expire(PIN_LANDING_SECONDS + 0.01)
     assert reserved(core) == 0 and core.queries.pods == {}
     assert core.queries.gangs == {}  # no empty gang left behind
     check_invariants(core)
@@ -216,13 +216,13 @@ def test_a_member_created_alone_holds_nothing_and_leaves_no_gang_when_cancelled(
             land_all(core, [obj], {"w0": answers[pod_key("default", "w0")]})
             core.delete_pod(pod_key("default", "w0"))
         # else: its creation never landed
-    core.expire(200.0 + PROVISIONAL_SECONDS)
+    core.expire(200.0 + PIN_LANDING_SECONDS)
     assert core.queries.gangs == {} and reserved(core) == 0 and core.queries.pods == {}
     check_invariants(core)
 
 
 def test_a_member_disagreeing_on_min_member_reserves_nothing_beyond_the_gang() -> None:
-    """A defect found: a held member said 2, a new one said 10, and room was reserved
+    """A defect found: a gated member said 2, a new one said 10, and room was reserved
     for 8 placeholders of a gang of 2. The gang's own spec stands (its first members', as
     the filter verb answers too): the one that disagrees is gated and counts for nothing."""
     core = cluster(8, 8)
@@ -310,7 +310,7 @@ def test_a_stale_call_for_a_deleted_pod_of_that_name_does_not_stand_in_for_the_p
     assert isinstance(placed, PinAtCreation)
     core.filter(old, [placed.node], 1.1)
     assert core.queries.pods[old.key].uid == "" and old.key in state_of(core).creation.pinned
-    core.expire(1.0 + PROVISIONAL_SECONDS + 0.01)
+    core.expire(1.0 + PIN_LANDING_SECONDS + 0.01)
     assert reserved(core) == 0 and old.key not in core.queries.pods
     check_invariants(core)
 
@@ -453,7 +453,7 @@ def test_a_gang_with_a_member_bound_keeps_its_room_for_preemption_to_decide() ->
 
 
 def test_a_gang_admitted_with_the_members_that_exist_gates_the_extra_being_created() -> None:
-    """Found by the model: held members already make the quorum; the member being created is
+    """Found by the model: gated members already make the quorum; the member being created is
     an extra the plan left out (no room for it). The gang is admitted with the others, and
     this one gated."""
     core = cluster(2)

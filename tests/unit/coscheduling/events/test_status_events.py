@@ -143,7 +143,7 @@ def _step(t: Twin, op: tuple[int, int, int], now: float) -> None:
     elif kind == 4 and obj is not None:  # deleted
         del t.objs[name]
         t.both(lambda core: core.delete_pod(key, obj["metadata"]["uid"]))
-    elif kind == 5:  # time passes: deadlines, backoffs, held gangs
+    elif kind == 5:  # time passes: deadlines, backoffs, gated gangs
         t.both(lambda core: (core.expire(now), core.admit_gated(now)))
 
 

@@ -614,7 +614,7 @@ def test_preemptors_of_one_sweep_share_its_budget() -> None:
     assert len({e.node for e in core.drain().evictions}) == 2
 
 
-# ------------------------------------------------------------------ held gangs with minResources
+# ------------------------------------------------------------------ gated gangs with minResources
 
 
 def test_a_held_volcano_gang_whose_min_resources_need_evictions_preempts() -> None:
