@@ -247,7 +247,7 @@ def test_api_faults_leave_no_partial_gang_and_caches_converge(faulted: Faulted) 
     proxy.add(Rule("hold", path=BINDING, skip=2))
     f.create(ns7, *gang("api", 4, timeout=TIMEOUT))
     c.kube.wait("two bindings through, two held",
-                lambda: proxy.gated() == 2 and len(c.recorder.bound(ns7)) == 2, 60)
+                lambda: proxy.held() == 2 and len(c.recorder.bound(ns7)) == 2, 60)
     c.bed.stop_process("kube-apiserver")
     proxy.clear()  # the held bindings now meet a stopped API server
     time.sleep(2.0)  # longer than Lockstep's bind retries (0.2 + 0.4 + 0.8 s)
