@@ -12,7 +12,9 @@ family, not per member, even when every member asks a different CPU or memory re
 Members that differ in their constraints are families of their own, each ranking only the
 nodes it may use when its constraints name them (a pin) or pick them by label (in a gang of
 several constraints); tolerations count only by the nodes' taints they tolerate. Others
-(each its own ``NotIn`` expression, say) still cost a pass over the nodes each.
+(each its own ``NotIn`` expression, say) still cost a pass over the nodes each. Last, ranked
+members that are interchangeable swap slots into rank order (``rankorder``): the same nodes
+and counts.
 """
 
 from __future__ import annotations

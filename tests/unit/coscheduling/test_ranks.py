@@ -50,7 +50,7 @@ def test_precedence_own_annotation_then_jobset_then_job_then_the_rest() -> None:
     assert rank_of(every, {}) == (5,)
 
 
-@pytest.mark.parametrize("bad", ["-1", "+1", " 1", "1.0", "", "x", "١", "²",
+@pytest.mark.parametrize("bad", ["-1", "+1", " 1", "1.0", "", "x", "\u0661", "\u00b2",
                                  str(MAX_RANK), "9" * 11, "9" * 5000])
 def test_a_bad_value_is_no_rank_and_no_fall_through(bad: str) -> None:
     assert rank_of({}, {"lockstep.dev/rank": bad}) is None

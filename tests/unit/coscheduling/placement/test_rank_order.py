@@ -19,6 +19,7 @@ from coscheduling.state.cluster import ClusterStore
 from coscheduling.state.ledger import Ledger
 from coscheduling.topology.domains import DEFAULT_LEVELS, GPU
 from tests.builders import node, pod
+from tests.invariants import InvariantBroken, check_rank_order
 
 
 def _view(names: Sequence[str], gpus: int = 4, racks: Sequence[str] | None = None) -> Capacity:
@@ -138,3 +139,26 @@ def test_work_is_a_sort_per_group_not_per_node(monkeypatch: pytest.MonkeyPatch) 
     assert len(calls) == 250 and max(calls.values()) == 1
     ranks = [slot_key(DEFAULT_LEVELS, view.nodes[n], n) for n in _by_rank(plan, members)]
     assert ranks == sorted(ranks)
+
+
+def test_the_checker_finds_a_plan_out_of_rank_order() -> None:
+    """Rule 18 (tests/invariants.py), as the model test applies it to every plan: it passes
+    the pass's answer and fails a reversed one, a changed count and an unranked member moved."""
+    view = _view(["n1", "n2"])
+    members = _ranked(SHUFFLED)
+    placed = {m.key: NodeName("n1" if i % 2 else "n2") for i, m in enumerate(members)}
+    ordered = order_by_rank(placed, members, view.nodes, DEFAULT_LEVELS)
+    assert ordered is not None
+    check_rank_order(placed, ordered, members, view.nodes, DEFAULT_LEVELS)
+    backwards = {m.key: ordered[r.key] for m, r in zip(members, reversed(members), strict=True)}
+    with pytest.raises(InvariantBroken, match=r"rule 18: .* in topology order"):
+        check_rank_order(placed, backwards, members, view.nodes, DEFAULT_LEVELS)
+    with pytest.raises(InvariantBroken, match="how many of a shape"):
+        check_rank_order(placed, {**ordered, members[0].key: NodeName("n2")}, members,
+                         view.nodes, DEFAULT_LEVELS)
+    loners = [Member(pod_from_json(pod(f"loner-{i}").gang("g", 10).gpu(1).build()))
+              for i in range(2)]
+    with pytest.raises(InvariantBroken, match="may not"):  # two unranked members swapped
+        check_rank_order({**placed, loners[0].key: NodeName("n1"), loners[1].key: NodeName("n2")},
+                         {**ordered, loners[0].key: NodeName("n2"), loners[1].key: NodeName("n1")},
+                         [*members, *loners], view.nodes, DEFAULT_LEVELS)
