@@ -60,6 +60,7 @@ from .gang.gating import (
 from .placement.planner import NoFit, Plan
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, MissingPodGroup, gang_key
 from .queries import Queries
+from .ranks import format_rank
 from .readmodel import STATES as GANG_STATES
 from .readmodel import GangView
 from .records import (
@@ -137,6 +138,7 @@ __all__ = [
     "affinity_problem",
     "declares_gang",
     "eligible",
+    "format_rank",
     "format_resources",
     "gang_key",
     "lift_patch",

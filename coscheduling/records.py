@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NewType
 
+from .ranks import Rank, rank_of
 from .resources import Resources, pod_requests, resource_list
 
 __all__ = [
@@ -188,6 +189,9 @@ class PodRecord:
     """``spec.terminationGracePeriodSeconds``: how long an evicted pod may take to go."""
     claims: tuple[PodClaim, ...] = ()
     """``spec.resourceClaims``: devices it asks for through DRA (``coscheduling.devices``)."""
+    rank: Rank | None = None
+    """Its index in its workload (``coscheduling.ranks``): adjacent ranks are placed side by
+    side (``placement.rankorder``). None: no index, or one out of bounds."""
     resource_version: int = field(default=0, compare=False)
     """``metadata.resourceVersion`` when it is a number (the API server's etcd revision), else
     0: tells a pod the watch has not reached yet from one it has already seen go. Not part of
@@ -394,13 +398,15 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
     tolerations = _tolerations(spec.get("tolerations"))
     node = spec.get("nodeName")
     gates = [g.get("name") for g in spec.get("schedulingGates") or () if isinstance(g, Mapping)]
+    labels = _str_map(meta.get("labels"), "Pod.metadata.labels")
+    annotations = _str_map(meta.get("annotations"), "Pod.metadata.annotations")
     return PodRecord(
         namespace=str(meta.get("namespace") or "default"),
         name=meta["name"],
         uid=str(meta.get("uid") or ""),
         requests=pod_requests(spec),
-        labels=_str_map(meta.get("labels"), "Pod.metadata.labels"),
-        annotations=_str_map(meta.get("annotations"), "Pod.metadata.annotations"),
+        labels=labels,
+        annotations=annotations,
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=NodeName(node) if node else None,
         phase=str(status.get("phase") or "Pending"),
@@ -420,6 +426,7 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         started=_timestamp(status.get("startTime")),
         grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
         claims=_claims(spec, status),
+        rank=rank_of(labels, annotations),
     )
 
 

@@ -38,6 +38,12 @@
     POST to a node created again under that name succeeds, so the room is never planned
     for another gang meanwhile (rules 3 and 13 let such a slot sit on a missing node).
 
+:func:`check_rank_order` holds rule 18, of each plan as the planner makes it (the model test
+checks every plan its runs make): ranked members that may swap slots stand in topology order,
+on the same nodes in the same counts. It is a promise of one plan: a member planned later on
+its own (an extra, a lost slot placed again, one kube-scheduler narrowed to one node) takes
+the node it is given, so a gang's plan as a whole need not stay in rank order.
+
 :func:`check_fenced` holds rule 17, of two replicas: no write of a deposed replica reaches
 the API server once the standby may hold the Lease (one replica acts at a time), however
 long the write waited in the client (the model test's failover).
@@ -48,7 +54,8 @@ long the write waited in the client (the model test's failover).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coscheduling.core import Coscheduler
@@ -56,17 +63,18 @@ from coscheduling.devices.model import Claim, DeviceId
 from coscheduling.devices.room import held_devices
 from coscheduling.gang.gating import pinned_node
 from coscheduling.gang.queue_gate import holds, queue_of
+from coscheduling.placement.rankorder import RankedMember, interchangeable, slot_key
 from coscheduling.reasons import Preempting
-from coscheduling.records import GangKey, NodeName, PodKey, PodRecord
+from coscheduling.records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
 from coscheduling.resources import Resources, add, sub
 from coscheduling.state.gang import Gang, GangPhase
 from coscheduling.state.ledger import LedgerDrift, check_ledger
-from coscheduling.topology.domains import domain_of
+from coscheduling.topology.domains import Level, domain_of
 from coscheduling.topology.eligibility import eligible
 from tests.internals import state_of
 
 __all__ = ["InvariantBroken", "check_devices", "check_fenced", "check_invariants",
-           "cluster_facts"]
+           "check_rank_order", "cluster_facts"]
 
 
 class InvariantBroken(AssertionError):
@@ -195,6 +203,47 @@ def _check_provisional(core: Coscheduler) -> None:
         if p is not None and p.uid:
             raise InvariantBroken(f"{key} is created (uid {p.uid}) but still provisional")
 
+
+def check_rank_order(placed: Mapping[PodKey, NodeName], ordered: Mapping[PodKey, NodeName],
+                     members: Sequence[RankedMember], nodes: Mapping[NodeName, NodeRecord],
+                     levels: Sequence[Level]) -> None:
+    """18. rank order, of every plan the planner makes (``placed``, then ``ordered`` by the
+    rank pass): the same nodes hold the same counts of each shape (feasibility unchanged);
+    only interchangeable ranked members move; and among those free to move (candidates,
+    when known, holding every slot of their group), slot order never falls as rank rises."""
+    shapes = {m.pod.key: interchangeable(m.pod) for m in members}
+    if sorted(ordered) != sorted(placed):
+        raise InvariantBroken("rule 18: the rank pass changed which members are planned")
+    if Counter((shapes[k], n) for k, n in placed.items() if k in shapes) != \
+            Counter((shapes[k], n) for k, n in ordered.items() if k in shapes):
+        raise InvariantBroken("rule 18: the rank pass changed how many of a shape a node holds")
+    groups: dict[tuple[object, ...], list[RankedMember]] = {}
+    for m in members:
+        k = m.pod.key
+        if k not in placed:
+            continue
+        shape = shapes[k]
+        if shape is None:
+            if ordered[k] != placed[k]:
+                raise InvariantBroken(f"rule 18: {k} moved, but it may not (bound, claims or "
+                                      f"no rank)")
+            continue
+        groups.setdefault(shape, []).append(m)
+    for group in groups.values():
+        slots = {placed[m.pod.key] for m in group}
+        free = sorted((m for m in group if m.candidates is None or m.candidates >= slots),
+                      key=lambda m: (m.pod.rank, m.pod.key))
+        for m in group:
+            if m not in free and ordered[m.pod.key] != placed[m.pod.key]:
+                raise InvariantBroken(f"rule 18: {m.pod.key} moved off its candidates")
+        where = [slot_key(levels, nodes.get(ordered[m.pod.key]), ordered[m.pod.key])
+                 for m in free]
+        for a, b, wa, wb in zip(free, free[1:], where, where[1:], strict=False):
+            if wb < wa:
+                raise InvariantBroken(
+                    f"rule 18: {b.pod.key} (rank {b.pod.rank}) planned on "
+                    f"{ordered[b.pod.key]}, before {a.pod.key} (rank {a.pod.rank}) on "
+                    f"{ordered[a.pod.key]} in topology order")
 
 def _check_gangs_exist(core: Coscheduler, now: float | None) -> None:
     """10. no empty gang; 11. nothing reserved for a gang with no member that exists."""

@@ -13,6 +13,7 @@ from coscheduling import (
     PlainVerdict,
     PodKey,
     Queries,
+    format_rank,
     format_resources,
 )
 from coscheduling.reasons import InvalidDeclaration, PodGroupNotFound
@@ -75,7 +76,7 @@ def explain_pod(service: Lockstep, key: PodKey) -> dict[str, Any]:
     pod = q.pod(key)
     assert pod is not None
     out: dict[str, Any] = {"pod": key, "phase": pod.phase, "node": pod.node_name,
-                           "schedulerName": pod.scheduler_name}
+                           "schedulerName": pod.scheduler_name, "rank": format_rank(pod.rank)}
     m = q.membership(key)
     gang = q.gang_of(key)
     view = q.gang_view(gang) if gang is not None else None

@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from coscheduling import GANG_STATES, GangKey, GangPhase, GangView, NodeName, Queries
+from coscheduling import (
+    GANG_STATES,
+    GangKey,
+    GangPhase,
+    GangView,
+    NodeName,
+    Queries,
+    format_rank,
+)
 from coscheduling.topology.domains import GPU, INTERCONNECT_LABEL, domain_of, level_by_name
 
 from ..kube.errors import BadRequest
@@ -254,13 +262,15 @@ def gang_detail(q: Queries, key: GangKey, now: float, wall: float,
         domain = (domain_of(levels, plan_index, node)
                   if node is not None and plan_index is not None else None)
         plan.append({"pod": pod_key, "node": n, "gpus": gpus,
+                     "rank": format_rank(pod.rank) if pod else None,
                      "domain": "/".join(domain) if domain else None, "why": why})
     members = []
     for m in sorted(q.members_of(key), key=lambda p: p.key):
         state = ("bound" if m.node_name is not None else "parked" if q.is_parked(m.key)
                  else "gated" if m.gated else "pending")
         members.append({"pod": m.key, "state": state, "node": m.node_name,
-                        "planned": v.plan.get(m.key), "gpus": m.requests.get(GPU, 0),
+                        "planned": v.plan.get(m.key), "rank": format_rank(m.rank),
+                        "gpus": m.requests.get(GPU, 0),
                         "priority": m.priority, "phase": m.phase})
     required = v.spec.topology if v.spec else None
     return {

@@ -200,10 +200,11 @@ async function gangPage(seq, ns, name) {
       h("td", {}, p.domain ?? "-"), h("td", { class: "reason" }, p.why)))))
     : h("p", { class: "note" }, "no reservation held");
   const members = h("table", { id: "members" },
-    h("thead", {}, h("tr", {}, ["pod", "state", "node", "planned", "GPUs", "priority", "phase"]
+    h("thead", {}, h("tr", {}, ["pod", "rank", "state", "node", "planned", "GPUs", "priority", "phase"]
       .map((c) => h("th", {}, c)))),
     h("tbody", {}, g.memberPods.map((m) => h("tr", { "data-pod": m.pod, "data-state": m.state },
-      h("td", {}, m.pod), h("td", {}, m.state), h("td", {}, m.node ?? "-"),
+      h("td", {}, m.pod), h("td", { class: "num" }, m.rank ?? "-"), h("td", {}, m.state),
+      h("td", {}, m.node ?? "-"),
       h("td", {}, m.planned ?? "-"), h("td", { class: "num" }, m.gpus),
       h("td", { class: "num" }, m.priority), h("td", {}, m.phase)))));
   const events = g.events.length ? h("table", { id: "events" },

@@ -12,7 +12,9 @@ family, not per member, even when every member asks a different CPU or memory re
 Members that differ in their constraints are families of their own, each ranking only the
 nodes it may use when its constraints name them (a pin) or pick them by label (in a gang of
 several constraints); tolerations count only by the nodes' taints they tolerate. Others
-(each its own ``NotIn`` expression, say) still cost a pass over the nodes each.
+(each its own ``NotIn`` expression, say) still cost a pass over the nodes each. Last, ranked
+members that are interchangeable swap slots into rank order (``rankorder``): the same nodes
+and counts.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from ..resources import PODS, Resources, fits, sub
 from ..topology.domains import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout
 from ..topology.eligibility import affinity_problem, eligible
+from .rankorder import order_by_rank
 
 __all__ = ["CapacityView", "Member", "NoFit", "Plan", "plan_gang"]
 
@@ -712,7 +715,8 @@ def plan_gang(
             if best is None or rank < best[0]:
                 best = (rank, placed)
         if best is not None:
-            return Plan({**fixed, **best[1][0]}, levels[index].name, best[0][2], best[1][1])
+            return Plan({**fixed, **_in_rank_order(ctx, best[1][0])}, levels[index].name,
+                        best[0][2], best[1][1])
         if ctx.over_budget:
             return _explain(ctx, required)
 
@@ -722,8 +726,14 @@ def plan_gang(
         # the check, a 64-member gang that did not fit cost 64 x every node, ~1 s at 5,000).
         placed = _place_any(ctx, ctx.names)
         if placed is not None:
-            return Plan({**fixed, **placed[0]}, None, None, placed[1])
+            return Plan({**fixed, **_in_rank_order(ctx, placed[0])}, None, None, placed[1])
     return _explain(ctx, required)
+
+
+def _in_rank_order(ctx: _Context, placed: dict[PodKey, NodeName]) -> dict[PodKey, NodeName]:
+    """The members' slots as placed, interchangeable ranked members permuted into rank
+    order (``rankorder``): the same nodes and counts, so the plan fits as it did."""
+    return order_by_rank(placed, ctx.todo, ctx.view.nodes, ctx.levels) or placed
 
 
 def _units(shape: Resources, free: Resources, cap: int) -> int:

@@ -119,12 +119,19 @@ from coscheduling.conventions.volcano_queues import queue_from_json
 from coscheduling.creation.placer import PIN_LANDING_SECONDS
 from coscheduling.events import ingest
 from coscheduling.gang.gating import GANG_GATE, pinned_node, pinned_terms
+from coscheduling.placement import planner
 from coscheduling.reasons import PodNotInCache, ReservedForGangs
 from coscheduling.records import PriorityClass
 from tests.builders import node, pod, podgroup, reset_uids
 from tests.fakeapi import SlowAPI, Wire
 from tests.internals import state_of
-from tests.invariants import InvariantBroken, check_fenced, check_invariants, cluster_facts
+from tests.invariants import (
+    InvariantBroken,
+    check_fenced,
+    check_invariants,
+    check_rank_order,
+    cluster_facts,
+)
 
 EXAMPLES = int(os.environ.get("LOCKSTEP_FUZZ_EXAMPLES", "200"))
 STEPS = int(os.environ.get("LOCKSTEP_FUZZ_STEPS", "50"))
@@ -665,7 +672,10 @@ class GangModel(RuleBasedStateMachine):
         if key in self.pods:
             return
         mm, gpus = GANGS[gang]
-        b = pod(f"{gang}-{k}").gang(gang, min_member=mm, timeout=20).gpu(gpus)
+        # Ranks run against the names (the planner orders ties by name): rank order is the
+        # post-pass's doing (rule 18), never luck.
+        b = pod(f"{gang}-{k}").gang(gang, min_member=mm, timeout=20).gpu(gpus) \
+            .annotate("lockstep.dev/rank", str(4 - k))
         self._put_pod(b.priority(PRIORITY.get(gang, 0)).build())
 
     @rule(size=st.integers(1, 4), gpus=st.sampled_from([1, 2, 4]),
@@ -1568,7 +1578,8 @@ def _reached(machine: type[GangModel], examples: int) -> dict[str, int]:
     before = dict(seen)
     if SEED is None:  # the same runs whatever the machine's source says (see MODEL_SEED)
         seed(MODEL_SEED)(machine)
-    with mock.patch.object(providers, "_get_local_constants", Constants):
+    with mock.patch.object(providers, "_get_local_constants", Constants), \
+            mock.patch.object(planner, "_in_rank_order", _rank_order_checked):
         providers.CONSTANTS_CACHE.cache.clear()  # values drawn from the pool before
         try:
             run_state_machine_as_test(machine, settings=_budget(examples))
@@ -1579,6 +1590,7 @@ def _reached(machine: type[GangModel], examples: int) -> dict[str, int]:
 
 GANG_TRANSITIONS = (
     "BindGroup", "BindNow", "Park", "Expired", "filter:DoesNotFit", "webhook:PinAtCreation",
+    "rank-order:moved",
     "webhook:GateAtCreation", "webhook:reinvoked-narrowed",
     "lift:pinned", "queue:Closed", "BindGroup:in-flight", "group-binding-landed",
     "minMember:disagrees", "namesake", "cancelled:w", "volcano-priority:high",
@@ -1592,6 +1604,20 @@ time, members disagreeing on minMember, namesakes, cancelled gangs, group priori
 node deleted and created again under a binding in flight, and the leader deposed while it
 still acts, fenced, and the standby taking over (a write that waited for a connection sent
 while it still led, and one refused once it no longer did)."""
+
+
+_in_rank_order = planner._in_rank_order
+
+
+def _rank_order_checked(ctx: Any, placed: dict[PodKey, NodeName]) -> dict[PodKey, NodeName]:
+    """The planner's rank pass, every plan it orders in the model's runs checked by rule 18
+    (``check_rank_order``), whichever path planned it (admission, an extra, a slot placed
+    again, preemption, the what-if)."""
+    ordered = _in_rank_order(ctx, placed)
+    check_rank_order(placed, ordered, ctx.todo, ctx.view.nodes, ctx.levels)
+    if ordered != placed:
+        saw("rank-order:moved")
+    return ordered
 
 
 def test_the_seeded_model_reaches_its_transitions() -> None:

@@ -240,9 +240,10 @@ def _replay_more(m: GangModel, *steps: tuple[Any, ...]) -> None:
 
 def test_replay_a_restart_landing_a_binding_to_a_deleted_node_is_the_clusters_doing() -> None:
     """The seeded GangModel run (a helper's nested ``factory() -> GangModel``) found it, in
-    full: gang d's BindGroup is in flight (d-0, d-1 to n1; d-2, d-3 to n2) when n1 is
-    deleted, and Lockstep restarts. The bindings already sent land: d-2 and d-3 on n2, d-0
-    and d-1 fail (their node is gone). Gang d is partially bound by the cluster, not by
+    full: gang d's BindGroup is in flight (d-0, d-1 to n2; d-2, d-3 to n1: d's ranks run
+    against its names, rank order puts ranks 1 and 2 on n1) when n2 is deleted, and Lockstep
+    restarts. The bindings already sent land: d-2 and d-3 on n1, d-0 and d-1 fail (their
+    node is gone). Gang d is partially bound by the cluster, not by
     Lockstep: the same sequence without the restart, landing by ``group_binding_lands``,
     records that failed binding as the disruption; the restart rule dropped the outcomes
     (before: "gang d rests partially bound: 2/4"). The restarted core then completes d."""
@@ -253,16 +254,16 @@ def test_replay_a_restart_landing_a_binding_to_a_deleted_node_is_the_clusters_do
                 ("create_through_webhook", 0, "now", True, 3, False),
                 ("create_whole_webhook_gang", False, "now", True),
                 ("low_then_high", "a", "d", "",
-                 s("n1", False, False, "n1", False, False, "n2", False, False,
-                   "n2", False, True)),
-                ("delete_node", s("n1")))
+                 s("n2", False, False, "n2", False, False, "n1", False, False,
+                   "n1", False, True)),
+                ("delete_node", s("n2")))
     assert [n for _, binds, *_ in m.group_binds for n, _ in binds.values()] \
-        == ["n1", "n1", "n2", "n2"], "d's BindGroup not in flight to n1 and n2: stale replay"
+        == ["n2", "n2", "n1", "n1"], "d's BindGroup not in flight to n2 and n1: stale replay"
     _replay_more(m, ("lockstep_restarts", True))
     bound = {k: m.pods[pod_key("default", f"d-{k}")]["spec"].get("nodeName") for k in range(4)}
-    assert bound == {0: None, 1: None, 2: "n2", 3: "n2"}, f"stale replay: {bound}"
+    assert bound == {0: None, 1: None, 2: "n1", 3: "n1"}, f"stale replay: {bound}"
     _replay_more(m, ("schedule_gang", "d", 0, s()))
-    assert all(m.pods[pod_key("default", f"d-{k}")]["spec"].get("nodeName") == "n2"
+    assert all(m.pods[pod_key("default", f"d-{k}")]["spec"].get("nodeName") == "n1"
                for k in range(4)), "the restarted core left gang d partial"
 
 

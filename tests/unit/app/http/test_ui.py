@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from app.http.explain import explain_pod
 from app.kube.client import KubeClient, KubeConfig
 from app.process import extender_app
 from app.service import Lockstep
-from coscheduling import Coscheduler, Settings, node_from_json, pod_from_json
+from coscheduling import Coscheduler, PodKey, Settings, node_from_json, pod_from_json
 from coscheduling.events import ingest
 from tests.builders import node, pod
 from tests.fakeapi import Wire
@@ -56,8 +57,8 @@ async def gangs_in_three_states(service: Lockstep) -> None:
     """waiting (1 of 2 members), admitted (2 of 2 filtered, none bound), running (bound)."""
     add(service, pod("w0", "ml").gang("wait", min_member=2).gpu(1).priority(5).build())
     service.filter(service.core.queries.pods["ml/w0"], NAMES)  # type: ignore[index]
-    add(service, *(pod(f"a{i}", "ml").gang("adm", min_member=2).gpu(2).build()
-                   for i in range(2)))
+    add(service, *(pod(f"a{i}", "ml").gang("adm", min_member=2).gpu(2)
+                   .annotate("lockstep.dev/rank", str(1 - i)).build() for i in range(2)))
     for i in range(2):
         service.filter(service.core.queries.pods[f"ml/a{i}"], NAMES)  # type: ignore[index]
     add(service, *(pod(f"r{i}", "team").gang("run", min_member=2).gpu(1).build()
@@ -127,6 +128,10 @@ async def test_one_gangs_plan_members_and_events(client: httpx.AsyncClient,
     assert all(p["node"] in NAMES and p["why"] for p in g["plan"])
     assert g["planWhy"].startswith("all members placed within one ")
     assert [m["state"] for m in g["memberPods"]] == ["pending", "pending"]
+    assert [m["rank"] for m in g["memberPods"]] == ["1", "0"]
+    assert {p["pod"]: p["rank"] for p in g["plan"]} == {"ml/a0": "1", "ml/a1": "0"}
+    assert explain_pod(service, PodKey("ml/a1"))["rank"] == "0"
+    assert explain_pod(service, PodKey("ml/w0"))["rank"] is None
     service.poster._remember("ml/adm", {
         "reason": "GangAdmitted", "message": "gang ml/adm admitted", "type": "Normal",
         "lastTimestamp": "2026-11-25T06:00:00Z", "involvedObject": {"name": "a0"}})
