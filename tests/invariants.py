@@ -63,7 +63,8 @@ from coscheduling.devices.model import Claim, DeviceId
 from coscheduling.devices.room import held_devices
 from coscheduling.gang.gating import pinned_node
 from coscheduling.gang.queue_gate import holds, queue_of
-from coscheduling.placement.rankorder import RankedMember, interchangeable, slot_key
+from coscheduling.placement.member import Member
+from coscheduling.placement.rankorder import interchangeable, slot_key
 from coscheduling.reasons import Preempting
 from coscheduling.records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
 from coscheduling.resources import Resources, add, sub
@@ -205,7 +206,7 @@ def _check_provisional(core: Coscheduler) -> None:
 
 
 def check_rank_order(placed: Mapping[PodKey, NodeName], ordered: Mapping[PodKey, NodeName],
-                     members: Sequence[RankedMember], nodes: Mapping[NodeName, NodeRecord],
+                     members: Sequence[Member], nodes: Mapping[NodeName, NodeRecord],
                      levels: Sequence[Level]) -> None:
     """18. rank order, of every plan the planner makes (``placed``, then ``ordered`` by the
     rank pass): the same nodes hold the same counts of each shape (feasibility unchanged);
@@ -217,7 +218,7 @@ def check_rank_order(placed: Mapping[PodKey, NodeName], ordered: Mapping[PodKey,
     if Counter((shapes[k], n) for k, n in placed.items() if k in shapes) != \
             Counter((shapes[k], n) for k, n in ordered.items() if k in shapes):
         raise InvariantBroken("rule 18: the rank pass changed how many of a shape a node holds")
-    groups: dict[tuple[object, ...], list[RankedMember]] = {}
+    groups: dict[tuple[object, ...], list[Member]] = {}
     for m in members:
         k = m.pod.key
         if k not in placed:

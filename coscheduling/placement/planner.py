@@ -35,20 +35,10 @@ from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from ..resources import PODS, Resources, fits, sub
 from ..topology.domains import GPU, GpuLayout, Level, domain_of, explain_score, gpu_layout
 from ..topology.eligibility import affinity_problem, eligible
+from .member import Member
 from .rankorder import order_by_rank
 
 __all__ = ["CapacityView", "Member", "NoFit", "Plan", "plan_gang"]
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    pod: PodRecord
-    candidates: frozenset[NodeName] | None = None
-    """Nodes kube-scheduler's own filters passed (known only for the pod being filtered)."""
-
-    @property
-    def key(self) -> PodKey:
-        return self.pod.key
 
 
 class CapacityView(Protocol):

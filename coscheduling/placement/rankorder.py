@@ -18,22 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from ..records import NodeName, NodeRecord, PodKey, PodRecord
 from ..topology.domains import HOSTNAME, Level
+from .member import Member
 
-__all__ = ["RankedMember", "interchangeable", "order_by_rank", "slot_key"]
-
-
-class RankedMember(Protocol):
-    """What the pass reads of a planner's member."""
-
-    @property
-    def pod(self) -> PodRecord: ...
-
-    @property
-    def candidates(self) -> frozenset[NodeName] | None: ...
+__all__ = ["interchangeable", "order_by_rank", "slot_key"]
 
 
 _DIGITS = re.compile(r"(\d+)")
@@ -60,12 +50,12 @@ def interchangeable(pod: PodRecord) -> tuple[object, ...] | None:
             repr(pod.required_affinity), pod.tolerations)
 
 
-def order_by_rank(assignments: Mapping[PodKey, NodeName], members: Sequence[RankedMember],
+def order_by_rank(assignments: Mapping[PodKey, NodeName], members: Sequence[Member],
                   nodes: Mapping[NodeName, NodeRecord],
                   levels: Sequence[Level]) -> dict[PodKey, NodeName] | None:
     """``assignments`` with each group of interchangeable ranked ``members`` given its slots
     in rank order; None when no member moves (the plan is kept as it is)."""
-    groups: dict[tuple[object, ...], list[RankedMember]] = {}
+    groups: dict[tuple[object, ...], list[Member]] = {}
     for m in members:
         if m.pod.key in assignments and (key := interchangeable(m.pod)) is not None:
             groups.setdefault(key, []).append(m)
