@@ -476,8 +476,24 @@ class TestBed:
                    else ()),
                  *(("crd/podgroups.scheduling.volcano.sh", "crd/queues.scheduling.volcano.sh")
                    if self.with_volcano else ())]
-        self.kubectl("apply", "--server-side", *(a for f in files for a in ("-f", str(f))))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
+        self._kubectl_retried("apply", "--server-side",
+                              *(a for f in files for a in ("-f", str(f))))
+        self._kubectl_retried("wait", "--for=condition=Established", "--timeout=30s", *names)
+
+    def _kubectl_retried(self, *args: str, within: float = 60.0) -> None:
+        """``kubectl`` until it succeeds or ``within`` seconds pass. Just after /readyz the
+        API server may still refuse a CRD or take more than 30 s to establish one on a loaded
+        machine (CI has seen both); server-side apply and wait are safe to repeat. The last
+        failure's output is in the error."""
+        deadline = time.monotonic() + within
+        while True:
+            got = self.kubectl(*args, check=False)
+            if got.returncode == 0:
+                return
+            if time.monotonic() >= deadline:
+                raise StartupError(f"kubectl {args[0]} failed for {within:.0f}s: "
+                                   f"{(got.stderr or got.stdout).strip()[-2000:]}")
+            time.sleep(1.0)
 
     # ------------------------------------------------------------------ schedulers
 
