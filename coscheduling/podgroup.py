@@ -143,6 +143,20 @@ class GangSpec:
     """A gang group's gangs, sorted; empty for an ordinary gang."""
     parts: tuple[tuple[GangKey, int], ...] = ()
     """Set by the core on a gang group's composed spec: each gang's own minMember."""
+    min_parts: int | None = None
+    """A group of groups: how many of ``group``'s subgroups are admitted together, each one
+    whole (None: every one of them). Subgroups beyond it are admitted later, each whole, as
+    room allows (elastic)."""
+    part_topology: str | None = None
+    """The subgroup's own required topology level by name (each LWS group in one rack, each
+    JobSet child Job in one block); ``topology`` is then the whole set's."""
+    part_exclusive: bool = False
+    """The subgroup wants its ``part_topology`` domain to itself: no other subgroup's or
+    gang's members there (LWS and JobSet ``exclusive-topology``)."""
+    stage: int = 0
+    """The subgroup's stage (a JobSet's ``dependsOn`` order, Trainer v2's initializers
+    first): stage n is admitted whole once the stages before it have finished, and the
+    quorum counts the current stage only."""
     topology: str | None = None
     """A required topology level by name (an upstream PodGroup's ``schedulingConstraints``);
     the ``lockstep.dev/topology-required`` annotation is read by the core itself."""
