@@ -20,6 +20,7 @@ it starts in full once the first job is deleted.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -161,3 +162,32 @@ def test_pytorchjobs_through_the_default_install(
     c.recorder.assert_gang_invariants(c.ns)
     assert failed_open_since_start(c) == 0
     print(f"\n[default install] webhook decisions for 8 operator pods: {delta}")
+
+
+def _natural(name: str) -> list[object]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def test_a_ranked_pytorchjobs_ranks_land_in_topology_order(cluster: ClusterFactory) -> None:
+    """A PyTorchJob's pods carry their rank as the operator writes it (the Master, then the
+    Workers by ``replica-index``): Lockstep's plan puts adjacent ranks on one node and the
+    nodes in their topology order (one rack here, so the nodes' names in natural order).
+    A Master and 11 Workers of 2 GPUs on 8-GPU nodes: ranks 0-3, 4-7 and 8-11 each share a
+    node, in node order. The pods' names sort otherwise (``worker-10`` before
+    ``worker-2``), so a plan that ignored ranks would put rank 11 beside ranks 0-2."""
+    c = cluster("racks-2x4-h100")
+    start_training_operator(c.bed, "lockstep")
+    c.recorder.min_member_of[f"{c.ns}/ranked"] = 12
+    c.kube.create(JOBS.format(ns=c.ns), pytorchjob("ranked", master=True, workers=11, gpus=2,
+                                                   scheduler_name=None))
+    by_rank = ["ranked-master-0", *(f"ranked-worker-{i}" for i in range(11))]
+    bound = c.wait_bound(by_rank, 60)
+    nodes = [bound[p] for p in by_rank]
+    quads = [nodes[k:k + 4] for k in range(0, 12, 4)]
+    assert all(len(set(q)) == 1 for q in quads), nodes  # ranks 4k..4k+3 share a node
+    order = [q[0] for q in quads]
+    racks = {c.kube.get(f"/api/v1/nodes/{n}")["metadata"]["labels"].get(
+        "lockstep.dev/rack") for n in order}
+    assert len(set(order)) == 3 and len(racks) == 1, (nodes, racks)
+    assert order == sorted(order, key=_natural), nodes
+    c.recorder.assert_gang_invariants(c.ns)
