@@ -58,7 +58,7 @@ from ..podgroup import (
     shown,
 )
 from ..records import PodRecord
-from . import koordinator, kueue, lockstep, scheduler_plugins, upstream, volcano
+from . import jobset, koordinator, kueue, lockstep, lws, scheduler_plugins, upstream, volcano
 from .base import (
     MAX_GANG_SIZE_FLAG,
     Convention,
@@ -91,6 +91,8 @@ REGISTRY: tuple[Convention, ...] = (
     koordinator.CONVENTION,
     kueue.CONVENTION,
     upstream.CONVENTION,
+    jobset.CONVENTION,
+    lws.CONVENTION,
 )
 
 
@@ -122,7 +124,8 @@ def points_at_object(pod: PodRecord, name: str) -> bool:
     convention's PodGroup, or an upstream PodGroup by its spec. Such pods are resolved again
     when that object comes, changes or goes."""
     return pod.scheduling_group == name or any(
-        k.value(pod) == name for c in REGISTRY if c.podgroup is not None for k in c.declares)
+        k.value(pod) == name for c in REGISTRY if c.podgroup is not None for k in c.declares
+    ) or any(c.reads_object(pod) == name for c in REGISTRY if c.reads_object is not None)
 
 
 def resolve(pod: PodRecord, objects: Objects, defaults: GangDefaults) -> Membership:
