@@ -67,6 +67,7 @@ __all__ = [
     "MAX_REPLICATED_JOBS",
     "OPT_IN",
     "OPT_IN_VALUE",
+    "OPT_OUT_VALUE",
     "REPLICATED_JOB",
     "WATCHES",
     "JobSetRecord",
@@ -81,6 +82,8 @@ API_GROUP = "jobset.x-k8s.io"
 OPT_IN = "lockstep.dev/gang"
 """The opt-in annotation, on the JobSet's pod template (so on every pod)."""
 OPT_IN_VALUE = "jobset"
+OPT_OUT_VALUE = "none"
+"""``lockstep.dev/gang: none``: no gang read from the workload (a LeaderWorkerSet's)."""
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -246,11 +249,11 @@ WATCHES = (Watch("jobsets", lambda obj, _: jobset_from_json(obj), API_PATH),)
 class _OptIn(Key):
     """``lockstep.dev/gang: jobset`` names the pod's JobSet as its gang. Any other value
     names itself, so the resolver reaches :func:`_from_object`, which says what is wrong;
-    an empty one declares nothing."""
+    an empty one, or ``none``, declares nothing."""
 
     def value(self, pod: PodRecord) -> str | None:
         raw = pod.annotations.get(self.name)
-        if not raw:
+        if not raw or raw.strip() == OPT_OUT_VALUE:
             return None
         if raw.strip() == OPT_IN_VALUE:
             return lookup(pod, JOBSET_NAME) or raw
