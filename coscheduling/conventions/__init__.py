@@ -1,7 +1,8 @@
 """Every gang convention Lockstep reads, one module each, and the resolver that follows them.
 
 Pods join gangs through the conventions the ecosystem already uses, so a job written for
-scheduler-plugins, Volcano, Koordinator, Kueue or Kubernetes' own gang API works unchanged:
+scheduler-plugins, Volcano, Koordinator, Kueue or Kubernetes' own gang API works unchanged,
+and JobSets, LeaderWorkerSets and Trainer v2's JobSets are read as groups of groups:
 
 =====================  ===========================================  ===========================
 convention             pod -> group                                 size / timeout
@@ -20,6 +21,9 @@ Koordinator            ``gang.scheduling.koordinator.sh/name``,      ``.../min-a
 Kueue plain pods       ``kueue.x-k8s.io/pod-group-name`` (label,     ``kueue.x-k8s.io/
                        or annotation)                               pod-group-total-count``
 scheduling.k8s.io      ``spec.schedulingGroup`` / ``workloadRef``   PodGroup / Workload policy
+JobSet                 ``lockstep.dev/gang: jobset`` (opt-in); any  its child Jobs (the JobSet
+                       gang over a JobSet with ``dependsOn``        object), stages
+LeaderWorkerSet        label ``leaderworkerset.sigs.k8s.io/name``   ``.../size`` per group
 =====================  ===========================================  ===========================
 
 A new convention is a new module defining its keys and its :class:`Convention`, plus its entry
