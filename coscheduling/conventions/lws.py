@@ -12,8 +12,10 @@ pod, ``subgroup-policy-type`` onto the leader only.
 * **Without subgroups** the gang is the set (``namespace/<lws>``) and each group is a
   subgroup of it (``part``: ``namespace/<lws>-<group-index>``, the leader pod's name),
   ``size`` members each, at least one group at once (``min_parts`` 1) and the others as
-  room allows, each whole. The number of groups is not on the pods, so ``group`` is left
-  empty: the set's subgroups are those its members name. ``exclusive-topology`` (a node
+  room allows, each whole. ``group`` lists every group the LeaderWorkerSet object's
+  ``spec.replicas`` says (watched while its CRD is served; before it is seen, or past
+  :data:`MAX_GROUPS`, it is empty: the set's subgroups are those its members name).
+  ``exclusive-topology`` (a node
   label key) gives each group a domain of it to itself (``part_topology``,
   ``part_exclusive``), as LWS's own affinities ask.
 * **With** ``subgroup-size`` the gang is the group (``namespace/<lws>-<group-index>``) and
@@ -26,35 +28,51 @@ pod, ``subgroup-policy-type`` onto the leader only.
 
 A pod that declares its gang by another convention (LWS's Volcano provider writes
 Volcano's ``scheduling.k8s.io/group-name``; a user may write Lockstep's own keys) is read by
-that one alone, and ``lockstep.dev/gang: none`` on the set's template reads none: LWS's
-``startupPolicy: LeaderReady`` creates the workers only once the leader runs, so its groups
-never exist whole before one is admitted, and such a set should opt out (LWS's own Volcano
-provider gives it a ``minMember`` of 1).
+that one alone, and ``lockstep.dev/gang: none`` on the set's template reads none. A set
+whose object says ``startupPolicy: LeaderReady`` creates the workers only once the leader
+runs, so its groups never exist whole before one is admitted: each of its pods is a gang of
+one (LWS's own Volcano provider gives such a group a ``minMember`` of 1).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from ..podgroup import GangKey, GangSpec, InvalidGang, Source, gang_key, int_field, shown
+from ..podgroup import (
+    DEFAULT_MAX_GANG_SIZE,
+    GangKey,
+    GangSpec,
+    InvalidGang,
+    Source,
+    gang_key,
+    int_field,
+    shown,
+)
 from ..records import PodRecord
 from . import koordinator as koord
 from . import kueue, lockstep, scheduler_plugins, volcano
-from .base import Convention, Key, Objects
+from .base import Convention, Key, Objects, PodGroupRecord, Watch
 from .jobset import OPT_IN, OPT_OUT_VALUE, topology_key_problem
 
 __all__ = [
+    "API_PATH",
     "CONVENTION",
     "EXCLUSIVE",
     "GROUP_INDEX",
     "LWS",
+    "MAX_GROUPS",
     "NAME",
     "OPT_OUT_VALUE",
     "SIZE",
     "SUBGROUP_EXCLUSIVE",
     "SUBGROUP_SIZE",
+    "WATCHES",
     "WORKER_INDEX",
+    "LwsRecord",
+    "lws_from_json",
 ]
 
 LWS = Source("leaderworkerset")
@@ -70,6 +88,49 @@ SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
 
 _MAX_INDEX_CHARS = 10
 """An index is an int32 (a StatefulSet ordinal)."""
+
+MAX_GROUPS = DEFAULT_MAX_GANG_SIZE
+"""The most groups (``spec.replicas``) a set read here may list as its subgroups; a larger
+set is read from its pods alone (its subgroups are those its members name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LwsRecord(PodGroupRecord):
+    """A LeaderWorkerSet as the store keeps it (beside the PodGroups, by its key): what its
+    pods do not say."""
+
+    groups: tuple[GangKey, ...] = ()
+    """Every group's subgroup key (``<lws>-<index>`` for each of ``spec.replicas``), sorted:
+    one tuple shared by its members' specs."""
+    leader_ready: bool = False
+    """``spec.startupPolicy: LeaderReady``: the workers come once the leader runs."""
+
+
+def lws_from_json(obj: Mapping[str, Any]) -> LwsRecord:
+    """A served LeaderWorkerSet; ``spec.replicas`` beyond :data:`MAX_GROUPS` (or not a
+    count) is kept as an error and its groups are not listed."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    key = gang_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    leader_ready = spec.get("startupPolicy") == "LeaderReady"
+    raw = spec.get("replicas", 1)
+    replicas = 0 if raw == 0 and not isinstance(raw, bool) else int_field(
+        raw, "LeaderWorkerSet.spec.replicas", key, limit=MAX_GROUPS,
+        limit_name="the groups Lockstep lists")
+    if isinstance(replicas, InvalidGang):
+        return LwsRecord(key, None, None, {}, replicas, leader_ready=leader_ready)
+    name = key.split("/", 1)[1]
+    groups = tuple(sorted(gang_key(key.split("/", 1)[0], f"{name}-{i}")
+                          for i in range(replicas)))
+    return LwsRecord(key, None, None, {}, groups=groups, leader_ready=leader_ready)
+
+
+API_PATH = "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets"
+WATCHES = (Watch("leaderworkersets", lambda obj, _: lws_from_json(obj), API_PATH),)
+"""The sets, kept with the PodGroups (``into="groups"``) while the CRD is served."""
+
 
 _OTHERS = tuple(c.CONVENTION for c in (lockstep, scheduler_plugins, volcano, koord, kueue))
 """The conventions by which a pod may declare its gang explicitly: the LWS reading then
@@ -129,9 +190,15 @@ def _refine(spec: GangSpec, pod: PodRecord, sources: frozenset[Source], objects:
         return exclusive
     ns, name = key.split("/", 1)
     part = gang_key(ns, f"{name}-{group}")
+    rec = objects.get(LWS, {}).get(key)
+    if isinstance(rec, LwsRecord) and rec.leader_ready:
+        # Its workers come once the leader runs: no group is ever whole before it is
+        # admitted, so each pod goes alone (as LWS's own Volcano provider says, minMember 1).
+        return replace(spec, key=part, min_member=1)
     raw_sub = pod.annotations.get(SUBGROUP_SIZE)
     if raw_sub is None:
-        return replace(spec, part=part, min_parts=1, part_topology=exclusive,
+        groups = rec.groups if isinstance(rec, LwsRecord) and part in rec.groups else ()
+        return replace(spec, part=part, group=groups, min_parts=1, part_topology=exclusive,
                        part_exclusive=exclusive is not None)
     sub = int_field(raw_sub, SUBGROUP_SIZE, key, limit=size, limit_name=f"{SIZE} {size}")
     if isinstance(sub, InvalidGang):
@@ -165,4 +232,6 @@ CONVENTION = Convention(
     declares=(_SetName(NAME, "label"),),
     size=((Key(SIZE, "annotation"), None),),
     refine=_refine,
+    watches=WATCHES,
+    reads_object=lambda pod: pod.labels.get(NAME),
 )

@@ -8,7 +8,7 @@ their controllers would create, labelled as those controllers label them.
   stages). Every stage's pods are listed: the dry plan decides which stage is admitted.
 * **LeaderWorkerSet** (v0.7.0): ``replicas`` groups of ``size`` pods, the leader
   ``<lws>-<group>`` and workers ``<lws>-<group>-<worker>``, with the labels and annotations
-  LWS's controllers and pod webhook write.
+  LWS's controllers and pod webhook write; the set itself laid beside the groups.
 * **TrainJob** (v2.1.0) with its TrainingRuntime or ClusterTrainingRuntime in the manifest:
   the JobSet Trainer builds from the runtime's template (the trainer replicatedJob's
   parallelism set to ``numNodes``, ``resourcesPerNode`` on its ``node`` container) and the
@@ -162,7 +162,8 @@ def lws_pods(obj: Mapping[str, Any], limit: int) -> SetPods:
         ann[lws.SUBGROUP_SIZE] = str(sub)
         if own.get(lws.SUBGROUP_EXCLUSIVE):
             ann[lws.SUBGROUP_EXCLUSIVE] = str(own[lws.SUBGROUP_EXCLUSIVE])
-    out = SetPods(f"LeaderWorkerSet {ns}/{name}")
+    rec = lws.lws_from_json({**obj, "metadata": {**meta, "namespace": ns}})
+    out = SetPods(f"LeaderWorkerSet {ns}/{name}", groups=[(lws.LWS, rec.key, rec)])
     for g in range(replicas):
         leader = f"{name}-{g}"
         labels = {lws.NAME: name, lws.GROUP_INDEX: str(g),
@@ -180,10 +181,9 @@ def lws_pods(obj: Mapping[str, Any], limit: int) -> SetPods:
                                   {**ann, "leaderworkerset.sigs.k8s.io/leader-name": leader}),
                              True))
     note = f"LeaderWorkerSet {ns}/{name}: {replicas} group(s) of {size}"
-    if spec.get("startupPolicy") == "LeaderReady":
+    if rec.leader_ready:
         note += ("; startupPolicy LeaderReady creates each group's workers once its leader "
-                 "runs, so a group is never whole before it is admitted: such a set opts out "
-                 "with lockstep.dev/gang: none")
+                 "runs, so each pod is admitted alone")
     out.notes.append(note)
     return out
 

@@ -67,6 +67,8 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("topology.node.k8s.io", "noderesourcetopologies", "list"),
         ("topology.node.k8s.io", "noderesourcetopologies", "watch"),
         ("jobset.x-k8s.io", "jobsets", "list"), ("jobset.x-k8s.io", "jobsets", "watch"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "list"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "watch"),
         ("scheduling.k8s.io", "podgroups", "list"), ("scheduling.k8s.io", "podgroups", "watch"),
         ("scheduling.k8s.io", "workloads", "list"), ("scheduling.k8s.io", "workloads", "watch"),
         ("scheduling.k8s.io", "podgroups/status", "patch"),

@@ -330,3 +330,29 @@ def test_trainers_podgroup_read_by_stages_still_gets_its_status() -> None:
         tj: sp_group("tj", 6)}})
     st = podgroup_statuses(model)
     assert list(st) == [tj] and st[tj].phase == "Scheduling" and st[tj].running == 2
+
+
+def test_an_unchanged_jobset_event_resolves_no_pod_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """JobSet's controller updates its status as every child Job moves: such an event
+    brings an equal record, and no pod is resolved again (each time was a pass over every
+    pod in the store)."""
+    from coscheduling import Coscheduler
+    from coscheduling.conventions import jobset as js_conv
+    from coscheduling.events import ingest
+    from tests.unit.coscheduling.test_core import cluster
+
+    core: Coscheduler = cluster()
+    ann = {"lockstep.dev/pod-group": "etl-gang", "lockstep.dev/min-member": "3"}
+    core.upsert_pod(pod_from_json(js_pod("etl", "extract", 0, 0, annotations=ann)))
+    kind = ingest.kind_of(js_conv.CONVENTION, js_conv.WATCHES[0])
+    spec = jobset("etl", rjob("extract"), rjob("load", replicas=2, depends=("extract",)))
+    core.upsert(kind, jobset_from_json(spec))
+    calls: list[object] = []
+    real = ingest.upsert_pod
+    monkeypatch.setattr(ingest, "upsert_pod", lambda st, pod, **kw: (calls.append(pod),
+                                                                     real(st, pod, **kw)))
+    core.upsert(kind, jobset_from_json({**spec, "status": {"restarts": 0}}))
+    assert calls == []
+    core.upsert(kind, jobset_from_json(jobset("etl", rjob("extract"))))  # a real change
+    assert len(calls) == 1

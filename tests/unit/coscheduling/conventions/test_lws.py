@@ -17,7 +17,7 @@ import pytest
 
 from coscheduling import pod_from_json
 from coscheduling.conventions import resolve
-from coscheduling.conventions.lws import LWS
+from coscheduling.conventions.lws import LWS, lws_from_json
 from coscheduling.gang.gating import declares_gang
 from coscheduling.podgroup import GangDefaults, GangSpec, InvalidGang, Membership, gang_key
 from tests.builders import pod
@@ -119,3 +119,57 @@ def test_a_pod_without_the_size_is_no_lws_member() -> None:
     obj = lws_pod("llm", 0, 0, 4)
     del obj["metadata"]["annotations"][L + "size"]
     assert resolved(obj) is None
+
+
+# ---------------------------------------------------------------------------- the object
+
+
+def lws_object(name: str, replicas: Any = 3, startup: str = "LeaderCreated") -> dict[str, Any]:
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": replicas, "startupPolicy": startup,
+                     "leaderWorkerTemplate": {"size": 4}}}
+
+
+def with_object(obj: dict[str, Any], *sets: dict[str, Any]) -> Membership:
+    recs = {(r := lws_from_json(s)).key: r for s in sets}
+    return resolve(pod_from_json(obj), {LWS: recs}, DEFAULTS)
+
+
+def test_the_set_object_lists_every_group() -> None:
+    m = with_object(lws_pod("llm", 1, 2, 4), lws_object("llm", 3))
+    assert isinstance(m, GangSpec) and m.min_parts == 1
+    assert m.group == tuple(gang_key("default", f"llm-{i}") for i in range(3))
+
+
+def test_a_leader_ready_set_is_no_gang_of_a_whole_group() -> None:
+    """LWS creates the workers once the leader runs: each pod is admitted alone."""
+    m = with_object(lws_pod("llm", 1, 0, 4), lws_object("llm", 3, "LeaderReady"))
+    assert isinstance(m, GangSpec) and m.key == gang_key("default", "llm-1")
+    assert (m.min_member, m.part, m.group) == (1, None, ())
+
+
+def test_a_set_past_the_limit_is_read_from_its_pods() -> None:
+    rec = lws_from_json(lws_object("llm", 2**31 - 1))
+    assert rec.error is not None and rec.error.field == "LeaderWorkerSet.spec.replicas"
+    assert rec.groups == ()
+    m = with_object(lws_pod("llm", 1, 2, 4), lws_object("llm", 2**31 - 1))
+    assert isinstance(m, GangSpec) and m.group == () and m.part == gang_key("default", "llm-1")
+
+
+def test_a_set_scaled_resolves_its_pods_again() -> None:
+    from coscheduling import pod_key
+    from coscheduling.conventions import lws as lws_conv
+    from coscheduling.events import ingest
+    from tests.unit.coscheduling.test_core import cluster
+
+    core = cluster()
+    core.upsert_pod(pod_from_json(lws_pod("llm", 0, 1, 4)))
+    key = pod_key("default", "llm-0-1")
+    kind = ingest.kind_of(lws_conv.CONVENTION, lws_conv.WATCHES[0])
+    core.upsert(kind, lws_from_json(lws_object("llm", 2)))
+    m = core.queries.membership(key)
+    assert isinstance(m, GangSpec) and len(m.group) == 2
+    core.upsert(kind, lws_from_json(lws_object("llm", 5)))
+    m = core.queries.membership(key)
+    assert isinstance(m, GangSpec) and len(m.group) == 5

@@ -130,3 +130,12 @@ def test_bad_or_too_large_sets_are_refused_naming_the_field(objs: list[Any], fie
     with pytest.raises(WhatIfError) as e:
         expand(objs, 100, ["lockstep"])
     assert e.value.field == field
+
+
+def test_a_leader_ready_set_expands_into_pods_admitted_alone() -> None:
+    obj = {"kind": "LeaderWorkerSet", "metadata": {"name": "llm"},
+           "spec": {"replicas": 2, "startupPolicy": "LeaderReady",
+                    "leaderWorkerTemplate": {"size": 3, "workerTemplate": POD}}}
+    found = expand([obj], 1000, ["lockstep"])
+    assert {s.min_member for s in specs(found).values()} == {1}
+    assert any("LeaderReady" in n for n in found.notes)
