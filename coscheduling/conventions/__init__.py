@@ -21,7 +21,7 @@ Koordinator            ``gang.scheduling.koordinator.sh/name``,      ``.../min-a
 Kueue plain pods       ``kueue.x-k8s.io/pod-group-name`` (label,     ``kueue.x-k8s.io/
                        or annotation)                               pod-group-total-count``
 scheduling.k8s.io      ``spec.schedulingGroup`` / ``workloadRef``   PodGroup / Workload policy
-JobSet                 ``lockstep.dev/gang: jobset`` (opt-in); any  its child Jobs (the JobSet
+JobSet                 ``lockstep.dev/gang-of: jobset`` (opt-in); any  its child Jobs (the JobSet
                        gang over a JobSet with ``dependsOn``        object), stages
 LeaderWorkerSet        label ``leaderworkerset.sigs.k8s.io/name``   ``.../size`` per group
 =====================  ===========================================  ===========================

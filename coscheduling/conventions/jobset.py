@@ -4,7 +4,7 @@ across a JobSet's child Jobs when asked, and ``dependsOn`` read as stages.
 Two readings, both from the JobSet object (``spec.replicatedJobs``: replicas, the Job
 template's parallelism and completions, ``dependsOn``), watched while its CRD is served:
 
-* **Opt-in.** A JobSet whose pod template says ``lockstep.dev/gang: jobset`` (an annotation;
+* **Opt-in.** A JobSet whose pod template says ``lockstep.dev/gang-of: jobset`` (an annotation;
   the JobSet controller copies the template's annotations onto every pod) is one gang across
   all its replicatedJobs, named by the JobSet (``namespace/<jobset>``). JobSet v0.10.1 writes
   no gang declaration of its own (no PodGroup, no Workload: the upstream integration of
@@ -79,11 +79,11 @@ __all__ = [
 
 JOBSET = Source("jobset")
 API_GROUP = "jobset.x-k8s.io"
-OPT_IN = "lockstep.dev/gang"
+OPT_IN = "lockstep.dev/gang-of"
 """The opt-in annotation, on the JobSet's pod template (so on every pod)."""
 OPT_IN_VALUE = "jobset"
 OPT_OUT_VALUE = "none"
-"""``lockstep.dev/gang: none``: no gang read from the workload (a LeaderWorkerSet's)."""
+"""``lockstep.dev/gang-of: none``: no gang read from the workload (a LeaderWorkerSet's)."""
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -247,7 +247,7 @@ WATCHES = (Watch("jobsets", lambda obj, _: jobset_from_json(obj), API_PATH),)
 
 @dataclass(frozen=True, slots=True)
 class _OptIn(Key):
-    """``lockstep.dev/gang: jobset`` names the pod's JobSet as its gang. Any other value
+    """``lockstep.dev/gang-of: jobset`` names the pod's JobSet as its gang. Any other value
     names itself, so the resolver reaches :func:`_from_object`, which says what is wrong;
     an empty one, or ``none``, declares nothing."""
 

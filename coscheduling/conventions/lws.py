@@ -28,7 +28,7 @@ pod, ``subgroup-policy-type`` onto the leader only.
 
 A pod that declares its gang by another convention (LWS's Volcano provider writes
 Volcano's ``scheduling.k8s.io/group-name``; a user may write Lockstep's own keys) is read by
-that one alone, and ``lockstep.dev/gang: none`` on the set's template reads none. A set
+that one alone, and ``lockstep.dev/gang-of: none`` on the set's template reads none. A set
 whose object says ``startupPolicy: LeaderReady`` creates the workers only once the leader
 runs, so its groups never exist whole before one is admitted: each of its pods is a gang of
 one (LWS's own Volcano provider gives such a group a ``minMember`` of 1).

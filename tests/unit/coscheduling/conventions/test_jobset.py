@@ -97,7 +97,7 @@ def resolved(obj: dict[str, Any], objs: Objects) -> Membership:
     return resolve(pod_from_json(obj), objs, DEFAULTS)
 
 
-OPT_IN = {"lockstep.dev/gang": "jobset"}
+OPT_IN = {"lockstep.dev/gang-of": "jobset"}
 DRIVER_WORKERS = jobset("train", rjob("driver"), rjob("workers", replicas=2, parallelism=2))
 
 
@@ -129,7 +129,7 @@ def test_an_opted_in_pod_waits_for_its_jobset_object() -> None:
 
 
 @pytest.mark.parametrize(("annotations", "labels", "field", "problem"), [
-    ({"lockstep.dev/gang": "jobsets"}, {}, "lockstep.dev/gang", "must be jobset"),
+    ({"lockstep.dev/gang-of": "jobsets"}, {}, "lockstep.dev/gang-of", "must be jobset"),
     ({}, {JS + "job-index": "2"}, JS + "job-index", "below workers's 2 replicas"),
     ({}, {JS + "job-index": "9" * 40}, JS + "job-index", "below"),
     ({}, {JS + "replicatedjob-name": "ghost"}, JS + "replicatedjob-name", "no replicatedJob"),
@@ -148,8 +148,8 @@ def test_a_bad_value_names_its_field(annotations: dict[str, str], labels: dict[s
 
 
 def test_a_pod_no_jobset_made_cannot_opt_in() -> None:
-    m = resolved(pod("lonely").annotate("lockstep.dev/gang", "jobset").build(), objects())
-    assert isinstance(m, InvalidGang) and m.field == "lockstep.dev/gang"
+    m = resolved(pod("lonely").annotate("lockstep.dev/gang-of", "jobset").build(), objects())
+    assert isinstance(m, InvalidGang) and m.field == "lockstep.dev/gang-of"
     assert "no JobSet's" in m.problem
 
 

@@ -111,7 +111,7 @@ def test_an_explicit_declaration_wins_over_the_set() -> None:
 
 def test_a_set_may_opt_out() -> None:
     obj = lws_pod("llm", 0, 0, 4)
-    obj["metadata"]["annotations"]["lockstep.dev/gang"] = "none"
+    obj["metadata"]["annotations"]["lockstep.dev/gang-of"] = "none"
     assert resolved(obj) is None
 
 

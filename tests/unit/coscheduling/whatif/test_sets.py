@@ -34,7 +34,7 @@ def rjob(name: str, replicas: int = 1, parallelism: int = 1, **extra: Any) -> di
     return {"name": name, "replicas": replicas, **extra,
             "template": {"spec": {"parallelism": parallelism, "completions": parallelism,
                                   "template": {"metadata": {"annotations": {
-                                      "lockstep.dev/gang": "jobset"}}, **POD}}}}
+                                      "lockstep.dev/gang-of": "jobset"}}, **POD}}}}
 
 
 def test_an_opted_in_jobset_expands_into_its_child_jobs_pods() -> None:
