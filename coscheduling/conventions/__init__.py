@@ -1,7 +1,8 @@
 """Every gang convention Lockstep reads, one module each, and the resolver that follows them.
 
 Pods join gangs through the conventions the ecosystem already uses, so a job written for
-scheduler-plugins, Volcano, Koordinator, Kueue or Kubernetes' own gang API works unchanged:
+scheduler-plugins, Volcano, Koordinator, Kueue or Kubernetes' own gang API works unchanged,
+and JobSets, LeaderWorkerSets and Trainer v2's JobSets are read as groups of groups:
 
 =====================  ===========================================  ===========================
 convention             pod -> group                                 size / timeout
@@ -20,6 +21,9 @@ Koordinator            ``gang.scheduling.koordinator.sh/name``,      ``.../min-a
 Kueue plain pods       ``kueue.x-k8s.io/pod-group-name`` (label,     ``kueue.x-k8s.io/
                        or annotation)                               pod-group-total-count``
 scheduling.k8s.io      ``spec.schedulingGroup`` / ``workloadRef``   PodGroup / Workload policy
+JobSet                 ``lockstep.dev/gang-of: jobset`` (opt-in); any  its child Jobs (the JobSet
+                       gang over a JobSet with ``dependsOn``        object), stages
+LeaderWorkerSet        label ``leaderworkerset.sigs.k8s.io/name``   ``.../size`` per group
 =====================  ===========================================  ===========================
 
 A new convention is a new module defining its keys and its :class:`Convention`, plus its entry
@@ -58,7 +62,7 @@ from ..podgroup import (
     shown,
 )
 from ..records import PodRecord
-from . import koordinator, kueue, lockstep, scheduler_plugins, upstream, volcano
+from . import jobset, koordinator, kueue, lockstep, lws, scheduler_plugins, upstream, volcano
 from .base import (
     MAX_GANG_SIZE_FLAG,
     Convention,
@@ -91,6 +95,8 @@ REGISTRY: tuple[Convention, ...] = (
     koordinator.CONVENTION,
     kueue.CONVENTION,
     upstream.CONVENTION,
+    jobset.CONVENTION,
+    lws.CONVENTION,
 )
 
 
@@ -122,7 +128,8 @@ def points_at_object(pod: PodRecord, name: str) -> bool:
     convention's PodGroup, or an upstream PodGroup by its spec. Such pods are resolved again
     when that object comes, changes or goes."""
     return pod.scheduling_group == name or any(
-        k.value(pod) == name for c in REGISTRY if c.podgroup is not None for k in c.declares)
+        k.value(pod) == name for c in REGISTRY if c.podgroup is not None for k in c.declares
+    ) or any(c.reads_object(pod) == name for c in REGISTRY if c.reads_object is not None)
 
 
 def resolve(pod: PodRecord, objects: Objects, defaults: GangDefaults) -> Membership:

@@ -310,6 +310,10 @@ class Convention:
     """The objects the adapter lists and watches for it, in order."""
     status: StatusWrite | None = None
     """How its status is written back; None when it has none (its gangs live on pods)."""
+    reads_object: Callable[[PodRecord], str | None] | None = None
+    """The name of an object of its ``watches`` a pod's resolution reads besides the one
+    it declares (a JobSet, whose pods may declare their gang by another convention): the
+    pod is resolved again when that object comes, changes or goes."""
 
     @property
     def size_key(self) -> str:

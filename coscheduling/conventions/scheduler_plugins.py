@@ -162,13 +162,14 @@ def podgroup_status(g: GangStatusModel) -> PodGroupStatus:
 
 def podgroup_statuses(model: StatusModel) -> dict[GangKey, PodGroupStatus]:
     """Every scheduler-plugins PodGroup's status; a Koordinator gang group declared the CRD
-    way reports on each of its PodGroups with that gang's own members and minimum."""
+    way reports on each of its PodGroups with that gang's own members and minimum, and a
+    PodGroup read by subgroups (Trainer v2's, by its JobSet's stages) on the whole."""
     objects = model.objects.get(Source.SCHEDULER_PLUGINS, {})
     out: dict[GangKey, PodGroupStatus] = {}
     for g in model.gangs.values():
         if g.source is not Source.SCHEDULER_PLUGINS:
             continue
-        if not g.parts:
+        if not g.parts or g.key in objects:
             out[g.key] = podgroup_status(g)
         for part in g.parts:
             if part.key in objects:

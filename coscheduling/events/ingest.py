@@ -139,8 +139,8 @@ def _group_kind(name: str, table: Callable[[CoreState], dict[GangKey, PodGroupRe
     the status written back (Volcano's enqueue step included) all say so."""
     def put(st: CoreState, pg: PodGroupRecord) -> None:
         bounded = _within_size(st, pg, size_field)
-        if bounded is not pg and table(st).get(pg.key) == bounded:
-            return  # a relist of a group already stored as too large: nothing changed
+        if table(st).get(pg.key) == bounded:
+            return  # nothing resolution reads changed (a JobSet's status, say)
         table(st)[pg.key] = bounded
         _reresolve(st, pg.key)
 

@@ -3,7 +3,8 @@
 A manifest holds what a user would ``kubectl apply``: pods; a PyTorchJob with its PodGroup;
 a Volcano or scheduler-plugins PodGroup; a Kueue Workload (its podSets, as a Kueue pod
 group); a batch Job or a Deployment, whose pod template is expanded into the pods its
-controller would create. Every count is bounded (by ``--max-gang-size``) before a single pod
+controller would create; a JobSet, a LeaderWorkerSet, or a Trainer v2 TrainJob with its
+runtime (``whatif.sets``). Every count is bounded (by ``--max-gang-size``) before a single pod
 is built, so nothing here grows with a number the user wrote; every refusal names the field.
 """
 
@@ -19,13 +20,15 @@ from ..conventions.scheduler_plugins import GROUP_LABEL, podgroup_from_json
 from ..conventions.volcano import GROUP as VOLCANO_GROUP
 from ..conventions.volcano import volcano_podgroup_from_json
 from .answer import WhatIfError
+from .sets import RUNTIME_KINDS, SetPods, jobset_pods, lws_pods, trainjob_pods
 
 __all__ = ["MAX_OBJECTS", "Expanded", "Manifest", "expand"]
 
 MAX_OBJECTS = 64
 """Objects one what-if reads at most (a job and its group are two)."""
 
-KINDS = ("Pod", "Job", "Deployment", "PyTorchJob", "PodGroup", "Workload")
+KINDS = ("Pod", "Job", "Deployment", "PyTorchJob", "PodGroup", "Workload", "JobSet",
+         "LeaderWorkerSet", "TrainJob", *RUNTIME_KINDS)
 
 _PYTORCH_TYPES = ("Master", "Worker")
 """PyTorchJob replica types in the order training-operator names its pods."""
@@ -238,6 +241,16 @@ def _group(obj: Mapping[str, Any], out: Expanded) -> None:
     out.groups.setdefault(source, {})[f"{ns}/{name}"] = parse(obj)
 
 
+def _add(out: Expanded, found: SetPods) -> None:
+    """A set's pods and the records its controller adds (a group already in the manifest
+    stays)."""
+    for pod, named in found.pods:
+        out.pods.append(Manifest(pod, named, found.source))
+    for source, key, rec in found.groups:
+        out.groups.setdefault(source, {}).setdefault(key, rec)
+    out.notes.extend(found.notes)
+
+
 def expand(objects: Sequence[object], limit: int, schedulers: Sequence[str]) -> Expanded:
     """Every pod ``objects`` would create, and the groups among them. ``limit`` bounds the
     pods of the whole manifest (``--max-gang-size``); refusals name the object and field."""
@@ -250,6 +263,7 @@ def expand(objects: Sequence[object], limit: int, schedulers: Sequence[str]) -> 
             raise WhatIfError(f"document {i + 1}", "not an object")
         if obj.get("kind") == "PodGroup":  # groups first: a job's pods read them
             _group(obj, out)
+    runtimes = [o for o in docs if isinstance(o, Mapping) and o.get("kind") in RUNTIME_KINDS]
     for i, obj in enumerate(docs):
         assert isinstance(obj, Mapping)
         kind = obj.get("kind")
@@ -267,7 +281,13 @@ def expand(objects: Sequence[object], limit: int, schedulers: Sequence[str]) -> 
             _pytorchjob(obj, out, left, schedulers)
         elif kind == "Workload":
             _workload(obj, out, left)
-        elif kind != "PodGroup":
+        elif kind == "JobSet":
+            _add(out, jobset_pods(obj, left))
+        elif kind == "LeaderWorkerSet":
+            _add(out, lws_pods(obj, left))
+        elif kind == "TrainJob":
+            _add(out, trainjob_pods(obj, runtimes, out.groups, left))
+        elif kind != "PodGroup" and kind not in RUNTIME_KINDS:
             said = "no kind" if kind is None else f"{str(kind)[:64]!r} is not a kind"
             raise WhatIfError(f"document {i + 1}.kind", f"{said} a what-if reads (known: "
                               f"{', '.join(KINDS)})")

@@ -202,7 +202,8 @@ async def test_a_crd_established_after_start_wakes_its_resource_at_once() -> Non
     cache = ClusterCache(core, KubeClient(KubeConfig("http://api.test"), connect=Wire(api)))
     assert set(cache.crd_names()) == {
         "podgroups.scheduling.x-k8s.io", "podgroups.scheduling.volcano.sh",
-        "noderesourcetopologies.topology.node.k8s.io", "queues.scheduling.volcano.sh"}
+        "noderesourcetopologies.topology.node.k8s.io", "queues.scheduling.volcano.sh",
+        "jobsets.jobset.x-k8s.io", "leaderworkersets.leaderworkerset.x-k8s.io"}
     crds = asyncio.create_task(cache.watch_crds())
     res = cache.resources["volcano-podgroups"]
     try:

@@ -8,17 +8,20 @@ from typing import Any
 import pytest
 
 from coscheduling import pod_from_json
-from coscheduling.conventions import REGISTRY, Key, Source, resolve
+from coscheduling.conventions import REGISTRY, Key, Source, jobset, lws, resolve
 from coscheduling.gang.gating import declares_gang
 from coscheduling.podgroup import GangDefaults, GangSpec, Membership, MissingPodGroup
 from tests.builders import pod
 
+READ_FROM_WORKLOAD = (jobset.JOBSET, lws.LWS)
+"""Conventions whose key's value is not the gang's name as written: they read the pods
+their controller made (tests/unit/coscheduling/conventions/test_jobset.py, test_lws.py)."""
 KEYS = [pytest.param(c.source, k, id=f"{c.source.value}:{k.name}")
-        for c in REGISTRY for k in c.declares]
+        for c in REGISTRY for k in c.declares if c.source not in READ_FROM_WORKLOAD]
 
 
 SHIPPED = (Source.LOCKSTEP, Source.SCHEDULER_PLUGINS, Source.VOLCANO, Source.KOORDINATOR,
-           Source.KUEUE, Source.UPSTREAM)
+           Source.KUEUE, Source.UPSTREAM, jobset.JOBSET, lws.LWS)
 
 
 def test_every_source_is_registered_once() -> None:
@@ -50,6 +53,12 @@ def test_each_declaring_key_is_gated_by_the_webhook_and_found_by_the_resolver(
     else:
         assert isinstance(m, GangSpec) and m.key == "default/train" and m.min_member == 2
         assert m.source is source
+
+
+@pytest.mark.parametrize("source", READ_FROM_WORKLOAD, ids=lambda s: s.value)
+def test_the_workload_conventions_keys_are_gated_by_the_webhook(source: Source) -> None:
+    (key,) = next(c for c in REGISTRY if c.source is source).declares
+    assert declares_gang(with_key(key, "jobset"))
 
 
 def test_the_upstream_convention_declares_by_spec_fields() -> None:
