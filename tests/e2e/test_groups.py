@@ -31,6 +31,7 @@ gives the recorder its reading (``BindingRecorder.gang_of``).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from testbed.jobset import (
@@ -42,6 +43,7 @@ from testbed.jobset import (
     replicated_job,
     start_jobset,
 )
+from testbed.kube import NotFound
 from testbed.lws import (
     EXCLUSIVE_TOPOLOGY,
     GROUP_INDEX_LABEL,
@@ -89,6 +91,26 @@ def gpus_held(c: Cluster, pods: list[dict[str, Any]]) -> int:
                 held += int((ctr.get("resources") or {}).get("limits", {}).get(
                     "nvidia.com/gpu", 0))
     return held
+
+
+def sp_podgroup(c: Cluster, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(c.kube.get(f"{SP_PODGROUPS.format(ns=c.ns)}/{name}"))
+    except NotFound:
+        return None
+
+
+def wait_or_explain(c: Cluster, what: str, cond: Callable[[], Any], timeout: float,
+                    pods: Callable[[], list[dict[str, Any]]]) -> Any:
+    """``c.kube.wait``; on a timeout the failure carries Lockstep's explanation of each of
+    ``pods`` (``lockstep explain``), so a test failing shows why Lockstep held them."""
+    try:
+        return c.kube.wait(what, cond, timeout)
+    except TimeoutError as e:
+        why = {p["metadata"]["name"]: c.lockstep(
+            f"/debug/pods/{c.ns}/{p['metadata']['name']}").get("explanation")
+            for p in pods()[:6]}
+        raise AssertionError(f"{e}; Lockstep explains: {why}") from e
 
 
 def delete(c: Cluster, path: str, name: str) -> None:
@@ -177,20 +199,21 @@ def test_trainjobs_with_an_initializer_admit_each_stage_whole(
     for j in jobs:
         c.kube.create(TRAINJOBS.format(ns=c.ns), train_job(j, "torch-init"))
     for j in jobs:  # Trainer's reading, obeyed to the letter, would wait forever
-        assert c.kube.wait(f"{j}'s PodGroup", lambda j=j: c.kube.get(
-            f"{SP_PODGROUPS.format(ns=c.ns)}/{j}"), 60)["spec"]["minMember"] == 5
+        assert c.kube.wait(f"{j}'s PodGroup", lambda j=j: sp_podgroup(c, j), 60)[
+            "spec"]["minMember"] == 5
 
     # The initializers run (a stage of one pod, no GPU) and complete.
     def succeeded(j: str) -> bool:
         got = trainjob_pods(c.kube, c.ns, j, "dataset-initializer")
         return bool(got) and all(p["status"].get("phase") == "Succeeded" for p in got)
     for j in jobs:
-        c.kube.wait(f"{j}'s initializer Succeeded", lambda j=j: succeeded(j), 90)
+        wait_or_explain(c, f"{j}'s initializer Succeeded", lambda j=j: succeeded(j), 90,
+                        lambda j=j: trainjob_pods(c.kube, c.ns, j))
 
     # Then the nodes: one TrainJob's 4 together, the other's none.
-    first = c.kube.wait("one TrainJob's nodes bound 4/4", lambda: next(
+    first = wait_or_explain(c, "one TrainJob's nodes bound 4/4", lambda: next(
         (j for j in jobs if len(bound_of(c, trainjob_pods(c.kube, c.ns, j, "node"))) == 4),
-        None), 90)
+        None), 90, lambda: trainjob_pods(c.kube, c.ns, jobs[0], "node"))
     other = jobs[1] if first == jobs[0] else jobs[0]
     c.kube.wait(f"{other}'s 4 nodes created", lambda: len(
         trainjob_pods(c.kube, c.ns, other, "node")) == 4, 60)
@@ -233,8 +256,9 @@ def test_jobset_of_driver_and_workers_is_all_or_nothing(cluster: ClusterFactory)
             replicated_job("workers", pods=3, gpus=1, annotations=gang)]))
     c.kube.wait("both JobSets' 4 pods created", lambda: all(
         len(jobset_pods(c.kube, c.ns, s)) == 4 for s in sets), 60)
-    first = c.kube.wait("one JobSet bound 4/4", lambda: next(
-        (s for s in sets if len(bound_of(c, jobset_pods(c.kube, c.ns, s))) == 4), None), 60)
+    first = wait_or_explain(c, "one JobSet bound 4/4", lambda: next(
+        (s for s in sets if len(bound_of(c, jobset_pods(c.kube, c.ns, s))) == 4), None), 60,
+        lambda: jobset_pods(c.kube, c.ns, sets[0]))
     other = sets[1] if first == sets[0] else sets[0]
     settle(3)
     waiting = jobset_pods(c.kube, c.ns, other)
@@ -288,7 +312,8 @@ def test_lws_groups_each_in_a_rack_and_a_restarted_group_recreated_whole(
     def all_bound() -> bool:
         pods = lws_pods(c.kube, c.ns, "serve")
         return len(pods) == 12 and len(bound_of(c, pods)) == 12
-    c.kube.wait("3 groups x 4 pods bound", all_bound, 90)
+    wait_or_explain(c, "3 groups x 4 pods bound", all_bound, 90,
+                    lambda: lws_pods(c.kube, c.ns, "serve"))
     pods = lws_pods(c.kube, c.ns, "serve")
     racks = racks_of(c, pods)
     assert all(len(r) == 1 for r in racks.values()), racks  # each group in one rack
@@ -306,7 +331,8 @@ def test_lws_groups_each_in_a_rack_and_a_restarted_group_recreated_whole(
                  and before.get(p["metadata"]["name"]) != p["metadata"]["uid"]
                  and not p["metadata"].get("deletionTimestamp")]
         return len(fresh) == 4 and len(bound_of(c, fresh)) == 4
-    c.kube.wait("group serve-1 recreated and bound whole", recreated, 90)
+    wait_or_explain(c, "group serve-1 recreated and bound whole", recreated, 90,
+                    lambda: lws_pods(c.kube, c.ns, "serve"))
     pods = lws_pods(c.kube, c.ns, "serve")
     for p in pods:  # the other groups untouched
         if lws_group(p) != "serve-1":
@@ -315,6 +341,51 @@ def test_lws_groups_each_in_a_rack_and_a_restarted_group_recreated_whole(
     racks = racks_of(c, [p for p in pods if not p["metadata"].get("deletionTimestamp")])
     assert all(len(r) == 1 for r in racks.values()), racks
     assert len(set().union(*racks.values())) == 3, racks
+    c.recorder.assert_gang_invariants(c.ns)
+
+
+def test_lws_group_never_starts_in_a_rack_without_room_for_it_whole(
+    cluster: ClusterFactory,
+) -> None:
+    """One GPU of rack 0 is taken by a plain pod, so rack 0 has room for a leader but not for
+    its group (3 of 4 GPUs). Of 3 groups x 4 pods, two bind whole in racks 1 and 2; the third
+    binds nothing (its leader is not bound into rack 0, where LWS would then pin its workers
+    with one GPU short) until the plain pod is gone, then binds whole in rack 0."""
+    c = cluster("racks-3x2")
+    blocker = pod("blocker", c.ns).gpu(1).node_selector(
+        {"kubernetes.io/hostname": "gpu-r0-n0"}).build()
+    blocker["spec"]["terminationGracePeriodSeconds"] = 0
+    c.create(blocker)
+    c.wait_bound(["blocker"], 30)
+    start_lws(c.bed)
+    c.recorder.gang_of = lws_group
+    for g in (f"serve-{i}" for i in range(3)):
+        c.recorder.min_member_of[f"{c.ns}/{g}"] = 4
+        c.recorder.created_late.add(f"{c.ns}/{g}")
+    c.kube.create(LWS.format(ns=c.ns), leader_worker_set(
+        "serve", replicas=3, size=4, gpus=1, annotations={EXCLUSIVE_TOPOLOGY: RACK}))
+
+    def groups_whole() -> int:
+        pods = lws_pods(c.kube, c.ns, "serve")
+        counts: dict[str, int] = {}
+        for n in bound_of(c, pods):
+            g = n.rsplit("-", 1)[0] if n.count("-") == 2 else n
+            counts[g] = counts.get(g, 0) + 1
+        return sum(1 for v in counts.values() if v == 4)
+    wait_or_explain(c, "2 groups bound whole", lambda: groups_whole() == 2, 90,
+                    lambda: lws_pods(c.kube, c.ns, "serve"))
+    settle(5)
+    pods = lws_pods(c.kube, c.ns, "serve")
+    racks = racks_of(c, pods)
+    assert len(bound_of(c, pods)) == 8, bound_of(c, pods)  # the third group: nothing bound
+    assert "gpu-r0" not in set().union(*racks.values()), racks
+    c.recorder.assert_gang_invariants(c.ns)
+
+    c.delete("blocker")
+    wait_or_explain(c, "the third group bound whole", lambda: groups_whole() == 3, 90,
+                    lambda: lws_pods(c.kube, c.ns, "serve"))
+    racks = racks_of(c, lws_pods(c.kube, c.ns, "serve"))
+    assert all(len(r) == 1 for r in racks.values()), racks
     c.recorder.assert_gang_invariants(c.ns)
 
 
@@ -394,15 +465,15 @@ def test_composite_podgroup_of_three_subgroups_with_a_minimum_of_two(
     c.wait_bound(["flat-0", "flat-1"], 60)
 
     c.create(*composite_objects(c, "set", parts=3, min_parts=2, size=2))
-    c.kube.wait("2 subgroups of the set bound whole", lambda: whole_parts(
-        c, "set", 3, 2)[0] >= 2, 60)
+    wait_or_explain(c, "2 subgroups of the set bound whole", lambda: whole_parts(
+        c, "set", 3, 2)[0] >= 2, 60, lambda: c.kube.pods(c.ns))
     settle(3)
     assert whole_parts(c, "set", 3, 2) == (2, 0)
     c.recorder.assert_gang_invariants(c.ns)
 
     c.delete("flat-0", "flat-1")
-    c.kube.wait("the third subgroup bound whole", lambda: whole_parts(
-        c, "set", 3, 2) == (3, 0), 60)
+    wait_or_explain(c, "the third subgroup bound whole", lambda: whole_parts(
+        c, "set", 3, 2) == (3, 0), 60, lambda: c.kube.pods(c.ns))
     c.recorder.assert_gang_invariants(c.ns)
 
 
@@ -462,7 +533,9 @@ def test_a_group_of_groups_is_preempted_whole(cluster: ClusterFactory) -> None:
         obj["spec"]["terminationGracePeriodSeconds"] = 0
         urgent.append(obj)
     c.create(*urgent)
-    c.wait_bound([f"urgent-{j}" for j in range(4)], 90)
+    wait_or_explain(c, "the urgent gang bound 4/4", lambda: all(
+        f"urgent-{j}" in c.bound() for j in range(4)), 90,
+        lambda: [p for p in c.kube.pods(c.ns) if p["metadata"]["name"].startswith("urgent")])
     settle(2)
     left = {p["metadata"]["name"] for p in c.kube.pods(c.ns)
             if not p["metadata"].get("deletionTimestamp")}
