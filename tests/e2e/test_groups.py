@@ -16,14 +16,17 @@ gives the recorder its reading (``BindingRecorder.gang_of``).
   (``minMember`` 5) while JobSet's ``dependsOn`` creates the nodes only after the initializer
   completes; Lockstep admits each stage whole, the initializer, then the 4 nodes together,
   and a second such TrainJob never holds a partial stage.
-- A JobSet of a driver and workers opted into one gang: all or nothing.
+- A JobSet of a driver and workers opted into one gang (``lockstep.dev/gang: jobset`` on its
+  pod templates, the JobSet convention's opt-in): all or nothing.
 - An LWS of 3 groups x (1 leader + 3 workers) on 3 racks of 4 GPUs with
   ``exclusive-topology`` on the rack: each group in a rack of its own; a group whose pod
   restarts is recreated whole (LWS's ``RecreateGroupOnPodRestart``) and binds whole again,
-  the other groups untouched.
+  the other groups untouched. With one GPU of a rack taken, no group starts there: LWS binds
+  the leader first and pins the workers to its rack, so a leader placed without room for its
+  group leaves that group partially bound.
 - A CompositePodGroup of 3 PodGroups (``minGroupCount`` 2) on 1.37.2 with the
-  ``CompositePodGroup`` gate: with room for 2 subgroups, 2 bind whole and the third waits whole;
-  with room for 1, none binds.
+  ``CompositePodGroup`` gate: with room for 2 subgroups, 2 bind whole and the third waits whole,
+  then binds once room frees (elastic); with room for 1, none binds.
 - A group of groups (that CompositePodGroup's set, all 3 subgroups bound) preempted whole by a
   higher-priority gang: no subgroup is left bound below the set's minimum.
 """
