@@ -483,7 +483,8 @@ def test_composite_podgroup_of_three_subgroups_with_a_minimum_of_two(
 def test_composite_set_below_its_minimum_binds_nothing(cluster: ClusterFactory) -> None:
     """6 GPUs, 4 taken by a flat gang: a set of 3 subgroups x 2 pods x 1 GPU with
     ``minGroupCount: 2`` has room for one subgroup only, below its minimum: none binds,
-    though each subgroup alone would fit."""
+    though each subgroup alone would fit. Once two of the flat gang's pods are gone there is
+    room for two: two subgroups bind whole."""
     c = composite_bed(cluster)
     c.recorder.min_member_of.update({f"{c.ns}/set-{i}": 2 for i in range(3)})
     api = UPSTREAM.format(ns=c.ns)
@@ -502,6 +503,10 @@ def test_composite_set_below_its_minimum_binds_nothing(cluster: ClusterFactory) 
     c.create(*composite_objects(c, "set", parts=3, min_parts=2, size=2))
     settle(5)
     assert whole_parts(c, "set", 3, 2) == (0, 0), c.bound()
+    c.recorder.assert_gang_invariants(c.ns)
+    c.delete("flat-0", "flat-1")  # the flat gang shrinks (its min was met when it bound)
+    wait_or_explain(c, "2 subgroups bound whole", lambda: whole_parts(
+        c, "set", 3, 2) == (2, 0), 60, lambda: c.kube.pods(c.ns))
     c.recorder.assert_gang_invariants(c.ns)
 
 
