@@ -7,13 +7,19 @@
 # committed go.mod/go.sum alone (`go list -mod=readonly -deps`, no compile: seconds once the
 # modules are downloaded). A warm binary cache skips the build, so without this a go.sum that
 # no longer resolves a binary stays hidden until a fresh machine meets it. .ci/run runs it first.
+#
+# NAME...: only the targets of those names (every version of each), for example
+# `hack/build-bins.sh jobset lws trainer` to build (or measure cold) one controller alone.
 set -euo pipefail
 mode=build
-case "${1:-}" in
-  --check) mode=check ;;
-  "") ;;
-  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
-esac
+only=()
+for arg in "$@"; do
+  case "$arg" in
+    --check) mode=check ;;
+    -*) echo "usage: $0 [--check] [NAME...]" >&2; exit 2 ;;
+    *) only+=("$arg") ;;
+  esac
+done
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck disable=SC1091
 source "$here/../testbed/versions.env"
@@ -49,6 +55,9 @@ targets=(
   "training-operator $TRAINING_OPERATOR_VERSION kubeflow github.com/kubeflow/training-operator/cmd/training-operator.v1"
   "kueue $KUEUE_VERSION kueue sigs.k8s.io/kueue/cmd/kueue"
   "helm $HELM_VERSION helm helm.sh/helm/v3/cmd/helm"
+  "jobset $JOBSET_VERSION jobset sigs.k8s.io/jobset"
+  "lws $LWS_VERSION lws sigs.k8s.io/lws/cmd"
+  "trainer $TRAINER_VERSION trainer github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"
 )
 
 # Other Kubernetes versions the test bed can run (TestBed(k8s=...), LOCKSTEP_K8S_VERSION):
@@ -64,6 +73,19 @@ done
 for v in ${TRAINING_OPERATOR_EXTRA_VERSIONS:-}; do
   targets+=("training-operator $v kubeflow-$(echo "$v" | sed -E 's/^v([0-9]+[.][0-9]+)[.].*/\1/') github.com/kubeflow/training-operator/cmd/training-operator.v1")
 done
+
+if [ "${#only[@]}" -ne 0 ]; then  # NAME...: keep those targets alone
+  kept=()
+  for t in "${targets[@]}"; do
+    read -r name _ _ _ <<<"$t"
+    case " ${only[*]} " in *" $name "*) kept+=("$t") ;; esac
+  done
+  if [ "${#kept[@]}" -eq 0 ]; then
+    echo "build-bins: no target named ${only[*]}" >&2
+    exit 2
+  fi
+  targets=("${kept[@]}")
+fi
 
 # etcd v3.6.16 and kwok v0.8.0 declare `go 1.26.0` in their go.mod (Kubernetes 1.34 alone would
 # do with 1.24); GOTOOLCHAIN=local: never download a toolchain behind the user's back.
@@ -169,7 +191,7 @@ build_set() {  # moddir: its targets in order, stopping at the first failure
 }
 
 # The sets in order of their cold build time, measured (docs/testbed.md): largest first.
-order=(k8s-1.37 k8s kueue kubeflow helm kubeflow-1.9 kwok etcd)
+order=(k8s-1.37 k8s kueue trainer kubeflow helm lws jobset kubeflow-1.9 kwok etcd)
 sets=()
 for m in "${order[@]}"; do
   for t in "${targets[@]}"; do

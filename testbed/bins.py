@@ -42,6 +42,9 @@ _VERSION_OF = {
     "training-operator": VERSIONS["TRAINING_OPERATOR_VERSION"],
     "helm": VERSIONS["HELM_VERSION"],
     "kueue": VERSIONS["KUEUE_VERSION"],
+    "jobset": VERSIONS["JOBSET_VERSION"],
+    "lws": VERSIONS["LWS_VERSION"],
+    "trainer": VERSIONS["TRAINER_VERSION"],
 }
 
 NAMES = tuple(_VERSION_OF)

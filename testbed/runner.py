@@ -54,7 +54,8 @@ from .certs import make_certs
 from .http import get
 from .kube import Kube
 
-__all__ = ["ADMIN_TOKEN", "KCM_CONTROLLERS", "KCM_TOKEN", "KCM_WORKLOAD_CONTROLLERS",
+__all__ = ["ADMIN_TOKEN", "APISERVER_ONLY_GATES", "KCM_CONTROLLERS", "KCM_TOKEN",
+           "KCM_WORKLOAD_CONTROLLERS",
            "UPSTREAM_GANG_API", "WEBHOOK_CONFIG", "Proc", "StartupError", "TestBed",
            "default_k8s", "free_port", "scheduler_config", "webhook_configuration"]
 
@@ -94,6 +95,12 @@ version is off by default (alpha, and from 1.37 beta, group versions are disable
 storage needs ``GenericWorkload``, which also keeps ``spec.schedulingGroup`` on pods).
 ``TopologyAwareWorkloadScheduling`` admits ``schedulingConstraints.topology``. Only 1.37 is
 built and run here; 1.35 and 1.36 are from the sources."""
+
+
+APISERVER_ONLY_GATES = ("CompositePodGroup",)
+"""Gates given to kube-apiserver only: it serves the objects Lockstep reads, while
+kube-scheduler runs with ``GenericWorkload`` off, which 1.37's ``CompositePodGroup`` depends on
+(kube-scheduler refuses to start with it on), and kube-controller-manager 1.34 does not know it."""
 
 
 def default_k8s() -> str:
@@ -232,7 +239,8 @@ class TestBed:
     """Kubernetes version of kube-apiserver, kube-scheduler and kubectl (``K8S_VERSIONS``)."""
     feature_gates: tuple[str, ...] = ()
     """Extra Kubernetes feature gates (``"DRAPartitionableDevices=true"``) for kube-apiserver,
-    the stock kube-scheduler and kube-controller-manager alike."""
+    the stock kube-scheduler and kube-controller-manager alike, except ``APISERVER_ONLY_GATES``
+    (kube-apiserver's alone)."""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     webhooks: dict[str, str] = field(default_factory=dict)
@@ -425,6 +433,12 @@ class TestBed:
         return [*((f"--feature-gates={merged}",) if merged else ()),
                 *((f"--runtime-config={runtime}",) if runtime else ())]
 
+    def _component_gates(self) -> tuple[str, ...]:
+        """``feature_gates`` for kube-scheduler and kube-controller-manager: all but
+        ``APISERVER_ONLY_GATES``."""
+        return tuple(g for g in self.feature_gates
+                     if g.split("=", 1)[0] not in APISERVER_ONLY_GATES)
+
     def bin(self, name: str) -> Path:
         """``name`` at this bed's Kubernetes version when it is a Kubernetes binary."""
         return bin_path(name, self.k8s if name in K8S_NAMES else None)
@@ -526,7 +540,7 @@ class TestBed:
         # 1.36 also had a GangScheduling gate needing it): off, so Lockstep alone does gangs.
         stock = binary == "kube-scheduler"
         wanted = [*(("GenericWorkload=false",) if stock and self.k8s_minor >= 35 else ()),
-                  *(self.feature_gates if stock else ())]
+                  *(self._component_gates() if stock else ())]
         gates = [f"--feature-gates={','.join(wanted)}"] if wanted else []
         wrap = [] if hostname is None else [
             "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
@@ -553,8 +567,8 @@ class TestBed:
             "--bind-address=127.0.0.1", f"--secure-port={port}",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--authentication-skip-lookup=true", "--v=2",
-            *((f"--feature-gates={','.join(self.feature_gates)}",) if self.feature_gates
-              else ()),
+            *((f"--feature-gates={','.join(self._component_gates())}",)
+              if self._component_gates() else ()),
         ], ready_url=f"https://127.0.0.1:{port}/healthz", timeout=60.0)
 
     def start_lockstep(

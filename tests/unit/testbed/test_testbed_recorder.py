@@ -219,3 +219,46 @@ def test_timeline_of_one_gang_against_a_fixed_origin() -> None:
     line = r.timeline("e2e", gang="b", t0=10.0)
     assert line.startswith("  e2e/b-0") and "seen=+2.000s bound=+2.000s on n0" in line
     assert "a-0" not in line
+
+
+def test_gang_of_names_gangs_no_pod_key_names() -> None:
+    """A test's reading (``gang_of``): two stages of one JobSet checked as two gangs, each
+    whole in turn; without it the pods are in no gang (nothing is checked)."""
+    def pod_of(name: str, stage: str, node: str | None = None) -> dict[str, Any]:
+        obj = member(name, None, node=node)
+        obj["metadata"]["labels"] = {"stage": stage}
+        return obj
+
+    r = recorder()
+    r.gang_of = lambda obj: "job/" + obj["metadata"]["labels"]["stage"]
+    r.min_member_of.update({"e2e/job/init": 1, "e2e/job/node": 2})
+    r._observe("ADDED", pod_of("i-0", "init"), 1.0)
+    r._observe("MODIFIED", pod_of("i-0", "init", "n0"), 2.0)
+    for i in range(2):
+        r._observe("ADDED", pod_of(f"n-{i}", "node"), 5.0 + i)
+    r._observe("MODIFIED", pod_of("n-0", "node", "n0"), 7.0)
+    problems = [p for _, _, p in r.gang_problems("e2e")]
+    assert problems == ["gang job/node: rests partially bound (1/2)"], problems
+    r._observe("MODIFIED", pod_of("n-1", "node", "n1"), 7.1)
+    r.assert_gang_invariants("e2e")
+
+
+def test_created_late_gang_is_timed_from_its_quorum_existing() -> None:
+    """A leader bound before its workers exist (LWS exclusive topology) passes when the gang
+    is declared ``created_late`` and its workers bind within the window of being created;
+    it fails without the declaration, and fails when a worker binds late."""
+    def run(late: bool, last_bind: float) -> list[str]:
+        r = recorder()
+        if late:
+            r.created_late.add("e2e/g")
+        r._observe("ADDED", member("g-0", "g", 3), 1.0)
+        r._observe("MODIFIED", member("g-0", "g", 3, node="n0"), 2.0)
+        for i in (1, 2):
+            r._observe("ADDED", member(f"g-{i}", "g", 3), 5.0)
+        r._observe("MODIFIED", member("g-1", "g", 3, node="n0"), 5.5)
+        r._observe("MODIFIED", member("g-2", "g", 3, node="n1"), last_bind)
+        return [p for _, _, p in r.gang_problems("e2e")]
+
+    assert run(late=True, last_bind=5.6) == []
+    assert any("first binding before min-member" in p for p in run(False, 5.6))
+    assert run(late=True, last_bind=8.0) == ["gang g: took 3.00s (> 1.0s) to reach 3 bound"]

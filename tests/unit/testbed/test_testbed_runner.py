@@ -93,3 +93,13 @@ def test_lockstep_is_byte_compiled_before_a_bed_starts_it(tmp_path: Path,
     runner.compile_lockstep.__wrapped__()
     for module in ("app/http/verbs.py", "app/service.py", "coscheduling/core.py"):
         assert Path(importlib.util.cache_from_source(str(runner.REPO / module))).is_file()
+
+
+def test_composite_pod_group_gate_goes_to_the_api_server_alone(tmp_path: Path) -> None:
+    """1.37's kube-scheduler refuses ``CompositePodGroup`` with ``GenericWorkload`` off (the
+    bed's), so the gate reaches kube-apiserver only; other gates reach every component."""
+    bed = TestBed(run_dir=tmp_path / "bed", k8s="v1.37.2",
+                  feature_gates=("CompositePodGroup=true", "DRAPartitionableDevices=true"))
+    gates = next(a for a in bed._gate_args() if a.startswith("--feature-gates="))
+    assert "CompositePodGroup=true" in gates and "DRAPartitionableDevices=true" in gates
+    assert bed._component_gates() == ("DRAPartitionableDevices=true",)
