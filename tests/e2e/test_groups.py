@@ -16,7 +16,7 @@ gives the recorder its reading (``BindingRecorder.gang_of``).
   (``minMember`` 5) while JobSet's ``dependsOn`` creates the nodes only after the initializer
   completes; Lockstep admits each stage whole, the initializer, then the 4 nodes together,
   and a second such TrainJob never holds a partial stage.
-- A JobSet of a driver and workers opted into one gang (``lockstep.dev/gang: jobset`` on its
+- A JobSet of a driver and workers opted into one gang (``lockstep.dev/gang-of: jobset`` on its
   pod templates, the JobSet convention's opt-in): all or nothing.
 - An LWS of 3 groups x (1 leader + 3 workers) on 3 racks of 4 GPUs with
   ``exclusive-topology`` on the rack: each group in a rack of its own; a group whose pod
@@ -70,7 +70,7 @@ from .conftest import Cluster, ClusterFactory, settle
 
 SP_PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
 RACK = "lockstep.dev/rack"
-OPT_IN = "lockstep.dev/gang"
+OPT_IN = "lockstep.dev/gang-of"
 """The JobSet opt-in the JobSet convention reads on the pod template (value ``jobset``)."""
 K8S_COMPOSITE = "v1.37.2"
 UPSTREAM = "/apis/scheduling.k8s.io/v1alpha3/namespaces/{ns}"
