@@ -189,7 +189,8 @@ class Watch:
         return Watch(name, lambda obj, _: api.parse(obj), api.path, size_field=api.size_field)
 
 
-Into = Literal["groups", "upstream-podgroups", "upstream-workloads", "volcano-queues", "own"]
+Into = Literal["groups", "upstream-podgroups", "upstream-workloads", "upstream-composites",
+               "volcano-queues", "own"]
 """What a watched object is to the core (:attr:`Watch.into`); ``own`` marks Kubernetes'
 own kinds (nodes, pods, ...), which ``coscheduling.events.watched`` pairs with their rules."""
 

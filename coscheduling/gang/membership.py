@@ -50,7 +50,8 @@ def resolve_pod(st: CoreState, pod: PodRecord) -> Membership:
     if pod.scheduling_group is None and pod.workload_ref is None:
         return m
     return combine(m, resolve_upstream(pod, store.upstream, store.workloads,
-                                       settings.defaults, settings.levels))
+                                       settings.defaults, settings.levels,
+                                       store.composites, store.children))
 
 
 def declares_alike(old: PodRecord, new: PodRecord) -> bool:
@@ -94,8 +95,10 @@ def refresh_spec(st: CoreState, g: Gang) -> None:
                  for p in specs[0].group)
     first = min(s.stage for s in subs)
     mins = sorted(s.min_member for s in subs if s.stage == first)
-    need = len(mins) if specs[0].min_parts is None else min(specs[0].min_parts, len(mins))
-    g.spec = replace(specs[0], min_member=sum(mins[:need]),
+    need = len(mins) if specs[0].min_parts is None else specs[0].min_parts
+    # For reasons and views: the fewest members a quorum of the first stage may be (a
+    # subgroup not known yet counts as one).
+    g.spec = replace(specs[0], min_member=sum(mins[:need]) + max(0, need - len(mins)),
                      parts=tuple((s.key, s.min_member) for s in subs), subgroups=subs,
                      part=None, timeout_seconds=min(m.timeout_seconds for m in specs))
 
@@ -129,8 +132,11 @@ def required(st: CoreState, spec: GangSpec) -> tuple[tuple[Subgroup, ...], int]:
         done = _finished(st, spec)
         stage = min((s.stage for s in subs if s.key not in done), default=None)
         subs = tuple(s for s in subs if s.stage == stage)
-    need = len(subs) if spec.min_parts is None else min(spec.min_parts, len(subs))
-    return subs, need
+        # A stage is whole in itself: min_parts never asks for more than it holds.
+        return subs, len(subs) if spec.min_parts is None else min(spec.min_parts, len(subs))
+    # Without stages, more than the subgroups known yet means waiting for the others (a
+    # CompositePodGroup's children PodGroups come one by one).
+    return subs, len(subs) if spec.min_parts is None else spec.min_parts
 
 
 def whole_members(st: CoreState, spec: GangSpec, have: Sequence[PodKey],

@@ -86,7 +86,8 @@ def _resolve(st: CoreState, pod: PodRecord, groups: Mapping[Source, Mapping[str,
     if pod.scheduling_group is None and pod.workload_ref is None:
         return m
     return combine(m, resolve_upstream(pod, store.upstream, store.workloads,
-                                       settings.defaults, settings.levels))
+                                       settings.defaults, settings.levels,
+                                       store.composites, store.children))
 
 
 def units_of(st: CoreState, found: Expanded) -> list[Unit]:
