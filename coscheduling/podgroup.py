@@ -65,6 +65,10 @@ MAX_NUMBER_CHARS = 32
 ``int()`` raises past 4,300 digits, and converting even fewer costs time in the digits."""
 MAX_NAME_CHARS = 253
 """A gang's name, as Kubernetes bounds an object's name (a DNS subdomain)."""
+MAX_PARTS = 32
+"""The most subgroups a group of groups is composed of (Koordinator's gang groups, a
+CompositePodGroup's children, a Volcano subgroup policy's subgroups): each is planned on
+its own, so the work of planning a group grows with their number."""
 SHOWN_CHARS = 64
 """How much of a bad value a reason repeats (Events and conditions are read by people)."""
 
@@ -154,7 +158,8 @@ class GangSpec:
     part: GangKey | None = None
     """In a gang group, the gang this pod declared; ``key`` is then the group's."""
     group: tuple[GangKey, ...] = ()
-    """A gang group's gangs, sorted; empty for an ordinary gang."""
+    """A gang group's gangs, sorted; empty for an ordinary gang, and for an open group
+    (``part`` set, ``group`` empty: Volcano's subgroups, known only from the pods)."""
     parts: tuple[tuple[GangKey, int], ...] = ()
     """Set by the core on a gang group's composed spec: each gang's own minMember."""
     min_parts: int | None = None

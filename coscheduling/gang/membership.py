@@ -21,7 +21,7 @@ from dataclasses import replace
 from ..conventions import resolve
 from ..conventions.upstream import combine, resolve_upstream
 from ..corestate import CoreState
-from ..podgroup import GangKey, GangSpec, MatchPolicy, Membership, Subgroup
+from ..podgroup import MAX_PARTS, GangKey, GangSpec, MatchPolicy, Membership, Subgroup
 from ..records import PodKey, PodRecord
 from ..state.gang import Gang
 
@@ -79,7 +79,7 @@ def refresh_spec(st: CoreState, g: Gang) -> None:
 
     specs = [m for k in sorted(g.members, key=created_first)
              if isinstance(m := st.membership.get(k), GangSpec)]
-    if not specs or not specs[0].group:
+    if not specs or (not specs[0].group and specs[0].part is None):
         g.spec = specs[0] if specs else None
         return
     # A group of groups (a Koordinator gang group, a CompositePodGroup, ...): every
@@ -90,9 +90,12 @@ def refresh_spec(st: CoreState, g: Gang) -> None:
         if m.part is not None:
             own.setdefault(m.part, m)
     declared = dict(specs[0].part_stages)
+    # An open group (Volcano's subgroups) is the subgroups its members show, at most
+    # MAX_PARTS of them (members of any further one are in no subgroup: never planned).
+    group = specs[0].group or tuple(sorted(own))[:MAX_PARTS]
     subs = tuple(Subgroup(p, o.min_member, o.part_topology, o.part_exclusive, o.stage)
                  if (o := own.get(p)) is not None else Subgroup(p, 1, stage=declared.get(p, 0))
-                 for p in specs[0].group)
+                 for p in group)
     first = min(s.stage for s in subs)
     mins = sorted(s.min_member for s in subs if s.stage == first)
     need = len(mins) if specs[0].min_parts is None else specs[0].min_parts

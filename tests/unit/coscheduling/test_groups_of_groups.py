@@ -105,7 +105,8 @@ def test_composite_parsed_as_the_api_documents_it() -> None:
     assert composite_from_json(composite(min_groups=None), "v1alpha3").min_groups is None
     nested = composite_from_json(composite(parentCompositePodGroupName="top"), "v1alpha3")
     assert nested.error is not None and "nested" in nested.error.problem
-    both = composite(); both["spec"]["schedulingPolicy"]["basic"] = {}
+    both = composite()
+    both["spec"]["schedulingPolicy"]["basic"] = {}
     assert composite_from_json(both, "v1alpha3").error is not None
     huge = composite(min_groups=10**12)
     err = composite_from_json(huge, "v1alpha3").error
