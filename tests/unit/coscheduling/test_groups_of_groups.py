@@ -314,3 +314,24 @@ def test_an_invalid_subgroup_level_is_named() -> None:
     d = core.filter(core.queries.pods[k], sorted(core.queries.nodes), 0.0)
     assert d.unresolvable is not None and "galaxy" in repr(d.unresolvable)
     assert not isinstance(d.unresolvable, InvalidGang)
+
+
+# ------------------------------------------------------------------------------ preemption
+
+
+def test_a_group_of_groups_is_evicted_whole_for_a_higher_gang() -> None:
+    """The higher gang needs two GPUs, one child's worth: every child of the set goes."""
+    core = cluster(racks=2, per_rack=2)  # 4 GPUs, all the set's
+    put_set(core, {"a": 2, "b": 2})
+    for x in "ab":
+        for i in range(2):
+            obj = pod(f"{x}-{i}").gpu(1).priority(10).on(f"r{'ab'.index(x)}n{i}").build()
+            obj["spec"]["schedulingGroup"] = {"podGroupName": x}
+            core.upsert_pod(pod_from_json(obj))
+    core.drain()
+    for i in range(2):
+        core.upsert_pod(pod_from_json(pod(f"high-{i}").gang("high", 2, timeout=30).gpu(1)
+                                      .priority(100).build()))
+    core.filter(core.queries.pods[pod_key(NS, "high-0")], [], 0.0)
+    evicted = sorted(e.pod for e in core.drain().evictions)
+    assert evicted == sorted(pod_key(NS, f"{x}-{i}") for x in "ab" for i in range(2))
