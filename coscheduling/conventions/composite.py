@@ -26,8 +26,9 @@ child PodGroup's own topology constraint        ``GangSpec.part_topology``: that
 
 The children are the PodGroups that name the composite (the store keeps them by parent),
 at most :data:`MAX_CHILDREN`. A child PodGroup with a ``basic`` policy inside a gang
-composite is a subgroup of minimum 1. The status condition is written on neither object yet
-(the gang's key is the composite's, :func:`composite_key`; see docs/conventions.md).
+composite is a subgroup of minimum 1. Each child PodGroup gets its
+``PodGroupInitiallyScheduled`` condition from its own members and minimum, with the group's
+reason (``upstream.status_patches``); the composite's own status is not written yet.
 """
 
 from __future__ import annotations

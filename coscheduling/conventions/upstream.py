@@ -474,6 +474,10 @@ def status_patches(model: StatusModel, render: Render, now: str) -> list[StatusP
         return []
     gangs = {g.key: GangProgress(g.members.bound, g.min_member, g.reason)
              for g in model.gangs.values() if g.key in groups}
+    # A CompositePodGroup's children: each child PodGroup's condition from its own members
+    # and minimum, with the group's reason (``conventions.composite``).
+    gangs.update({part.key: GangProgress(part.members.bound, part.min_member, g.reason)
+                  for g in model.gangs.values() for part in g.parts if part.key in groups})
     out: list[StatusPatch] = []
     for upd in condition_updates(groups, gangs, manager=FIELD_MANAGER):
         status = "True" if upd.scheduled else "False"

@@ -335,3 +335,21 @@ def test_a_group_of_groups_is_evicted_whole_for_a_higher_gang() -> None:
     core.filter(core.queries.pods[pod_key(NS, "high-0")], [], 0.0)
     evicted = sorted(e.pod for e in core.drain().evictions)
     assert evicted == sorted(pod_key(NS, f"{x}-{i}") for x in "ab" for i in range(2))
+
+
+def test_each_child_podgroup_gets_its_condition_once_the_set_is_bound() -> None:
+    from coscheduling.conventions.upstream import status_patches
+
+    core = cluster()
+    put_set(core, {"a": 2, "b": 2, "c": 2})
+    for x in "ab":
+        for i in range(2):
+            member(core, x, i)
+    assert ask(core, pod_key(NS, "a-0"))
+    bind_all(core)
+    patches = {p.key: p for p in status_patches(core.queries.status_model(), repr, "t")}
+    for x in "ab":
+        cond = patches[gang_key(NS, x)].status["conditions"][0]
+        assert (cond["type"], cond["status"], cond["reason"]) == (
+            "PodGroupInitiallyScheduled", "True", "Scheduled")
+    assert gang_key(NS, "c") not in patches  # nothing bound, waiting for members: nothing
