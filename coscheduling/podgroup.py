@@ -41,6 +41,7 @@ __all__ = [
     "MissingPodGroup",
     "Mode",
     "Source",
+    "Subgroup",
     "gang_key",
     "gang_of",
     "int_field",
@@ -64,6 +65,10 @@ MAX_NUMBER_CHARS = 32
 ``int()`` raises past 4,300 digits, and converting even fewer costs time in the digits."""
 MAX_NAME_CHARS = 253
 """A gang's name, as Kubernetes bounds an object's name (a DNS subdomain)."""
+MAX_PARTS = 32
+"""The most subgroups a group of groups is composed of (Koordinator's gang groups, a
+CompositePodGroup's children, a Volcano subgroup policy's subgroups): each is planned on
+its own, so the work of planning a group grows with their number."""
 SHOWN_CHARS = 64
 """How much of a bad value a reason repeats (Events and conditions are read by people)."""
 
@@ -125,6 +130,19 @@ class GangDefaults:
 
 
 @dataclass(frozen=True, slots=True)
+class Subgroup:
+    """One subgroup of a group of groups, as the core composes it from its members' specs
+    (``GangSpec.subgroups``): each counts toward the quorum only when whole."""
+
+    key: GangKey
+    min_member: int
+    topology: str | None = None
+    """Its own required level by name (``GangSpec.part_topology``)."""
+    exclusive: bool = False
+    stage: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class GangSpec:
     key: GangKey
     min_member: int
@@ -140,7 +158,8 @@ class GangSpec:
     part: GangKey | None = None
     """In a gang group, the gang this pod declared; ``key`` is then the group's."""
     group: tuple[GangKey, ...] = ()
-    """A gang group's gangs, sorted; empty for an ordinary gang."""
+    """A gang group's gangs, sorted; empty for an ordinary gang, and for an open group
+    (``part`` set, ``group`` empty: Volcano's subgroups, known only from the pods)."""
     parts: tuple[tuple[GangKey, int], ...] = ()
     """Set by the core on a gang group's composed spec: each gang's own minMember."""
     min_parts: int | None = None
@@ -157,6 +176,14 @@ class GangSpec:
     """The subgroup's stage (a JobSet's ``dependsOn`` order, Trainer v2's initializers
     first): stage n is admitted whole once the stages before it have finished, and the
     quorum counts the current stage only."""
+    part_stages: tuple[tuple[GangKey, int], ...] = ()
+    """Each subgroup's stage as the group declares it (a JobSet's ``dependsOn`` read from
+    the JobSet), for subgroups none of whose members exist yet: without it such a subgroup
+    is taken to be in stage 0, and a Trainer v2 job's nodes would be waited for beside its
+    initializer. A subgroup's own members' ``stage`` wins."""
+    subgroups: tuple[Subgroup, ...] = ()
+    """Set by the core on a group's composed spec (beside ``parts``, which its readers keep):
+    every subgroup of ``group`` with its minimum, level, exclusivity and stage."""
     topology: str | None = None
     """A required topology level by name (an upstream PodGroup's ``schedulingConstraints``);
     the ``lockstep.dev/topology-required`` annotation is read by the core itself."""

@@ -36,7 +36,11 @@
 14. a member whose binding is in flight holds its slot until the watch shows it bound (or
     Lockstep assumes it bound) or the binding fails, even when its node was deleted: a bind
     POST to a node created again under that name succeeds, so the room is never planned
-    for another gang meanwhile (rules 3 and 13 let such a slot sit on a missing node).
+    for another gang meanwhile (rules 3 and 13 let such a slot sit on a missing node);
+19. a group of groups never holds part of a subgroup (a subgroup with a slot has its
+    minimum among its bound members and slots), and a released one holds its minimum of
+    whole subgroups (:func:`subgroup_binding_problems` is the same rule over recorded
+    bindings, for the e2e binding recorder).
 
 :func:`check_rank_order` holds rule 18, of each plan as the planner makes it (the model test
 checks every plan its runs make): ranked members that may swap slots stand in topology order,
@@ -65,6 +69,7 @@ from coscheduling.gang.gating import pinned_node
 from coscheduling.gang.queue_gate import holds, queue_of
 from coscheduling.placement.member import Member
 from coscheduling.placement.rankorder import interchangeable, slot_key
+from coscheduling.podgroup import MatchPolicy
 from coscheduling.reasons import Preempting
 from coscheduling.records import GangKey, NodeName, NodeRecord, PodKey, PodRecord
 from coscheduling.resources import Resources, add, sub
@@ -75,7 +80,7 @@ from coscheduling.topology.eligibility import eligible
 from tests.internals import state_of
 
 __all__ = ["InvariantBroken", "check_devices", "check_fenced", "check_invariants",
-           "check_rank_order", "cluster_facts"]
+           "check_rank_order", "cluster_facts", "subgroup_binding_problems"]
 
 
 class InvariantBroken(AssertionError):
@@ -118,6 +123,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
                     f"node {n}: usage + reservations exceed allocatable {res} by "
                     f"{-left[res]} (reserved {state_of(core).ledger.by_gang_on(n)}, nominated "
                     f"{[x.pod for x in nominations.on(n)]})")
+    _check_subgroups(core)
     for key, g in core.queries.gangs.items():
         live = {p.key: p for p in core.queries.members_of(key) if p.active}
         if g.plan and g.phase not in (GangPhase.ADMITTED, GangPhase.RELEASED):
@@ -194,6 +200,63 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
         fresh_ranked = sorted((sum(map(fresh_free_gpus, ns)), d) for d, ns in fresh.items())
         if list(state_of(core).capacity.domains_by_free_gpus(index)) != fresh_ranked:
             raise InvariantBroken(f"stale free GPUs per domain at level {index}")
+
+
+def _check_subgroups(core: Coscheduler) -> None:
+    """19. a group of groups never holds part of a subgroup: a subgroup with a slot has its
+    minimum among its bound members and slots (its members bind whole, never a part); and
+    a released group (match policy other than once-satisfied) holds its quorum, min_parts
+    whole subgroups of its current stage, among its bound members, bindings and slots."""
+    st = state_of(core)
+    for key, g in st.gangs.items():
+        spec = g.spec
+        if spec is None or not spec.subgroups:
+            continue
+        live = [p for p in core.queries.members_of(key) if p.active]
+        held = Counter(st.membership[p.key].part for p in live  # type: ignore[union-attr]
+                       if p.node_name is not None or p.key in g.plan)
+        for s in spec.subgroups:
+            slots = sorted(k for k in g.plan if getattr(st.membership.get(k), "part", None)
+                           == s.key and k not in g.binding)
+            if slots and held[s.key] < s.min_member:
+                raise InvariantBroken(
+                    f"rule 19: gang {key} holds part of subgroup {s.key}: {held[s.key]} "
+                    f"bound or planned of its minimum {s.min_member} (slots {slots})")
+        if g.phase is GangPhase.RELEASED and spec.match_policy is not MatchPolicy.ONCE_SATISFIED:
+            have = [p.key for p in live if p.node_name is not None or p.key in g.plan
+                    or p.key in g.binding]
+            if not core.queries.meets_quorum(spec, have):
+                raise InvariantBroken(f"rule 19: gang {key} is released below its minimum "
+                                      f"of subgroups ({len(have)} members held)")
+
+
+def subgroup_binding_problems(bound_at: Mapping[str, Sequence[float]],
+                              mins: Mapping[str, int], min_parts: int | None,
+                              window: float = 1.0) -> list[str]:
+    """Rule 19 over recorded bindings (what the e2e binding recorder can check, given each
+    bound pod's subgroup and the subgroups' minimums): within ``window`` of a subgroup's
+    first binding it has its minimum bound (no subgroup rests partly bound), and once any
+    is bound, ``min_parts`` (all of ``mins`` when None) subgroups are whole within
+    ``window`` of the first binding of the set."""
+    out = []
+    whole_at: list[float] = []
+    for part, times in sorted(bound_at.items()):
+        ts = sorted(times)
+        need = mins.get(part, 1)
+        if len(ts) < need:
+            out.append(f"subgroup {part}: rests partly bound ({len(ts)}/{need})")
+        elif ts[need - 1] - ts[0] > window:
+            out.append(f"subgroup {part}: took {ts[need - 1] - ts[0]:.2f}s to be whole")
+        else:
+            whole_at.append(ts[need - 1])
+    need_parts = len(mins) if min_parts is None else min_parts
+    first = min((t for ts in bound_at.values() for t in ts), default=None)
+    if first is not None:
+        in_time = sorted(t for t in whole_at if t - first <= window)
+        if len(in_time) < need_parts:
+            out.append(f"set: {len(in_time)} whole subgroups bound within {window}s, "
+                       f"below its minimum of {need_parts}")
+    return out
 
 
 def _check_provisional(core: Coscheduler) -> None:

@@ -54,6 +54,7 @@ __all__ = [
     "StatusModel",
     "StatusPatch",
     "StatusWrite",
+    "SubGroupPolicy",
     "Watch",
     "lookup",
 ]
@@ -104,6 +105,25 @@ class PodGroupRecord:
     """``spec.priorityClassName`` (Volcano's PodGroup has one; scheduler-plugins' has not)."""
     queue: str = ""
     """Volcano's ``spec.queue`` (``default`` when unset); "" for other conventions."""
+    subgroups: SubGroupPolicy | None = None
+    """Volcano's ``spec.subGroupPolicy`` (1.14), when set (``conventions.volcano``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubGroupPolicy:
+    """One entry of a Volcano PodGroup's ``spec.subGroupPolicy``: the pods its label
+    selector matches are split into subgroups by the values of ``match_label_keys``, each
+    of ``size`` pods, ``min_groups`` of them admitted together."""
+
+    name: str
+    size: int
+    min_groups: int
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Mapping[str, Any], ...] = ()
+    match_label_keys: tuple[str, ...] = ()
+    tier: str | None = None
+    """``networkTopology.highestTierName`` in ``hard`` mode: the level each subgroup must
+    fit in (a ``soft`` constraint is a preference, not read)."""
 
 
 Objects = Mapping[Source, Mapping[GangKey, PodGroupRecord]]
@@ -189,7 +209,8 @@ class Watch:
         return Watch(name, lambda obj, _: api.parse(obj), api.path, size_field=api.size_field)
 
 
-Into = Literal["groups", "upstream-podgroups", "upstream-workloads", "volcano-queues", "own"]
+Into = Literal["groups", "upstream-podgroups", "upstream-workloads", "upstream-composites",
+               "volcano-queues", "own"]
 """What a watched object is to the core (:attr:`Watch.into`); ``own`` marks Kubernetes'
 own kinds (nodes, pods, ...), which ``coscheduling.events.watched`` pairs with their rules."""
 

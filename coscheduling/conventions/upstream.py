@@ -43,12 +43,11 @@ Not honoured (rejected the same way): composite pod groups (``parentCompositePod
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..podgroup import (
-    INT32_MAX,
     MAX_NAME_CHARS,
     GangDefaults,
     GangKey,
@@ -81,7 +80,15 @@ from .base import (
     StatusWrite,
     Watch,
 )
-from .upstream_objects import Condition, GroupPolicy, Priority, UpstreamPodGroup, UpstreamWorkload
+from .composite import COMPOSITE_VERSIONS, compose, composite_from_json, priority_fields
+from .upstream_objects import (
+    Condition,
+    GroupPolicy,
+    Priority,
+    UpstreamComposite,
+    UpstreamPodGroup,
+    UpstreamWorkload,
+)
 
 __all__ = [
     "CONDITION_TYPES",
@@ -97,6 +104,7 @@ __all__ = [
     "GangProgress",
     "GroupPolicy",
     "Priority",
+    "UpstreamComposite",
     "UpstreamPodGroup",
     "UpstreamWorkload",
     "combine",
@@ -109,7 +117,6 @@ __all__ = [
 ]
 
 GROUP = "scheduling.k8s.io"
-INT32_MIN = -(2**31)
 MAX_LABEL_KEY_CHARS = 317
 """A label key: a 253-character prefix, a slash and a 63-character name."""
 MAX_WORKLOAD_GROUPS = 64
@@ -232,34 +239,18 @@ def upstream_podgroup_from_json(obj: Mapping[str, Any], version: str) -> Upstrea
 
     if not isinstance(spec, Mapping):
         return made(InvalidGang(key, f"{kind}.spec", "", "missing"))
-    if spec.get("parentCompositePodGroupName"):
+    parent = spec.get("parentCompositePodGroupName")
+    if parent is not None and (not isinstance(parent, str) or not parent
+                               or len(parent) > MAX_NAME_CHARS):
         return made(InvalidGang(key, f"{kind}.spec.parentCompositePodGroupName",
-                                shown(spec["parentCompositePodGroupName"]),
-                                "composite pod groups are not supported by Lockstep"))
-    prio = _priority(spec, f"{kind}.spec", key)
+                                shown(parent), f"not an object name (a string of 1 to "
+                                f"{MAX_NAME_CHARS} characters)"))
+    prio = priority_fields(spec, f"{kind}.spec", key)
     if isinstance(prio, InvalidGang):
         return made(prio)
-    return made(_policy(spec.get("schedulingPolicy"), spec.get("schedulingConstraints"),
-                        f"{kind}.spec.schedulingPolicy", key), prio)
-
-
-def _priority(spec: Mapping[str, Any], where: str, key: GangKey) -> Priority | InvalidGang:
-    value = spec.get("priority")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        return InvalidGang(key, f"{where}.priority", shown(value), "not a whole number")
-    if value is not None and not INT32_MIN <= value <= INT32_MAX:
-        return InvalidGang(key, f"{where}.priority", shown(value),
-                           f"is outside {INT32_MIN}..{INT32_MAX} (int32, as a priority is)")
-    name = spec.get("priorityClassName")
-    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
-        return InvalidGang(key, f"{where}.priorityClassName", shown(name),
-                           f"not a PriorityClass name (at most {MAX_NAME_CHARS} characters)")
-    policy = spec.get("preemptionPolicy")
-    if policy not in (None, "Never", "PreemptLowerPriority"):
-        return InvalidGang(key, f"{where}.preemptionPolicy", shown(policy),
-                           "must be Never or PreemptLowerPriority")
-    return Priority(value, str(name) if isinstance(name, str) and name else None,
-                    policy == "Never")
+    out = made(_policy(spec.get("schedulingPolicy"), spec.get("schedulingConstraints"),
+                       f"{kind}.spec.schedulingPolicy", key), prio)
+    return replace(out, parent=parent) if parent else out
 
 
 def upstream_workload_from_json(obj: Mapping[str, Any], version: str) -> UpstreamWorkload:
@@ -287,11 +278,32 @@ def resolve_upstream(
     workloads: Mapping[GangKey, UpstreamWorkload],
     defaults: GangDefaults,
     levels: Sequence[Level],
+    composites: Mapping[GangKey, UpstreamComposite] | None = None,
+    children: Mapping[GangKey, Collection[GangKey]] | None = None,
 ) -> GangSpec | InvalidGang | MissingPodGroup | None:
     """The gang the pod's upstream reference declares; None for none (or a basic policy).
+    A PodGroup naming a parent ``CompositePodGroup`` (``composites``, with each one's
+    ``children``) is a subgroup of the composite's group (``conventions.composite``).
 
     The upstream API has no timeout: the gang gets Lockstep's default (a pod that also says
     ``lockstep.dev/pod-group`` with the same name may set one, see :func:`combine`)."""
+    spec = _resolve_own(pod, podgroups, workloads, defaults, levels)
+    pg = podgroups.get(gang_key(pod.namespace, pod.scheduling_group)) \
+        if pod.scheduling_group is not None else None
+    if pg is None or pg.parent is None or pg.error is not None \
+            or isinstance(spec, InvalidGang | MissingPodGroup):
+        return spec
+    return compose(spec, pg.key, pg.parent, composites or {}, children or {}, levels)
+
+
+def _resolve_own(
+    pod: PodRecord,
+    podgroups: Mapping[GangKey, UpstreamPodGroup],
+    workloads: Mapping[GangKey, UpstreamWorkload],
+    defaults: GangDefaults,
+    levels: Sequence[Level],
+) -> GangSpec | InvalidGang | MissingPodGroup | None:
+    """The gang of the pod's own PodGroup or Workload pod group."""
     if pod.scheduling_group is not None:
         key = gang_key(pod.namespace, pod.scheduling_group)
         pg = podgroups.get(key)
@@ -444,6 +456,9 @@ WATCHES = (
           discover=(GROUP, "podgroups", PODGROUP_VERSIONS), into="upstream-podgroups"),
     Watch("upstream-workloads", upstream_workload_from_json,
           discover=(GROUP, "workloads", WORKLOAD_VERSIONS), into="upstream-workloads"),
+    Watch("upstream-compositepodgroups", composite_from_json,
+          discover=(GROUP, "compositepodgroups", COMPOSITE_VERSIONS),
+          into="upstream-composites"),
 )
 """What the adapter watches for the upstream gang API: whichever version of each the API
 server serves (API discovery), or nothing (before 1.35, or the feature gate off)."""
@@ -459,6 +474,10 @@ def status_patches(model: StatusModel, render: Render, now: str) -> list[StatusP
         return []
     gangs = {g.key: GangProgress(g.members.bound, g.min_member, g.reason)
              for g in model.gangs.values() if g.key in groups}
+    # A CompositePodGroup's children: each child PodGroup's condition from its own members
+    # and minimum, with the group's reason (``conventions.composite``).
+    gangs.update({part.key: GangProgress(part.members.bound, part.min_member, g.reason)
+                  for g in model.gangs.values() for part in g.parts if part.key in groups})
     out: list[StatusPatch] = []
     for upd in condition_updates(groups, gangs, manager=FIELD_MANAGER):
         status = "True" if upd.scheduled else "False"

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..podgroup import GangKey, InvalidGang
 
-__all__ = ["Condition", "GroupPolicy", "Priority", "UpstreamPodGroup", "UpstreamWorkload"]
+__all__ = ["Condition", "GroupPolicy", "Priority", "UpstreamComposite", "UpstreamPodGroup",
+           "UpstreamWorkload"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class UpstreamPodGroup:
     generation: int = 0
     priority: Priority | None = None
     """The group's priority fields; None until parsed (or when the spec is invalid)."""
+    parent: str | None = None
+    """``spec.parentCompositePodGroupName`` (1.37, ``CompositePodGroup`` gate): the
+    composite pod group this one is a subgroup of (``conventions.composite``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +84,19 @@ class UpstreamWorkload:
     key: GangKey
     version: str
     groups: Mapping[str, GroupPolicy | InvalidGang]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamComposite:
+    """An upstream ``CompositePodGroup`` (``scheduling.k8s.io/v1alpha3``, 1.37), parsed: a
+    group of PodGroups (those naming it as their parent)."""
+
+    key: GangKey
+    version: str
+    min_groups: int | None
+    """``spec.schedulingPolicy.gang.minGroupCount``; None for ``basic`` (no gang over the
+    children: each PodGroup is its own gang)."""
+    topology_key: str | None = None
+    """``spec.schedulingConstraints.topology[0].key``: every child in one domain of it."""
+    error: InvalidGang | None = None
+    priority: Priority | None = None

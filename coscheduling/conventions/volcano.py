@@ -22,7 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..podgroup import MAX_NAME_CHARS, GangKey, InvalidGang, MissingPodGroup, Source, shown
+from ..podgroup import (
+    DEFAULT_MAX_GANG_SIZE,
+    MAX_NAME_CHARS,
+    MAX_PARTS,
+    GangKey,
+    GangSpec,
+    InvalidGang,
+    MissingPodGroup,
+    Source,
+    int_field,
+    shown,
+)
 from ..reasons import (
     GangReason,
     InvalidDeclaration,
@@ -33,6 +44,7 @@ from ..reasons import (
 )
 from ..records import PodRecord
 from ..resources import Resources, fits, sub
+from ..topology.eligibility import match_expression
 from .base import (
     Convention,
     Found,
@@ -45,6 +57,7 @@ from .base import (
     StatusModel,
     StatusPatch,
     StatusWrite,
+    SubGroupPolicy,
     Watch,
     lookup,
 )
@@ -88,7 +101,105 @@ def volcano_podgroup_from_json(obj: Mapping[str, Any]) -> PodGroupRecord:
         return replace(rec, queue=queue or DEFAULT_QUEUE, error=rec.error or InvalidGang(
             rec.key, "PodGroup (scheduling.volcano.sh).spec.priorityClassName", shown(name),
             f"not a PriorityClass name (a string of at most {MAX_NAME_CHARS} characters)"))
-    return replace(rec, queue=queue or DEFAULT_QUEUE, priority_class=name or None)
+    policy = _subgroup_policy(spec.get("subGroupPolicy") if isinstance(spec, Mapping)
+                              else None, rec.key)
+    if isinstance(policy, InvalidGang):
+        return replace(rec, queue=queue or DEFAULT_QUEUE, priority_class=name or None,
+                       error=rec.error or policy)
+    return replace(rec, queue=queue or DEFAULT_QUEUE, priority_class=name or None,
+                   subgroups=policy)
+
+
+POLICY_FIELD = "PodGroup (scheduling.volcano.sh).spec.subGroupPolicy"
+MAX_SELECTOR_ITEMS = 32
+"""Labels, expressions and label keys of a subgroup policy read (each bounded)."""
+MAX_LABEL_CHARS = 317
+
+
+def _subgroup_policy(raw: object, key: GangKey) -> SubGroupPolicy | InvalidGang | None:
+    """Volcano 1.14's ``spec.subGroupPolicy`` (``volcano-sh/apis``
+    ``pkg/apis/scheduling/v1beta1/types.go``: ``name``, ``subGroupSize``,
+    ``minSubGroups``, ``labelSelector``, ``matchLabelKeys``, ``networkTopology``). Lockstep
+    honours one entry: several would each ask their own minimum of subgroups of one gang."""
+    if raw is None or raw == []:
+        return None
+    if not isinstance(raw, list) or len(raw) != 1 or not isinstance(raw[0], Mapping):
+        return InvalidGang(key, POLICY_FIELD, shown(raw),
+                           "Lockstep honours exactly one subgroup policy (a list of one)")
+    item = raw[0]
+    fld = f"{POLICY_FIELD}[0]"
+    name = item.get("name")
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+        return InvalidGang(key, f"{fld}.name", shown(name),
+                           f"not a name (1 to {MAX_NAME_CHARS} characters)")
+    size = int_field(item.get("subGroupSize"), f"{fld}.subGroupSize", key,
+                     limit=DEFAULT_MAX_GANG_SIZE, limit_name="--max-gang-size's default")
+    if isinstance(size, InvalidGang):
+        return size
+    raw_min = item.get("minSubGroups")
+    min_groups = 0
+    if raw_min not in (None, 0):
+        got = int_field(raw_min, f"{fld}.minSubGroups", key, limit=MAX_PARTS,
+                        limit_name="Lockstep's subgroups of a gang")
+        if isinstance(got, InvalidGang):
+            return got
+        min_groups = got
+    sel = item.get("labelSelector") or {}
+    labels = sel.get("matchLabels") or {} if isinstance(sel, Mapping) else None
+    exprs = sel.get("matchExpressions") or [] if isinstance(sel, Mapping) else None
+    keys = item.get("matchLabelKeys") or []
+    if not isinstance(labels, Mapping) or not isinstance(exprs, list) \
+            or not isinstance(keys, list) \
+            or len(labels) + len(exprs) + len(keys) > MAX_SELECTOR_ITEMS \
+            or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= MAX_LABEL_CHARS
+                       and len(v) <= MAX_LABEL_CHARS for k, v in labels.items()) \
+            or not all(isinstance(e, Mapping) for e in exprs) \
+            or not all(isinstance(k, str) and len(k) <= MAX_LABEL_CHARS for k in keys):
+        return InvalidGang(key, f"{fld}.labelSelector", shown(sel),
+                           f"not a label selector and label keys Lockstep reads (at most "
+                           f"{MAX_SELECTOR_ITEMS} items, strings)")
+    tier: str | None = None
+    topo = item.get("networkTopology")
+    if isinstance(topo, Mapping) and (topo.get("mode") or "hard") == "hard":
+        if topo.get("highestTierAllowed") is not None:
+            return InvalidGang(key, f"{fld}.networkTopology.highestTierAllowed",
+                               shown(topo["highestTierAllowed"]),
+                               "a HyperNode tier by number; name a Lockstep level in "
+                               "highestTierName instead")
+        raw_tier = topo.get("highestTierName")
+        if raw_tier is not None:
+            if not isinstance(raw_tier, str) or len(raw_tier) > MAX_LABEL_CHARS:
+                return InvalidGang(key, f"{fld}.networkTopology.highestTierName",
+                                   shown(raw_tier), "not a level name")
+            tier = raw_tier or None
+    return SubGroupPolicy(name, size, min_groups, tuple(sorted(labels.items())),
+                          tuple(exprs), tuple(keys), tier)
+
+
+def _refine(spec: GangSpec, pod: PodRecord, sources: frozenset[Source], objects: Objects
+            ) -> GangSpec | InvalidGang:
+    """A Volcano gang whose PodGroup has a subgroup policy is a group of groups: the pod's
+    subgroup is named by the policy and the values of its ``matchLabelKeys``; it holds
+    ``subGroupSize`` pods; ``minSubGroups`` of them are admitted together (when 0, as many
+    whole subgroups as ``minMember`` pods fill). The subgroups are those the pods show
+    (an open group): Volcano lists none in advance."""
+    if Source.VOLCANO not in sources:
+        return spec
+    vpg = objects.get(Source.VOLCANO, {}).get(spec.key)
+    policy = vpg.subgroups if vpg is not None else None
+    if policy is None:
+        return spec
+    fld = f"{POLICY_FIELD}[0].labelSelector"
+    if not all(pod.labels.get(k) == v for k, v in policy.match_labels) \
+            or not all(match_expression(e, pod.labels) for e in policy.match_expressions):
+        return InvalidGang(spec.key, fld, policy.name,
+                           f"pod {pod.key} matches no subgroup: Lockstep needs every member "
+                           "of a PodGroup with a subgroup policy in a subgroup")
+    values = ",".join(pod.labels.get(k, "") for k in policy.match_label_keys)
+    part = GangKey(f"{spec.key}/{policy.name}[{values}]")
+    need = policy.min_groups or max(1, -(-spec.min_member // policy.size))
+    return replace(spec, min_member=policy.size, part=part, min_parts=need,
+                   part_topology=policy.tier)
 
 
 API = PodGroupAPI("scheduling.volcano.sh", "v1beta1", "podgroups", volcano_podgroup_from_json,
@@ -237,6 +348,7 @@ CONVENTION = Convention(
     size=((Key(MIN_MEMBER, "either"), None),),
     podgroup=API,
     from_object=_from_object,
+    refine=_refine,
     watches=WATCHES,
     status=StatusWrite(API.group, status_patches),
 )

@@ -19,14 +19,19 @@ from typing import Any
 from ..actions import NoticeKind, Unparked
 from ..conventions import points_at_object, scheduler_plugins, volcano
 from ..conventions.base import MAX_GANG_SIZE_FLAG, Convention, PodGroupRecord, Watch
-from ..conventions.upstream import UpstreamPodGroup, UpstreamWorkload, workload_gang_key
+from ..conventions.upstream import (
+    UpstreamComposite,
+    UpstreamPodGroup,
+    UpstreamWorkload,
+    workload_gang_key,
+)
 from ..conventions.volcano_queues import QueueRecord
 from ..corestate import CoreState
 from ..gang.admission import reconcile
 from ..gang.gating import pinned_node
 from ..gang.membership import declares_alike, refresh_spec, resolve_pod
 from ..gang.queue_gate import queue_freed, wake_queued
-from ..podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_of
+from ..podgroup import GangKey, GangSpec, InvalidGang, Membership, gang_key, gang_of
 from ..preemption.budgets import Budget
 from ..preemption.carry import displaced, nominated_pod_done, victims_gone
 from ..preemption.inflight import PreemptorId
@@ -44,6 +49,7 @@ from .dra import (
 from .kind import Kind
 
 __all__ = [
+    "COMPOSITES",
     "DEVICE_CLASSES",
     "DEVICE_KINDS",
     "NODES",
@@ -171,14 +177,53 @@ def _upsert_upstream(st: CoreState, pg: UpstreamPodGroup) -> None:
             f"is above the limit of {limit} ({MAX_GANG_SIZE_FLAG})"))
     old = st.store.upstream.get(pg.key)
     st.store.upstream[pg.key] = pg
-    if old is None or (old.policy, old.error, old.priority) != (pg.policy, pg.error,
-                                                                 pg.priority):
+    if old is None or (old.policy, old.error, old.priority, old.parent) != (
+            pg.policy, pg.error, pg.priority, pg.parent):
         _reresolve(st, pg.key)  # the priority fields too: the gang's spec carries them
+        _adopt(st, pg.key, old.parent if old is not None else None, pg.parent)
 
 
 def _delete_upstream(st: CoreState, key: GangKey) -> None:
-    if st.store.upstream.pop(key, None) is not None:
+    old = st.store.upstream.pop(key, None)
+    if old is not None:
         _reresolve(st, key)
+        _adopt(st, key, old.parent, None)
+
+
+def _adopt(st: CoreState, key: GangKey, old: str | None, new: str | None) -> None:
+    """A PodGroup's parent composite changed (it came, went, or names another): the
+    composites' children follow, and the pods of every sibling are resolved again (their
+    group of groups lists the children)."""
+    ns = key.split("/", 1)[0]
+    for parent, add in ((old, False), (new, True)):
+        if parent is None or old == new:
+            continue
+        ckey = gang_key(ns, parent)
+        kids = st.store.children.setdefault(ckey, set())
+        if add:
+            kids.add(key)
+        else:
+            kids.discard(key)
+        for sibling in sorted(kids - {key}):
+            _reresolve(st, sibling)
+        if not kids:
+            del st.store.children[ckey]
+
+
+def _upsert_composite(st: CoreState, c: UpstreamComposite) -> None:
+    """A CompositePodGroup: its children's pods are resolved again when what it declares
+    changed (the condition written back comes as an event too)."""
+    old = st.store.composites.get(c.key)
+    st.store.composites[c.key] = c
+    if old != c:
+        for child in sorted(st.store.children.get(c.key, ())):
+            _reresolve(st, child)
+
+
+def _delete_composite(st: CoreState, key: GangKey) -> None:
+    if st.store.composites.pop(key, None) is not None:
+        for child in sorted(st.store.children.get(key, ())):
+            _reresolve(st, child)
 
 
 def _upsert_workload(st: CoreState, wl: UpstreamWorkload) -> None:
@@ -559,6 +604,9 @@ NUMA: Kind[NodeName, NumaZones] = Kind(
 UPSTREAM_PODGROUPS: Kind[GangKey, UpstreamPodGroup] = Kind(
     "podgroups.scheduling.k8s.io", lambda st: st.store.upstream, lambda pg: pg.key,
     _upsert_upstream, _delete_upstream)
+COMPOSITES: Kind[GangKey, UpstreamComposite] = Kind(
+    "compositepodgroups.scheduling.k8s.io", lambda st: st.store.composites, lambda c: c.key,
+    _upsert_composite, _delete_composite)
 WORKLOADS: Kind[GangKey, UpstreamWorkload] = Kind(
     "workloads.scheduling.k8s.io", lambda st: st.store.workloads, lambda w: w.key,
     _upsert_workload, _delete_workload)
@@ -627,6 +675,7 @@ PODS: Kind[PodKey, PodRecord] = Kind(
 _OWN_RULES: dict[str, Kind[Any, Any]] = {
     "upstream-podgroups": UPSTREAM_PODGROUPS,
     "upstream-workloads": WORKLOADS,
+    "upstream-composites": COMPOSITES,
     "volcano-queues": QUEUES,
 }
 """The entries of the objects one convention has its own rules for (``Watch.into``)."""

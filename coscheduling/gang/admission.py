@@ -21,6 +21,7 @@ from ..devices.budget import Budget as DeviceBudget
 from ..devices.demand import CLAIMS_FIELD, pod_demand
 from ..devices.room import record
 from ..placement.planner import Member, Plan, plan_gang
+from ..placement.subgroups import Part, plan_subgroups
 from ..podgroup import GangKey, GangSpec, InvalidGang, MatchPolicy
 from ..preemption.carry import blocked, preempting_reason, try_preempt, victims_hold
 from ..preemption.inflight import PreemptorId
@@ -44,13 +45,22 @@ from ..state.gang import Gang, GangPhase
 from ..topology.domains import GPU, Level, level_by_name
 from ..topology.eligibility import eligible
 from .gating import pinned_node
-from .membership import countable, departed, meets_quorum, pick
+from .membership import (
+    countable,
+    departed,
+    meets_quorum,
+    part_of,
+    pick,
+    subgroup_short,
+    whole_members,
+)
 from .queue_gate import queue_gate
 
 __all__ = [
     "TOPOLOGY_REQUIRED",
     "admit",
     "admit_by_preemption",
+    "admit_subgroup",
     "devices_ready",
     "extend",
     "fall_back",
@@ -58,6 +68,7 @@ __all__ = [
     "levels_for",
     "outranked",
     "pinned_pending",
+    "plan_members",
     "reconcile",
     "replan",
     "try_admit",
@@ -86,6 +97,8 @@ def reconcile(st: CoreState, g: Gang) -> None:
     if g.phase is GangPhase.RELEASED:
         if spec.match_policy is MatchPolicy.ONCE_SATISFIED:
             return  # Koordinator: once satisfied, later members are plain pods
+        if spec.subgroups:
+            drop_partial(st, g, spec, live)
         held = [p.key for p in live
                 if p.node_name is not None or p.key in g.binding or p.key in g.plan]
         if not meets_quorum(st, spec, held):
@@ -93,6 +106,11 @@ def reconcile(st: CoreState, g: Gang) -> None:
                                          departed(g, live)))
     elif g.phase is GangPhase.ADMITTED:
         complete_plan(st, g, spec, live, bound)
+        if spec.subgroups and g.phase is GangPhase.ADMITTED:
+            drop_partial(st, g, spec, live)
+            if not meets_quorum(st, spec, [*g.plan, *bound]):
+                fall_back(st, g, MembersLost(g.key, len(live), spec.min_member,
+                                             departed(g, live)))
     elif bound and meets_quorum(st, spec, bound):
         g.satisfied()
     elif meets_quorum(st, spec, countable(spec, live)) \
@@ -101,6 +119,90 @@ def reconcile(st: CoreState, g: Gang) -> None:
         # does not wait for the newest member (kube-scheduler may never send it to us).
         g.reason = None
         st.outbox.requeue.update(g.wake())
+
+
+def drop_partial(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord]) -> None:
+    """A group of groups never holds part of a subgroup: the slots of a subgroup whose
+    bound members and slots fell below its minimum (a member with a slot left) are given
+    back, bindings in flight aside. Its members are placed again, whole, when enough of
+    them exist (:func:`admit_subgroup`)."""
+    held: dict[GangKey | None, int] = {}
+    for p in live:
+        if p.node_name is not None or p.key in g.plan:
+            part = part_of(st, p.key)
+            held[part] = held.get(part, 0) + 1
+    mins = {s.key: s.min_member for s in spec.subgroups}
+    for k in [k for k in g.plan if k not in g.binding]:
+        part = part_of(st, k)
+        if part in mins and held.get(part, 0) < mins[part]:
+            g.drop_slot(k)
+
+
+def plan_members(st: CoreState, g: Gang, members: Sequence[Member], required: Level | None,
+                 fixed: Mapping[PodKey, NodeName]) -> Plan | NoFit:
+    """The planner's answer for ``members`` beside ``fixed``: a flat gang's by the planner
+    alone (its cost unchanged); a group of groups' subgroup by subgroup, each in its own
+    tightest domain (``placement.subgroups``), every member beside its subgroup's bound
+    and planned members. A group whose members have DRA claims is planned as one gang."""
+    spec, levels = g.spec, st.settings.levels
+    if spec is None or not spec.subgroups or any(m.pod.claims for m in members):
+        return plan_gang(members, st.capacity, levels, required=required, fixed=fixed)
+    beside = dict(fixed)
+    for p in st.live(g):
+        if p.node_name is not None:
+            beside.setdefault(p.key, p.node_name)
+    by_part: dict[GangKey | None, list[Member]] = {}
+    for m in members:
+        by_part.setdefault(part_of(st, m.key), []).append(m)
+    for k in beside:
+        if (part := part_of(st, k)) in by_part and (pod := st.store.pods.get(k)) is not None:
+            by_part[part].append(Member(pod))
+    parts = [Part(s, level_by_name(levels, s.topology) if s.topology else None,
+                  by_part[s.key]) for s in spec.subgroups if s.key in by_part]
+    reserved = st.ledger.reserved_on
+    result = plan_subgroups(
+        parts, st.capacity, levels, required=required, fixed=beside,
+        occupied=lambda n: bool(st.store.gpu_pods.get(n)) or any(
+            v > 0 for v in reserved(n).values()))
+    if isinstance(result, NoFit):
+        return result
+    keep = {m.key for m in members} | set(fixed)
+    return Plan({k: n for k, n in result.assignments.items() if k in keep}, result.level,
+                result.domain)
+
+
+def admit_subgroup(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName]
+                   ) -> FilterDecision | None:
+    """A group of groups already admitted or released: ``pod``'s subgroup, when its bound
+    members and slots are fewer than its minimum, is placed whole and alone (an elastic
+    subgroup beyond ``min_parts``, or one recreated), or turned away whole; None when the
+    subgroup is whole already (``pod`` is an extra, as in any gang)."""
+    spec = g.spec
+    part = part_of(st, pod.key)
+    sub = next((s for s in spec.subgroups if s.key == part), None) if spec else None
+    if spec is None or sub is None:
+        return None
+    mine = [p for p in st.live(g) if part_of(st, p.key) == part]
+    held = [p.key for p in mine if p.node_name is not None or p.key in g.plan]
+    if len(held) >= sub.min_member:
+        return None
+    pending = [p for p in mine if p.node_name is None and p.key not in g.plan]
+    if len(held) + len(pending) < sub.min_member:
+        return FilterDecision([], unresolvable=turn_away(st, pod.key, g, WaitingForMembers(
+            sub.key, len(held) + len(pending), sub.min_member)))
+    required, _ = levels_for(st, g)
+    members = [Member(pod, frozenset(candidates))]
+    members += [Member(p) for p in pending if p.key != pod.key]
+    result = plan_members(st, g, members, required, dict(g.plan))
+    if isinstance(result, NoFit):
+        return FilterDecision([], unresolvable=turn_away(
+            st, pod.key, g, DoesNotFit(sub.key, result, st.ledger.reserving_gangs(g.key))))
+    for m in members:
+        g.add_slot(m.key, result.assignments[m.key], m.pod.requests)
+    record(st.devices, result.devices)
+    st.outbox.requeue.update(k for k in g.wake() if k != pod.key)
+    st.outbox.lift.update(p.key for p in pending if p.gated)
+    return FilterDecision([result.assignments[pod.key]])
 
 
 def complete_plan(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord],
@@ -120,8 +222,8 @@ def complete_plan(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord],
     result: Plan | NoFit = NoFit(spec.min_member - len(have), {}, 0, 0)
     if chosen is not None:
         required, _ = levels_for(st, g)
-        result = plan_gang([Member(st.store.pods[k]) for k in chosen], st.capacity,
-                           st.settings.levels, required=required, fixed=dict(g.plan))
+        result = plan_members(st, g, [Member(st.store.pods[k]) for k in chosen], required,
+                              dict(g.plan))
     if isinstance(result, NoFit):
         fall_back(st, g, DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key)))
         return
@@ -163,6 +265,11 @@ def turn_away(st: CoreState, pod: PodKey, g: Gang, reason: GangReason) -> GangRe
 def levels_for(st: CoreState, g: Gang) -> tuple[Level | None, GangReason | None]:
     """The topology level the gang must fit in, or why its declaration is unusable."""
     levels = st.settings.levels
+    for s in g.spec.subgroups if g.spec is not None else ():
+        if s.topology is not None and level_by_name(levels, s.topology) is None:
+            names = ", ".join(lv_.name for lv_ in levels)
+            return None, InvalidDeclaration(InvalidGang(
+                s.key, "subgroup topology", s.topology, f"unknown level (known: {names})"))
     if g.spec is not None and g.spec.topology is not None:  # upstream, checked on resolve
         lv = level_by_name(levels, g.spec.topology)
         if lv is not None:
@@ -272,15 +379,23 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
     members += [Member(p) for p in live
                 if (pod is None or p.key != pod.key) and p.node_name is None
                 and p.key not in fixed]
-    levels = st.settings.levels
-    result = plan_gang(members, st.capacity, levels, required=required, fixed=fixed)
+    if spec.subgroups:
+        # A group of groups plans whole subgroups only: a member of one short of its
+        # minimum waits for it (planning it would bind part of a subgroup).
+        whole = set(whole_members(st, spec, have, [m.key for m in members]))
+        if pod is not None and pod.key not in whole:
+            part = subgroup_short(st, spec, pod.key, [*have, *(m.key for m in members)])
+            return WaitingForMembers(*part) if part is not None \
+                else WaitingForMembers(g.key, len(live), spec.min_member)
+        members = [m for m in members if m.key in whole]
+    result = plan_members(st, g, members, required, fixed)
     if isinstance(result, NoFit):
         # All of them do not fit: a quorum might (the asking pod always among them).
         chosen = pick(st, spec, have, [m.key for m in members])
         if chosen and (pod is None or chosen[0] == pod.key) and len(chosen) < len(members):
             keep = set(chosen)
-            result = plan_gang([m for m in members if m.key in keep], st.capacity, levels,
-                               required=required, fixed=fixed)
+            result = plan_members(st, g, [m for m in members if m.key in keep], required,
+                                  fixed)
     timeout = spec.timeout_seconds
     if short is not None and not isinstance(result, NoFit):
         return short  # the members fit, but the group asks for more than is free
@@ -334,7 +449,10 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
     pending = [p for p in live if p.node_name is None and not p.gated]
     have = [p.key for p in live if p.node_name is not None] \
         if spec.match_policy is not MatchPolicy.ONLY_WAITING else []
-    chosen = pick(st, spec, have, [p.key for p in pending]) or [p.key for p in pending]
+    todo = [p.key for p in pending]
+    if spec.subgroups:
+        todo = whole_members(st, spec, have, todo)
+    chosen = pick(st, spec, have, todo) or todo
     members = [st.store.pods[k] for k in chosen]
     nofit = plan_gang([Member(p) for p in members], st.capacity, st.settings.levels,
                       required=required)
@@ -510,9 +628,12 @@ def extend(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName
     """An admitted gang's plan is whole; this pod is an extra beyond minMember."""
     if g.spec is not None and (full := queue_gate(st, g, g.spec, (), pod.requests)) is not None:
         return FilterDecision([], unresolvable=full)  # its Volcano queue has no room for it
+    if g.spec is not None and g.spec.subgroups \
+            and (whole := admit_subgroup(st, g, pod, candidates)) is not None:
+        return whole  # a subgroup beyond the plan: placed whole, or waits whole
     required, _ = levels_for(st, g)
-    result = plan_gang([Member(pod, frozenset(candidates))], st.capacity,
-                       st.settings.levels, required=required, fixed=dict(g.plan))
+    result = plan_members(st, g, [Member(pod, frozenset(candidates))], required,
+                          dict(g.plan))
     if isinstance(result, NoFit):
         return FilterDecision([], unresolvable=ExtraMemberWaits(g.key, len(g.plan)))
     node = result.assignments[pod.key]
@@ -527,8 +648,8 @@ def replan(st: CoreState, g: Gang, pod: PodRecord, candidates: Sequence[NodeName
     lost = g.drop_slot(pod.key)
     assert lost is not None
     required, _ = levels_for(st, g)
-    result = plan_gang([Member(pod, frozenset(candidates))], st.capacity,
-                       st.settings.levels, required=required, fixed=dict(g.plan))
+    result = plan_members(st, g, [Member(pod, frozenset(candidates))], required,
+                          dict(g.plan))
     if isinstance(result, NoFit):
         reason = PlannedNodeLost(g.key, lost, result)
         if g.phase is GangPhase.ADMITTED:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..conventions.base import PodGroupRecord
-from ..conventions.upstream import UpstreamPodGroup, UpstreamWorkload
+from ..conventions.upstream import UpstreamComposite, UpstreamPodGroup, UpstreamWorkload
 from ..conventions.volcano_queues import QueueRecord
 from ..podgroup import Source
 from ..records import GangKey, NodeName, NodeRecord, PodKey, PodRecord, PriorityClass
@@ -55,6 +55,11 @@ class ClusterStore:
     """Volcano Queues by name; None while their CRD is not served (then nothing is gated)."""
     upstream: dict[GangKey, UpstreamPodGroup] = field(default_factory=dict)
     """Kubernetes' own PodGroups (scheduling.k8s.io, whichever version the server serves)."""
+    composites: dict[GangKey, UpstreamComposite] = field(default_factory=dict)
+    """Kubernetes 1.37 CompositePodGroups (scheduling.k8s.io/v1alpha3)."""
+    children: dict[GangKey, set[GangKey]] = field(default_factory=dict)
+    """The upstream PodGroups naming each composite as their parent (by the composite's
+    own key), kept with ``upstream``."""
     workloads: dict[GangKey, UpstreamWorkload] = field(default_factory=dict)
     """Kubernetes 1.35 Workloads (scheduling.k8s.io/v1alpha1), which 1.35 pods point at."""
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)

@@ -89,6 +89,13 @@ def bind(st: CoreState, key: PodKey, node: NodeName, now: float, uid: str = ""
         return Reject(DevicesNotReady(g.key, key, "kube-scheduler allocated "
                                       f"{', '.join('/'.join(d) for d in taken[:4])}, which "
                                       "another gang's plan holds"))
+    if planned is None and g.phase is GangPhase.RELEASED and spec.subgroups:
+        # A group's member no slot holds binds only beside its whole subgroup: the filter
+        # places the subgroup (or says why it waits) first, as it would have.
+        decision = filter_pod(st, pod, [node], now)
+        if decision.passed != [node]:
+            return Reject(decision.unresolvable or WrongNode(g.key, None, node))
+        planned = g.plan.get(key)
     if planned is None and g.phase is not GangPhase.RELEASED:
         # No plan holds this pod (e.g. Lockstep restarted after filter): admit it now.
         decision = filter_pod(st, pod, [node], now)

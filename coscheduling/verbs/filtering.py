@@ -15,7 +15,7 @@ from ..actions import FilterDecision
 from ..corestate import CoreState
 from ..devices.align import spared
 from ..events.ingest import learn_newer, upsert_pod
-from ..gang.admission import admit, devices_ready, extend, replan, turn_away
+from ..gang.admission import admit, admit_subgroup, devices_ready, extend, replan, turn_away
 from ..gang.membership import countable, meets_quorum, resolve_pod
 from ..gang.queue_gate import queue_gate
 from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
@@ -107,6 +107,8 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
             return FilterDecision([], unresolvable=full)  # as extend() answers an extra
         if (evicted := blocked(st, g)) is not None:
             return FilterDecision([], unresolvable=evicted)  # being evicted whole
+        if spec.subgroups and (whole := admit_subgroup(st, g, pod, candidates)) is not None:
+            return whole  # a group's subgroup beyond its quorum: placed whole, alone
         return filter_plain(st, pod, candidates)
     if g.phase is GangPhase.BACKING_OFF:
         assert g.backoff_until is not None

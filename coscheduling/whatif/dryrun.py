@@ -22,7 +22,8 @@ from ..conventions.kueue import quota_line
 from ..corestate import CoreState
 from ..gang.admission import free_outside_reservations, outranked
 from ..placement.planner import CapacityView, Member, Plan, plan_gang
-from ..podgroup import GangSpec, InvalidGang, MissingPodGroup
+from ..placement.subgroups import Part, plan_subgroups
+from ..podgroup import MAX_PARTS, GangSpec, InvalidGang, MissingPodGroup, Subgroup
 from ..preemption.carry import candidate_steps
 from ..preemption.units import (
     NoLowerPriority,
@@ -45,7 +46,7 @@ from ..reasons import (
 from ..records import GangKey
 from ..resources import fits, format_resources
 from ..state.gang import Gang
-from ..topology.domains import GPU, Level
+from ..topology.domains import GPU, Level, level_by_name
 from .answer import Earliest, Outcome, Placed, Proposal, Verdict, VictimSet
 from .capacity import SnapshotView, TakenView
 from .checks import gang_priority, gated_by_another, queue_full, required_level
@@ -152,10 +153,8 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
                        reason=PodGroupNotFound(spec.key, spec.api),
                        hints=(f"its PodGroup {spec.key} ({spec.api}), created with it",))
     assert isinstance(spec, GangSpec)
-    if spec.parts or spec.group:
-        return Outcome(unit.name, True, Verdict.WAITS, n, why=(
-            "a member of a gang group: the group is planned once all its gangs exist; "
-            "ask for the whole group in one manifest of plain members"))
+    if spec.part is not None:
+        return (yield from _group(st, unit, spec, view, now, reserving))
     pods = ordered(unit.pods)
     if n < spec.min_member:
         return Outcome(unit.name, True, Verdict.WAITS, n,
@@ -204,6 +203,68 @@ def _gang(st: CoreState, unit: Unit, view: TakenView, now: float,
                     spec.priority or 0, PreemptionPolicy.NEVER if never_ else
                     PreemptionPolicy.PREEMPT_LOWER_PRIORITY, required, spec.key, quota)
     return (yield from _no_fit(st, unit, plan_view, now, result, pre, short, reserving))
+
+
+def _group(st: CoreState, unit: Unit, spec: GangSpec, view: TakenView, now: float,
+           reserving: tuple[GangKey, ...]) -> Steps:
+    """A group of groups' answer, by the core's rules: its subgroups as its members declare
+    them (``gang.membership.refresh_spec``), the quorum ``min_parts`` whole subgroups of its
+    first stage, planned subgroup by subgroup (``placement.subgroups``); when they do not
+    fit, the victim search for the group as one unit, as the core's preemption runs it."""
+    n, levels = len(unit.pods), st.settings.levels
+    pods = ordered(unit.pods)
+    own: dict[GangKey, GangSpec] = {}
+    by_part: dict[GangKey, list[Member]] = {}
+    for p in pods:
+        ms = unit.specs[str(p.key)]
+        assert ms.part is not None
+        own.setdefault(ms.part, ms)
+        by_part.setdefault(ms.part, []).append(Member(p))
+    declared = dict(spec.part_stages)
+    group = spec.group or tuple(sorted(own))[:MAX_PARTS]
+    subs = [Subgroup(k, o.min_member, o.part_topology, o.part_exclusive, o.stage)
+            if (o := own.get(k)) is not None else Subgroup(k, 1, stage=declared.get(k, 0))
+            for k in group]
+    stage = min(s.stage for s in subs)
+    now_subs = [s for s in subs if s.stage == stage]
+    need = len(now_subs) if spec.min_parts is None else spec.min_parts
+    whole = [s for s in subs if len(by_part.get(s.key, ())) >= s.min_member
+             and s.stage >= stage]
+    if sum(1 for s in whole if s.stage == stage) < need:
+        short = next((s for s in now_subs if len(by_part.get(s.key, ())) < s.min_member),
+                     None)
+        key = short.key if short is not None else spec.key
+        have = len(by_part.get(key, ())) if short is not None else len(whole)
+        return Outcome(unit.name, True, Verdict.WAITS, n,
+                       reason=WaitingForMembers(key, have, short.min_member if short
+                                                else need),
+                       hints=(f"{need} whole subgroup(s) of its first stage",))
+    required = required_level(st, spec, pods)
+    if isinstance(required, InvalidDeclaration):
+        return Outcome(unit.name, True, Verdict.NEVER, n, reason=required)
+    parts = []
+    for s in whole:
+        lv = level_by_name(levels, s.topology) if s.topology else None
+        if s.topology and lv is None:
+            return Outcome(unit.name, True, Verdict.NEVER, n, reason=InvalidDeclaration(
+                InvalidGang(s.key, "subgroup topology", s.topology, "unknown level")))
+        parts.append(Part(s, lv, by_part[s.key]))
+    result = plan_subgroups(parts, view, levels, required=required)
+    if isinstance(result, NoFit) and len(parts) > need:
+        first = [p for p in parts if p.subgroup.stage == stage][:need]
+        got = plan_subgroups(first, view, levels, required=required)
+        result = got if isinstance(got, Plan) else result
+    yield None
+    if isinstance(result, Plan):
+        return replace(_fits(st, unit, result, pin=False), why=(
+            f"a group of {len(group)} subgroup(s), {need} admitted together, each whole in "
+            "its own tightest domain; the rest, each whole, as room allows"))
+    chosen = [m for p in parts if p.subgroup.stage == stage for m in p.members]
+    pre = Preemptor(str(spec.key), tuple(chosen), gang_priority(st, spec, pods),
+                    PreemptionPolicy.NEVER if spec.preempt_never
+                    else PreemptionPolicy.PREEMPT_LOWER_PRIORITY, required, spec.key,
+                    quota_line(pods[0].namespace, pods[0].labels))
+    return (yield from _no_fit(st, unit, view, now, result, pre, None, reserving))
 
 
 def _plan(members: list[Member], view: CapacityView, levels: Sequence[Level],

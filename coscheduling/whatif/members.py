@@ -35,6 +35,8 @@ class Unit:
     pods: list[PodRecord] = field(default_factory=list)
     named: dict[str, bool] = field(default_factory=dict)
     """Per pod key: its name is known at creation (the webhook may pin it)."""
+    specs: dict[str, GangSpec] = field(default_factory=dict)
+    """Per pod key of a group of groups' member: its own spec (its subgroup, ``part``)."""
 
     @property
     def gang(self) -> GangKey | None:
@@ -86,7 +88,8 @@ def _resolve(st: CoreState, pod: PodRecord, groups: Mapping[Source, Mapping[str,
     if pod.scheduling_group is None and pod.workload_ref is None:
         return m
     return combine(m, resolve_upstream(pod, store.upstream, store.workloads,
-                                       settings.defaults, settings.levels))
+                                       settings.defaults, settings.levels,
+                                       store.composites, store.children))
 
 
 def units_of(st: CoreState, found: Expanded) -> list[Unit]:
@@ -109,11 +112,14 @@ def units_of(st: CoreState, found: Expanded) -> list[Unit]:
         if unit is None:
             unit = units[name] = Unit(name, ms)
         elif isinstance(unit.membership, GangSpec) and isinstance(ms, GangSpec) \
+                and ms.part == unit.membership.part \
                 and ms.min_member != unit.membership.min_member:
             raise WhatIfError(f"{m.source}", f"members of gang {gang} disagree on minMember "
                               f"({unit.membership.min_member} and {ms.min_member})")
         unit.pods.append(pod)
         unit.named[str(pod.key)] = m.named
+        if isinstance(ms, GangSpec) and ms.part is not None:
+            unit.specs[str(pod.key)] = ms
     return list(units.values())
 
 

@@ -71,6 +71,8 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("leaderworkerset.x-k8s.io", "leaderworkersets", "watch"),
         ("scheduling.k8s.io", "podgroups", "list"), ("scheduling.k8s.io", "podgroups", "watch"),
         ("scheduling.k8s.io", "workloads", "list"), ("scheduling.k8s.io", "workloads", "watch"),
+        ("scheduling.k8s.io", "compositepodgroups", "list"),
+        ("scheduling.k8s.io", "compositepodgroups", "watch"),
         ("scheduling.k8s.io", "podgroups/status", "patch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),

@@ -355,3 +355,32 @@ def test_a_big_unit_planned_off_the_loop_on_a_snapshot_gets_the_same_answer(
             got = run.advance()
     assert offloaded >= 1 and got == live
     assert observed(core) == before
+
+
+def koord(name: str, gang: str, size: int) -> dict[str, Any]:
+    """A member of a Koordinator gang group of the gangs ``k1`` and ``k2`` (issue 44)."""
+    obj = (pod(name).annotate("gang.scheduling.koordinator.sh/name", gang)
+           .annotate("gang.scheduling.koordinator.sh/min-available", str(size))
+           .annotate("gang.scheduling.koordinator.sh/groups",
+                     '["default/k1", "default/k2"]').gpu(1).build())
+    obj["metadata"].pop("uid", None)
+    obj.pop("status", None)
+    return obj
+
+
+def test_a_group_of_groups_is_answered_subgroup_by_subgroup() -> None:
+    """It was refused ("planned once all its gangs exist"): the group is one unit, each
+    gang whole in its own tightest domain, and it waits while a gang is short."""
+    core = cluster(2, 2, 2, racks=3)
+    whole = [koord(f"a{i}", "k1", 2) for i in range(2)] + [koord(f"b{i}", "k2", 2)
+                                                            for i in range(2)]
+    answer = core.what_if(whole, 0.0).run()
+    (out,) = answer.outcomes
+    assert answer.verdict is Verdict.FITS and len(out.placed) == 4
+    racks = {}
+    for p in out.placed:
+        racks.setdefault(p.pod.split("/")[1][0], set()).add(dict(p.domains)["rack"])
+    assert all(len(r) == 1 for r in racks.values())  # each gang in one rack (a 2-GPU node)
+    short = core.what_if(whole[:3], 0.0).run()
+    assert short.verdict is Verdict.WAITS
+    assert short.outcomes[0].reason == WaitingForMembers(gang_key("default", "k2"), 1, 2)
