@@ -128,6 +128,9 @@ class JobSetRecord(PodGroupRecord):
     member's spec."""
     total: int = 0
     """Pods of all child Jobs together."""
+    stages: tuple[tuple[GangKey, int], ...] = ()
+    """Each child Job of a later stage, with its stage: the group declares them before any
+    of their pods exist (they come only once the earlier stage finished)."""
 
     @property
     def staged(self) -> bool:
@@ -158,7 +161,10 @@ def jobset_from_json(obj: Mapping[str, Any]) -> JobSetRecord:
     children = tuple(sorted(child_job(key, name, j.name, i)
                             for j in parsed if j.pods for i in range(j.replicas)))
     total = sum(j.replicas * j.pods for j in parsed)
-    return JobSetRecord(key, None, None, {}, jobs=parsed, children=children, total=total)
+    stages = tuple(sorted((child_job(key, name, j.name, i), j.stage)
+                          for j in parsed if j.pods and j.stage for i in range(j.replicas)))
+    return JobSetRecord(key, None, None, {}, jobs=parsed, children=children, total=total,
+                        stages=stages)
 
 
 def _jobs(key: GangKey, raw: object) -> tuple[ReplicatedJob, ...] | InvalidGang:
@@ -307,7 +313,7 @@ def _refine(spec: GangSpec, pod: PodRecord, sources: frozenset[Source], objects:
         return replace(where, key=spec.key)
     part, job = where
     return replace(spec, part=part, group=js.children, min_member=job.pods, stage=job.stage,
-                   min_parts=None, part_topology=exclusive,
+                   part_stages=js.stages, min_parts=None, part_topology=exclusive,
                    part_exclusive=exclusive is not None)
 
 

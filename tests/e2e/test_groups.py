@@ -417,12 +417,15 @@ def composite_objects(c: Cluster, name: str, parts: int, min_parts: int, size: i
     pods = []
     for i in range(parts):
         group = f"{name}-{i}"
+        spec: dict[str, Any] = {
+            "parentCompositePodGroupName": name,
+            "workloadRef": {"workloadName": name, "templateName": "part"},
+            "schedulingPolicy": {"gang": {"minCount": size}}}
+        if priority is not None:  # a PodGroup's priority is its own, not its pods'
+            spec["priorityClassName"] = priority[0]
         c.kube.create(f"{api}/podgroups", {
             "apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "PodGroup",
-            "metadata": {"name": group},
-            "spec": {"parentCompositePodGroupName": name,
-                     "workloadRef": {"workloadName": name, "templateName": "part"},
-                     "schedulingPolicy": {"gang": {"minCount": size}}}})
+            "metadata": {"name": group}, "spec": spec})
         for j in range(size):
             b = pod(f"{group}-{j}", c.ns).gpu(1)
             if priority is not None:
@@ -533,7 +536,7 @@ def test_a_group_of_groups_is_preempted_whole(cluster: ClusterFactory) -> None:
     c.kube.create(f"{api}/podgroups", {
         "apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "PodGroup",
         "metadata": {"name": "urgent"},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}})
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}, "priorityClassName": HIGH[0]}})
     urgent = []
     for j in range(4):
         obj = pod(f"urgent-{j}", c.ns).gpu(1).priority(HIGH[1], HIGH[0]).build()

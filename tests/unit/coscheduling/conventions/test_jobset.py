@@ -233,6 +233,9 @@ def test_trainer_initializers_then_nodes_are_read_as_stages() -> None:
         (gang_key("default", "tj-dataset-initializer-0"), 0, 1),
         (gang_key("default", "tj-model-initializer-0"), 0, 1),
         (gang_key("default", "tj-node-0"), 1, 4)]
+    # The nodes' child Job is declared in its stage before any node exists: the core must
+    # not wait for it beside the initializers (it would wait forever).
+    assert init.part_stages == node.part_stages == ((gang_key("default", "tj-node-0"), 1),)
 
 
 def test_trainer_volcano_policy_is_read_by_stages_too() -> None:
