@@ -303,18 +303,22 @@ def _refine(spec: GangSpec, pod: PodRecord, sources: frozenset[Source], objects:
     if js is None or js.error is not None:
         return spec
     exclusive = pod.annotations.get(EXCLUSIVE)
-    if JOBSET not in sources and (spec.min_member != js.total
-                                  or not (js.staged or exclusive)):
+    if JOBSET not in sources and (spec.min_member != js.total or not js.staged
+                                  or exclusive is not None):
         return spec
-    if exclusive is not None and (problem := topology_key_problem(exclusive)):
-        return InvalidGang(spec.key, EXCLUSIVE, shown(exclusive), problem)
+    if exclusive is not None:
+        # JobSet's pod webhook admits a child Job's followers only once its leader pod is
+        # scheduled: the Job is never whole before it is admitted.
+        return InvalidGang(spec.key, EXCLUSIVE, shown(exclusive),
+                           f"cannot be read with {OPT_IN}: {JOBSET.value}: JobSet creates a "
+                           "child Job's followers only once its leader is scheduled, so "
+                           "the Job is never whole before it is admitted")
     where = _child_of(pod, js)
     if isinstance(where, InvalidGang):
         return replace(where, key=spec.key)
     part, job = where
     return replace(spec, part=part, group=js.children, min_member=job.pods, stage=job.stage,
-                   part_stages=js.stages, min_parts=None, part_topology=exclusive,
-                   part_exclusive=exclusive is not None)
+                   part_stages=js.stages, min_parts=None)
 
 
 def _child_of(pod: PodRecord, js: JobSetRecord

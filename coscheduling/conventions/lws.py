@@ -15,14 +15,10 @@ pod, ``subgroup-policy-type`` onto the leader only.
   room allows, each whole. ``group`` lists every group the LeaderWorkerSet object's
   ``spec.replicas`` says (watched while its CRD is served; before it is seen, or past
   :data:`MAX_GROUPS`, it is empty: the set's subgroups are those its members name).
-  ``exclusive-topology`` (a node
-  label key) gives each group a domain of it to itself (``part_topology``,
-  ``part_exclusive``), as LWS's own affinities ask.
 * **With** ``subgroup-size`` the gang is the group (``namespace/<lws>-<group-index>``) and
   its subgroups are LWS's (``part``: ``<group>-sg<index>``, the index as LWS computes it
-  from the worker index), every one of them required; ``exclusive-topology`` is then the
-  group's required level (``topology``) and ``subgroup-exclusive-topology`` each subgroup's
-  own, exclusive. The leader counts with subgroup 0 (where ``LeaderWorker``, LWS's default,
+  from the worker index), every one of them required; ``subgroup-exclusive-topology`` is
+  each subgroup's own required level, exclusive. The leader counts with subgroup 0 (where ``LeaderWorker``, LWS's default,
   puts it; a ``LeaderExcluded`` leader is counted and placed with it too, since the workers
   cannot tell the policy apart).
 
@@ -31,7 +27,13 @@ Volcano's ``scheduling.k8s.io/group-name``; a user may write Lockstep's own keys
 that one alone, and ``lockstep.dev/gang-of: none`` on the set's template reads none. A set
 whose object says ``startupPolicy: LeaderReady`` creates the workers only once the leader
 runs, so its groups never exist whole before one is admitted: each of its pods is a gang of
-one (LWS's own Volcano provider gives such a group a ``minMember`` of 1).
+one (LWS's own Volcano provider gives such a group a ``minMember`` of 1). A set with
+``exclusive-topology`` is read as no gang at all: LWS creates its workers only once the
+leader has a node (``pkg/controllers/pod_controller.go``) and pins them to the leader's
+domain, and its webhook gives every pod anti-affinity to the other groups, which Lockstep's
+planner does not read; its pods are plain pods, placed by kube-scheduler and LWS's own
+affinities. Reserving a group's room in one domain when its leader binds, before its
+workers exist, is not built yet.
 """
 
 from __future__ import annotations
@@ -148,8 +150,8 @@ class _SetName(Key):
 
     def value(self, pod: PodRecord) -> str | None:
         name = pod.labels.get(self.name)
-        if not name or SIZE not in pod.annotations or _explicit(pod) \
-                or pod.annotations.get(OPT_IN, "").strip() == OPT_OUT_VALUE:
+        if not name or SIZE not in pod.annotations or EXCLUSIVE in pod.annotations \
+                or _explicit(pod) or pod.annotations.get(OPT_IN, "").strip() == OPT_OUT_VALUE:
             return None
         return name
 
@@ -185,9 +187,6 @@ def _refine(spec: GangSpec, pod: PodRecord, sources: frozenset[Source], objects:
         return worker
     if worker >= size:
         return InvalidGang(key, WORKER_INDEX, str(worker), f"not below the size {size}")
-    exclusive = _exclusive(pod, EXCLUSIVE, key)
-    if isinstance(exclusive, InvalidGang):
-        return exclusive
     ns, name = key.split("/", 1)
     part = gang_key(ns, f"{name}-{group}")
     rec = objects.get(LWS, {}).get(key)
@@ -198,8 +197,7 @@ def _refine(spec: GangSpec, pod: PodRecord, sources: frozenset[Source], objects:
     raw_sub = pod.annotations.get(SUBGROUP_SIZE)
     if raw_sub is None:
         groups = rec.groups if isinstance(rec, LwsRecord) and part in rec.groups else ()
-        return replace(spec, part=part, group=groups, min_parts=1, part_topology=exclusive,
-                       part_exclusive=exclusive is not None)
+        return replace(spec, part=part, group=groups, min_parts=1)
     sub = int_field(raw_sub, SUBGROUP_SIZE, key, limit=size, limit_name=f"{SIZE} {size}")
     if isinstance(sub, InvalidGang):
         return sub
@@ -216,7 +214,7 @@ def _refine(spec: GangSpec, pod: PodRecord, sources: frozenset[Source], objects:
     parts = _subgroups(ns, f"{name}-{group}", count)
     own = min(sub + 1, size) if extra and index == 0 else sub
     return replace(spec, key=part, part=gang_key(ns, f"{name}-{group}-sg{index}"),
-                   group=parts, min_member=own, min_parts=None, topology=exclusive,
+                   group=parts, min_member=own, min_parts=None,
                    part_topology=sub_exclusive, part_exclusive=sub_exclusive is not None)
 
 

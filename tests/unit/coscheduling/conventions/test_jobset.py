@@ -133,10 +133,8 @@ def test_an_opted_in_pod_waits_for_its_jobset_object() -> None:
     ({}, {JS + "job-index": "2"}, JS + "job-index", "below workers's 2 replicas"),
     ({}, {JS + "job-index": "9" * 40}, JS + "job-index", "below"),
     ({}, {JS + "replicatedjob-name": "ghost"}, JS + "replicatedjob-name", "no replicatedJob"),
-    ({"alpha.jobset.sigs.k8s.io/exclusive-topology": "not a key!"}, {},
-     "alpha.jobset.sigs.k8s.io/exclusive-topology", "not a node label key"),
     ({"alpha.jobset.sigs.k8s.io/exclusive-topology": "a" * 400}, {},
-     "alpha.jobset.sigs.k8s.io/exclusive-topology", "above the limit of 317"),
+     "alpha.jobset.sigs.k8s.io/exclusive-topology", "never whole before it is admitted"),
 ])
 def test_a_bad_value_names_its_field(annotations: dict[str, str], labels: dict[str, str],
                                      field: str, problem: str) -> None:
@@ -153,12 +151,15 @@ def test_a_pod_no_jobset_made_cannot_opt_in() -> None:
     assert "no JobSet's" in m.problem
 
 
-def test_exclusive_topology_makes_each_child_job_an_exclusive_subgroup() -> None:
+def test_exclusive_topology_is_refused_with_the_opt_in() -> None:
+    """JobSet's pod webhook admits a child Job's followers only once its leader pod is
+    scheduled (the bed showed it): read as a gang, such a JobSet would wait forever."""
     zone = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone"}
     m = resolved(js_pod("train", "workers", 0, 0, replicas=2, annotations={**OPT_IN, **zone}),
                  objects(DRIVER_WORKERS))
-    assert isinstance(m, GangSpec)
-    assert (m.part_topology, m.part_exclusive) == ("topology.kubernetes.io/zone", True)
+    assert isinstance(m, InvalidGang)
+    assert m.field == "alpha.jobset.sigs.k8s.io/exclusive-topology"
+    assert "leader is scheduled" in m.problem and "lockstep.dev/gang-of: jobset" in m.problem
 
 
 @pytest.mark.parametrize(("jobs", "field", "problem"), [

@@ -53,10 +53,13 @@ def test_each_group_is_a_whole_subgroup_of_an_elastic_set() -> None:
         assert (m.part_topology, m.part_exclusive) == (None, False)
 
 
-def test_exclusive_topology_gives_each_group_a_domain_to_itself() -> None:
-    m = resolved(lws_pod("llm", 0, 1, 4, exclusive_topology="lockstep.dev/rack"))
-    assert isinstance(m, GangSpec)
-    assert (m.part_topology, m.part_exclusive) == ("lockstep.dev/rack", True)
+@pytest.mark.parametrize("worker", [0, 1])
+def test_exclusive_topology_reads_no_gang(worker: int) -> None:
+    """With ``exclusive-topology`` LWS creates a group's workers only once its leader has a
+    node: a group read whole would wait forever for them (the leader alone is 1/4, as the
+    bed showed), and pods alone would be planned against LWS's anti-affinity."""
+    assert resolved(lws_pod("llm", 2, worker, 4, exclusive_topology="lockstep.dev/rack")) \
+        is None
 
 
 @pytest.mark.parametrize(("size", "sub", "worker", "index", "own", "count"), [
@@ -68,13 +71,12 @@ def test_exclusive_topology_gives_each_group_a_domain_to_itself() -> None:
 def test_lws_subgroups_are_subgroups_of_the_group(size: int, sub: int, worker: int,
                                                   index: int, own: int, count: int) -> None:
     m = resolved(lws_pod("tpu", 1, worker, size, subgroup_size=str(sub),
-                         exclusive_topology="lockstep.dev/block",
                          subgroup_exclusive_topology="cloud.google.com/gke-nodepool"))
     assert isinstance(m, GangSpec), m
     assert m.key == gang_key("default", "tpu-1")
     assert m.part == gang_key("default", f"tpu-1-sg{index}")
     assert m.group == tuple(sorted(gang_key("default", f"tpu-1-sg{i}") for i in range(count)))
-    assert (m.min_member, m.min_parts, m.topology) == (own, None, "lockstep.dev/block")
+    assert (m.min_member, m.min_parts, m.topology) == (own, None, None)
     assert (m.part_topology, m.part_exclusive) == ("cloud.google.com/gke-nodepool", True)
 
 
@@ -87,8 +89,8 @@ def test_lws_subgroups_are_subgroups_of_the_group(size: int, sub: int, worker: i
     ({"annotations": {L + "subgroup-size": "5"}}, L + "subgroup-size", "above the limit of 4"),
     ({"annotations": {L + "size": "6", L + "subgroup-size": "4"}}, L + "subgroup-size",
      "divides neither"),
-    ({"annotations": {L + "exclusive-topology": "bad key!"}}, L + "exclusive-topology",
-     "not a node label key"),
+    ({"annotations": {L + "subgroup-size": "2", L + "subgroup-exclusive-topology": "bad key!"}},
+     L + "subgroup-exclusive-topology", "not a node label key"),
 ])
 def test_a_bad_value_names_its_field(change: dict[str, dict[str, str]], field: str,
                                      problem: str) -> None:
