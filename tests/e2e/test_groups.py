@@ -348,6 +348,50 @@ def test_lws_groups_each_in_a_rack_and_a_restarted_group_recreated_whole(
     c.recorder.assert_gang_invariants(c.ns)
 
 
+
+def test_lws_set_is_elastic_over_whole_groups(cluster: ClusterFactory) -> None:
+    """An LWS without exclusive placement: Lockstep reads each group (leader + 3 workers) as
+    a whole subgroup of the set. One GPU of the 12 is taken: two groups bind whole, each
+    packed into one rack, and the third binds nothing and holds no GPU (3 are free, it
+    needs 4) until the blocker goes; then it binds whole."""
+    c = cluster("racks-3x2")
+    start_lws(c.bed)
+    c.recorder.gang_of = lws_group
+    for i in range(3):
+        c.recorder.min_member_of[f"{c.ns}/serve-{i}"] = 4
+    c.create(pod("blocker", c.ns).gpu(1).build())
+    c.wait_bound(["blocker"], 30)
+    c.kube.create(LWS.format(ns=c.ns), leader_worker_set("serve", replicas=3, size=4, gpus=1))
+
+    def groups() -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for p in lws_pods(c.kube, c.ns, "serve"):
+            if not p["metadata"].get("deletionTimestamp"):
+                out.setdefault(lws_group(p) or "", []).append(p)
+        return out
+
+    def whole() -> list[str]:
+        return sorted(g for g, ps in groups().items()
+                      if len(ps) == 4 and len(bound_of(c, ps)) == 4)
+    wait_or_explain(c, "two groups bound whole", lambda: len(whole()) == 2, 90,
+                    lambda: lws_pods(c.kube, c.ns, "serve"))
+    c.kube.wait("every group's pods created", lambda: sum(
+        len(ps) for ps in groups().values()) == 12, 60)
+    settle(3)
+    done = whole()
+    assert len(done) == 2, done
+    (waiting,) = [g for g in groups() if g not in done]
+    assert bound_of(c, groups()[waiting]) == {}
+    assert gpus_held(c, groups()[waiting]) == 0
+    racks = racks_of(c, [p for g in done for p in groups()[g]])
+    assert all(len(r) == 1 for r in racks.values()), racks  # each group in one rack
+    c.recorder.assert_gang_invariants(c.ns)
+
+    c.delete("blocker")
+    wait_or_explain(c, f"{waiting} bound whole", lambda: len(whole()) == 3, 90,
+                    lambda: groups()[waiting])
+    c.recorder.assert_gang_invariants(c.ns)
+
 # ------------------------------------------------------- upstream CompositePodGroup (1.37)
 
 
