@@ -18,9 +18,9 @@ pod, ``subgroup-policy-type`` onto the leader only.
 * **With** ``subgroup-size`` the gang is the group (``namespace/<lws>-<group-index>``) and
   its subgroups are LWS's (``part``: ``<group>-sg<index>``, the index as LWS computes it
   from the worker index), every one of them required; ``subgroup-exclusive-topology`` is
-  each subgroup's own required level, exclusive. The leader counts with subgroup 0 (where ``LeaderWorker``, LWS's default,
-  puts it; a ``LeaderExcluded`` leader is counted and placed with it too, since the workers
-  cannot tell the policy apart).
+  each subgroup's own required level, exclusive. The leader counts with subgroup 0 (where
+  ``LeaderWorker``, LWS's default, puts it; a ``LeaderExcluded`` leader is counted and
+  placed with it too, since the workers cannot tell the policy apart).
 
 A pod that declares its gang by another convention (LWS's Volcano provider writes
 Volcano's ``scheduling.k8s.io/group-name``; a user may write Lockstep's own keys) is read by

@@ -39,8 +39,7 @@ def rjob(name: str, replicas: int = 1, parallelism: int = 1, **extra: Any) -> di
 
 def test_an_opted_in_jobset_expands_into_its_child_jobs_pods() -> None:
     obj = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-           "metadata": {"name": "train", "namespace": "ml", "annotations": {
-               "alpha.jobset.sigs.k8s.io/exclusive-topology": "lockstep.dev/rack"}},
+           "metadata": {"name": "train", "namespace": "ml"},
            "spec": {"replicatedJobs": [rjob("driver"), rjob("workers", 2, 2)]}}
     found = expand([obj], 1000, ["lockstep"])
     assert [m.obj["metadata"]["name"] for m in found.pods] == [
@@ -51,7 +50,7 @@ def test_an_opted_in_jobset_expands_into_its_child_jobs_pods() -> None:
     got = specs(found)
     assert {s.key for s in got.values()} == {gang_key("ml", "train")}
     assert got["train-workers-1-0"].part == gang_key("ml", "train-workers-1")
-    assert got["train-workers-1-0"].part_topology == "lockstep.dev/rack"
+    assert got["train-workers-1-0"].min_member == 2
 
 
 def test_a_leaderworkerset_expands_into_its_groups() -> None:
