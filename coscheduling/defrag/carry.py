@@ -130,7 +130,7 @@ def _carry(st: CoreState, g: Gang, members: Sequence[PodRecord], found: Moves,
                       Cost.of(units), units=units)
     started = st.preemption.inflight.start(
         preemptor=PreemptorId.of_gang(g.key), gang=g.key, priority=priority,
-        victims=victims, requests={p.key: p.requests for p in members}, now=now)
+        victims=victims, requests={p.key: p.requests for p in members}, now=now, moves=True)
     if not isinstance(started, InFlight):
         return None
     until = started.deadline + BIND_WITHIN
