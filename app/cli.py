@@ -39,6 +39,24 @@ def _int_env(name: str) -> int | None:
     return int(value) if value else None
 
 
+def _seconds_0_3600(value: str) -> float:
+    """``--defrag-after``: seconds in 0..3600, bounded before any use."""
+    try:
+        got = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 0 <= got <= 3600:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..3600 seconds")
+    return got
+
+
+def _count_0_1000(value: str) -> int:
+    """``--defrag-rate``: a whole number in 0..1000, bounded before any use."""
+    if not value.isascii() or not value.isdigit() or len(value) > 4 or int(value) > 1000:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number in 0..1000")
+    return int(value)
+
+
 def _flag(value: str) -> bool:
     """A boolean flag's value: --ui=false, LOCKSTEP_UI=0."""
     v = str(value).strip().lower()
@@ -123,6 +141,14 @@ def _serve_parser(sub: Any) -> None:
     add("--preemption", type=_flag, default=_env("preemption", "true"),
         help="a gang that does not fit evicts whole gangs and plain pods of strictly lower "
              "priority (default true; --preemption=false: priority only orders waiting gangs)")
+    add("--defrag", type=_flag, default=_env("defrag", "true"),
+        help="a gang that fits the free capacity overall but on no node it needs has the "
+             "fewest movable pods moved off one node, each with room reserved elsewhere "
+             "(default true; --defrag=false: it waits for room to come free)")
+    add("--defrag-after", type=_seconds_0_3600, default=_env("defrag-after", "30"),
+        help="seconds a gang waits before any pod moves for it (default 30)")
+    add("--defrag-rate", type=_count_0_1000, default=_env("defrag-rate", "10"),
+        help="pods moved per minute in the whole cluster, at most (default 10; 0: none)")
     add("--ui", type=_flag, default=_env("ui", "true"),
         help="serve the read-only web page at /ui on --port (default true; --ui=false)")
     add("--token", default=_env("token", None),
@@ -196,6 +222,9 @@ def _serve(args: argparse.Namespace) -> int:
                               max_gang_size=args.max_gang_size),
         backoff_seconds=args.backoff,
         preemption=args.preemption,
+        defrag=args.defrag,
+        defrag_after=args.defrag_after,
+        defrag_rate=args.defrag_rate,
     )
     if args.topology_levels:
         from .kube.levels import LevelsError, parse_levels

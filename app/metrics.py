@@ -129,6 +129,13 @@ class Metrics:
             "already; failed: the API refused).",
             ["outcome"], registry=self.registry,
         )
+        self.defrag_moves = Counter(
+            "lockstep_defrag_moves_total",
+            "Pods moved to make room for a waiting gang (defragmentation), by outcome "
+            "(evicted; gone: deleted or replaced already; refused: the Eviction API said no, "
+            "a PodDisruptionBudget for one; failed).",
+            ["outcome"], registry=self.registry,
+        )
         self.claims_deallocated = Counter(
             "lockstep_claims_deallocated_total",
             "DRA claims whose unused allocation Lockstep cleared, by outcome (cleared; left: "

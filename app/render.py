@@ -179,6 +179,10 @@ def render_notice(notice: Notice) -> str:
         case NoticeKind.PREEMPTED:
             return f"Preempted {notice.detail}" + (f": gang {gang} is evicted whole"
                                                      if notice.gang else "")
+        case NoticeKind.MOVING:
+            return f"gang {gang}: {notice.detail}"
+        case NoticeKind.MOVED:
+            return f"Moved {notice.detail}"
         case NoticeKind.TIMEOUT_CAPPED:
             return f"gang {gang}: timeout {notice.detail} (kube-scheduler httpTimeout bound)"
     return render(notice.reason) if notice.reason is not None else f"gang {gang}"

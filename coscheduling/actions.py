@@ -49,6 +49,8 @@ class NoticeKind(Enum):
     PARTIALLY_BOUND = "GangPartiallyBound"
     PREEMPTING = "GangPreempting"
     PREEMPTED = "Preempted"
+    MOVING = "GangMovingPods"
+    MOVED = "MovedForGang"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,9 @@ class Eviction:
     """The preemptor's priority."""
     gang: GangKey | None
     """The victim's gang (evicted whole), None for a plain pod."""
+    move: bool = False
+    """Moved to make room (``coscheduling.defrag``), not preempted: evicted through the
+    Eviction API, so the API server refuses it when a PodDisruptionBudget would break."""
 
 
 @dataclass(frozen=True, slots=True)

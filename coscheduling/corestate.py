@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from .actions import NoticeKind, Unparked
 from .creation.state import CreationState
+from .defrag.state import DefragState
 from .devices.inventory import DeviceInventory
 from .placement.capacity import Capacity
 from .podgroup import GangDefaults, GangKey, GangSpec, InvalidGang, Membership, MissingPodGroup
@@ -51,6 +52,12 @@ class Settings:
     levels: tuple[Level, ...] = DEFAULT_LEVELS
     preemption: bool = True
     """Gangs that do not fit evict whole lower-priority gangs and pods (``--preemption``)."""
+    defrag: bool = True
+    """A gang that fits overall but not where it needs has pods moved (``--defrag``)."""
+    defrag_after: float = 30.0
+    """Seconds such a gang waits before anything moves for it (``--defrag-after``)."""
+    defrag_rate: int = 10
+    """Pods moved per minute in the whole cluster, at most (``--defrag-rate``)."""
 
 
 class CoreState:
@@ -63,6 +70,8 @@ class CoreState:
         self.ledger = Ledger(on_change=self.store.touch)
         self.preemption = PreemptionState(Nominations(on_change=self.store.touch))
         """The preemption wing's: preemptions in flight, nominations, budgets, who tried."""
+        self.defrag = DefragState()
+        """The defragmentation wing's: gangs waiting to move pods, moves, reserved room."""
         self.creation = CreationState()
         """The creation wing's: held reviews, slow gangs, answers, pinned members, gated
         gangs."""

@@ -29,6 +29,7 @@ __all__ = [
     "GangKey",
     "NodeName",
     "NodeRecord",
+    "Owner",
     "PodClaim",
     "PodKey",
     "PodRecord",
@@ -147,6 +148,15 @@ class NodeRecord:
         return tuple(t for t in self.taints if t.get("effect") in ("NoSchedule", "NoExecute"))
 
 
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A pod's controller: the object that recreates it when it is evicted."""
+
+    kind: str
+    name: str
+    uid: str
+
+
 @dataclass(slots=True)
 class PodRecord:
     namespace: str
@@ -192,6 +202,9 @@ class PodRecord:
     rank: Rank | None = None
     """Its index in its workload (``coscheduling.ranks``): adjacent ranks are placed side by
     side (``placement.rankorder``). None: no index, or one out of bounds."""
+    owner: Owner | None = None
+    """Its controller (the ``ownerReferences`` entry with ``controller: true``): defragmentation
+    moves only pods a controller recreates (``coscheduling.defrag``)."""
     resource_version: int = field(default=0, compare=False)
     """``metadata.resourceVersion`` when it is a number (the API server's etcd revision), else
     0: tells a pod the watch has not reached yet from one it has already seen go. Not part of
@@ -427,7 +440,19 @@ def _pod_from_json(obj: Mapping[str, Any]) -> PodRecord:
         grace_seconds=_grace(spec.get("terminationGracePeriodSeconds")),
         claims=_claims(spec, status),
         rank=rank_of(labels, annotations),
+        owner=_owner(meta.get("ownerReferences")),
     )
+
+
+def _owner(raw: Any) -> Owner | None:
+    """The controller among ``ownerReferences`` (at most one has ``controller: true``)."""
+    if not isinstance(raw, list):
+        return None
+    for ref in raw:
+        if isinstance(ref, Mapping) and ref.get("controller") is True \
+                and ref.get("kind") and ref.get("name") and ref.get("uid"):
+            return Owner(str(ref["kind"]), str(ref["name"]), str(ref["uid"]))
+    return None
 
 
 def _tolerations(raw: Any) -> tuple[Toleration, ...]:

@@ -41,6 +41,10 @@
     minimum among its bound members and slots), and a released one holds its minimum of
     whole subgroups (:func:`subgroup_binding_problems` is the same rule over recorded
     bindings, for the e2e binding recorder).
+20. pods moved to make room for a gang (defragmentation) are plain pods a controller
+    recreates, at or below the gang's priority, never moved twice, never against a budget
+    that allows no disruption, each with room for its replacement reserved on another node
+    (:func:`_check_moves`; rule 2 counts that room with the reservations).
 
 :func:`check_rank_order` holds rule 18, of each plan as the planner makes it (the model test
 checks every plan its runs make): ranked members that may swap slots stand in topology order,
@@ -63,6 +67,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coscheduling.core import Coscheduler
+from coscheduling.defrag.movable import RECREATING_KINDS
 from coscheduling.devices.model import Claim, DeviceId
 from coscheduling.devices.room import held_devices
 from coscheduling.gang.gating import pinned_node
@@ -98,6 +103,7 @@ def check_invariants(core: Coscheduler, now: float | None = None) -> None:
     store = state_of(core).store
     leaving = state_of(core).preemption.inflight.terminating()
     _check_preemptions(core)
+    _check_moves(core)
     _check_queues(core)
     _check_provisional(core)
     _check_gangs_exist(core, now)
@@ -403,6 +409,8 @@ def _check_preemptions(core: Coscheduler) -> None:
     store = state_of(core).store
     st = state_of(core)
     for rec in st.preemption.inflight.by_preemptor.values():
+        if rec.moves:
+            continue  # 19: pods moved to make room, checked by their own rule
         for k in rec.waiting_for:
             p = store.pods.get(k)
             if p is not None and (prio := state_of(core).unit_priority(p)) >= rec.priority:
@@ -433,6 +441,8 @@ def _check_preemptions(core: Coscheduler) -> None:
             raise InvariantBroken(f"gang {key} is told it is preempting, with no preemption "
                                   f"of its own in flight (another preemptor's record?)")
     for n in state_of(core).preemption.nominations.by_pod.values():
+        if n.pod in st.defrag.slots:
+            continue  # 19: room held for a moved pod's replacement, not for a pod yet
         p = store.pods.get(n.pod)
         if p is None or p.node_name is not None or not p.active \
                 or core.queries.gang_of(n.pod) is not None:
@@ -440,6 +450,50 @@ def _check_preemptions(core: Coscheduler) -> None:
                                   f"pending plain pod")
         if n.node not in store.nodes:
             raise InvariantBroken(f"room nominated to {n.pod} on {n.node}, not a node")
+
+
+def _check_moves(core: Coscheduler) -> None:
+    """20. pods moved to make room for a gang (defragmentation): each is a plain pod (a gang
+    moves whole or not at all: none moves), owned by a controller that recreates it, at or
+    below the gang's priority, not moved before (no chain of moves returns), and not
+    protected by a PodDisruptionBudget that allows no disruption; room is reserved for each
+    one's replacement on another node (a nomination under its hold key, whose slot names
+    the same node) until the replacement takes it over or the reservation lapses."""
+    st = state_of(core)
+    store = st.store
+    slot_of = {s.moved: s for s in st.defrag.slots.values()}
+    for rec in st.preemption.inflight.by_preemptor.values():
+        if not rec.moves:
+            continue
+        for k in rec.waiting_for:
+            p = store.pods.get(k)
+            if p is None:
+                continue
+            if core.queries.gang_of(k) is not None:
+                raise InvariantBroken(f"rule 20: {k}, a gang member, moved for {rec.gang}")
+            if p.owner is None or p.owner.kind not in RECREATING_KINDS:
+                raise InvariantBroken(f"rule 20: {k} moved, and no controller recreates it")
+            if p.priority > rec.priority:
+                raise InvariantBroken(f"rule 20: {k} (priority {p.priority}) moved for "
+                                      f"{rec.gang} (priority {rec.priority})")
+            if k in st.defrag.moved:
+                raise InvariantBroken(f"rule 20: {k} moved again (moved once for "
+                                      f"{st.defrag.moved[k]})")
+            for b in st.preemption.budgets.values():
+                if b.selects(p) and b.disruptions_allowed <= 0:
+                    raise InvariantBroken(f"rule 20: {k} moved against budget {b.key}")
+            slot = slot_of.get(k)
+            if slot is not None and slot.node == p.node_name:
+                raise InvariantBroken(f"rule 20: {k}'s replacement has room reserved on the "
+                                      f"node it leaves ({slot.node})")
+    for hold, slot in st.defrag.slots.items():
+        n = st.preemption.nominations.get(hold)
+        if n is not None and n.node != slot.node:
+            raise InvariantBroken(f"rule 20: {hold} nominated on {n.node}, slot on {slot.node}")
+    for n in st.preemption.nominations.by_pod.values():
+        if n.pod.endswith("~moved") and n.pod not in st.defrag.slots:
+            raise InvariantBroken(f"rule 20: room held for {n.pod}, a replacement no slot "
+                                  f"names")
 
 
 def _check_queues(core: Coscheduler) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from ..actions import FilterDecision, NoticeKind, Unparked
 from ..corestate import CoreState
+from ..defrag.carry import try_defrag
 from ..devices.align import align
 from ..devices.budget import Budget as DeviceBudget
 from ..devices.demand import CLAIMS_FIELD, pod_demand
@@ -404,6 +405,8 @@ def try_admit(st: CoreState, g: Gang, spec: GangSpec, live: list[PodRecord], now
             return short or DoesNotFit(g.key, result, st.ledger.reserving_gangs(g.key))
         chosen = pick(st, spec, have, [m.key for m in members]) or [m.key for m in members]
         found = try_preempt(st, g, [st.store.pods[k] for k in chosen], required, now)
+        if found is None or isinstance(found, str):  # no victims: moving pods may help
+            found = try_defrag(st, g, [st.store.pods[k] for k in chosen], required, now, found)
         if isinstance(found, Plan):
             result = found
             if (rec := st.preemption.inflight.get(PreemptorId.of_gang(g.key))) is not None:
@@ -459,6 +462,8 @@ def admit_by_preemption(st: CoreState, g: Gang, live: list[PodRecord], now: floa
     if not isinstance(nofit, NoFit):
         return False
     found = try_preempt(st, g, members, required, now)
+    if found is None or isinstance(found, str):  # no victims: moving pods may help
+        found = try_defrag(st, g, members, required, now, found)
     if not isinstance(found, Plan):
         if isinstance(found, str):
             g.reason = DoesNotFit(g.key, nofit, st.ledger.reserving_gangs(g.key), found)

@@ -117,6 +117,9 @@ class InFlight:
     gone: frozenset[PodKey] = field(default_factory=frozenset)
     plain: int = 0
     """Victim pods outside any gang."""
+    moves: bool = False
+    """Pods moved to make room (``coscheduling.defrag``), not victims: at or below the
+    preemptor's priority, each with room reserved for its replacement."""
 
     @property
     def waiting_for(self) -> frozenset[PodKey]:
@@ -233,7 +236,8 @@ class PreemptionBook:
 
     def start(self, *, preemptor: PreemptorId, gang: GangKey | None, priority: int,
               victims: Victims, requests: Mapping[PodKey, Resources], now: float,
-              margin: float = DEFAULT_MARGIN) -> InFlight | AlreadyInFlight | BeingEvicted:
+              margin: float = DEFAULT_MARGIN, moves: bool = False
+              ) -> InFlight | AlreadyInFlight | BeingEvicted:
         """Record a decision the core is about to carry out (evict, then reserve the slots).
 
         ``requests`` are the preemptor members' requests, for the slots."""
@@ -251,6 +255,7 @@ class PreemptionBook:
             started=now,
             deadline=deadline_for(victims, now, margin),
             plain=len(victims.pods),
+            moves=moves,
         )
         self.by_preemptor[preemptor] = rec
         for k in rec.victims:

@@ -8,6 +8,7 @@ from ..actions import GangExpired, NoticeKind
 from ..corestate import CoreState
 from ..creation.gated import GATED_RETRY_SECONDS
 from ..creation.placer import expire_pins, next_pin_deadline
+from ..defrag import carry as defrag
 from ..gang.admission import fall_back
 from ..gang.queue_gate import queue_freed
 from ..podgroup import Mode
@@ -29,6 +30,8 @@ def next_deadline(st: CoreState) -> float | None:
         times.append(nominated)
     if (created := next_pin_deadline(st)) is not None:
         times.append(created)
+    if (moving := defrag.next_deadline(st)) is not None:
+        times.append(moving)
     return min(times, default=None)
 
 
@@ -36,6 +39,7 @@ def expire(st: CoreState, now: float) -> list[GangExpired]:
     """Time out admitted gangs past their deadline and end finished backoffs."""
     out = []
     expire_pins(st, now)
+    defrag.due(st, now)
     for stalled in carry.expired(st, now):
         # Victims outlived their grace period: the held room goes back, the gang plans anew.
         g = st.gangs.get(stalled.record.gang) if stalled.record.gang is not None else None

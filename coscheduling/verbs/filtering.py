@@ -13,6 +13,7 @@ from itertools import filterfalse
 
 from ..actions import FilterDecision
 from ..corestate import CoreState
+from ..defrag.carry import steer
 from ..devices.align import spared
 from ..events.ingest import learn_newer, upsert_pod
 from ..gang.admission import admit, admit_subgroup, devices_ready, extend, replan, turn_away
@@ -127,8 +128,12 @@ def _filter_gang(st: CoreState, g: Gang, m: GangSpec, pod: PodRecord,
 
 def _filter_plain_pod(st: CoreState, pod: PodRecord, candidates: Sequence[NodeName],
                       now: float) -> FilterDecision:
-    """A pod outside any gang; its answer is kept for ``explain``."""
+    """A pod outside any gang; its answer is kept for ``explain``. The replacement of a
+    pod moved to make room for a gang gets exactly the node reserved for it."""
+    reserved = steer(st, pod)
     decision = filter_plain(st, pod, candidates)
+    if reserved is not None and reserved in decision.passed:
+        decision = FilterDecision([reserved])
     st.plain.verdict(pod.key, filtered_at=now, passed=len(decision.passed),
                refused=dict(decision.failed))
     return decision

@@ -100,6 +100,24 @@ def test_serve_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert args.port == 9999 and args.max_timeout == 100.0
 
 
+def test_defrag_is_on_by_default_and_off_with_one_flag() -> None:
+    parser = cli.argparse.ArgumentParser()
+    cli._serve_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve"])
+    assert (args.defrag, args.defrag_after, args.defrag_rate) == (True, 30.0, 10)
+    assert parser.parse_args(["serve", "--defrag=false"]).defrag is False
+
+
+@pytest.mark.parametrize("flag", ["--defrag-after=-1", "--defrag-after=1e9",
+                                  "--defrag-after=nan", "--defrag-rate=1001",
+                                  "--defrag-rate=-3", "--defrag-rate=2.5"])
+def test_defrag_numbers_are_bounded_before_use(flag: str) -> None:
+    parser = cli.argparse.ArgumentParser()
+    cli._serve_parser(parser.add_subparsers())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", flag])
+
+
 def test_webhook_settings_read_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCKSTEP_WEBHOOK_PORT", "9443")
     monkeypatch.setenv("LOCKSTEP_WEBHOOK_CERT", "/certs/tls.crt")

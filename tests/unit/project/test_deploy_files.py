@@ -54,6 +54,7 @@ def test_cluster_role_is_exactly_what_lockstep_calls() -> None:
         ("", "nodes", "list"), ("", "nodes", "watch"),
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
         ("", "pods", "patch"), ("", "pods", "delete"), ("", "pods/status", "patch"),
+        ("", "pods/eviction", "create"),
         ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
         ("scheduling.k8s.io", "priorityclasses", "list"),
         ("scheduling.k8s.io", "priorityclasses", "watch"),
