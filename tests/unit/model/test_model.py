@@ -1797,7 +1797,6 @@ class DefragModel(GangModel):
 
     QUEUES_ON = False
     CREATION_ON = False
-    GROUPS_ON = False
     FIRST_NODES = 3
     FIRST_GPUS = 8
     SETTINGS = replace(SETTINGS, defrag_after=DEFRAG_AFTER)
@@ -1810,6 +1809,8 @@ class DefragModel(GangModel):
     create_upstream_member = _not_a_rule(GangModel.create_upstream_member)
     create_whole_upstream_gang = _not_a_rule(GangModel.create_whole_upstream_gang)
     change_upstream_podgroup = _not_a_rule(GangModel.change_upstream_podgroup)
+    create_cp_member = _not_a_rule(GangModel.create_cp_member)
+    cp_children_come_and_cycle = _not_a_rule(GangModel.cp_children_come_and_cycle)
     create_pg_member = _not_a_rule(GangModel.create_pg_member)
     change_podgroup = _not_a_rule(GangModel.change_podgroup)
     create_held_member = _not_a_rule(GangModel.create_held_member)
@@ -1930,7 +1931,10 @@ def _owned(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_seeded_model_reaches_moves_their_refusals_and_the_wait() -> None:
-    got = _reached(DefragModel, 3 * EXAMPLES)
+    """5 x EXAMPLES runs: with the composite ``cp`` in the machine, 3 x EXAMPLES runs of
+    MODEL_SEED (and of seed 5) met no gang that fits overall but on no node (seeds 1, 2
+    and 4 did)."""
+    got = _reached(DefragModel, 5 * EXAMPLES)
     missing = [t for t in DEFRAG_TRANSITIONS if not any(k.startswith(t) for k in got)]
     assert not missing, f"the defrag model never reached {missing}: {got}"
 
