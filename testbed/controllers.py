@@ -22,14 +22,12 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .certs import Certs, make_certs
-from .kube import Kube
 from .runner import TestBed
 
 __all__ = ["apply", "crds", "load", "serving_certs", "webhook_configurations"]
@@ -133,33 +131,3 @@ def apply(bed: TestBed, name: str, docs: list[dict[str, Any]]) -> None:
              if d["kind"] == "CustomResourceDefinition"]
     if names:
         bed._kubectl_retried("wait", "--for=condition=Established", "--timeout=30s", *names)
-
-
-def sigs_configuration(api_version: str, *, webhook_port: int, probe_port: int,
-                       cert_dir: Path) -> dict[str, Any]:
-    """The Configuration JobSet's and LWS's managers share (one kubebuilder layout, each under
-    its own ``apiVersion``): no leader election, internal certificate management off (the
-    bed's pair is in ``cert_dir``), health probes and the webhook on 127.0.0.1."""
-    return {
-        "apiVersion": api_version, "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
-        "clientConnection": {"qps": 50, "burst": 100},
-    }
-
-
-def wait_defaulted(bed: TestBed, who: str, path: str, probe: dict[str, Any],
-                   defaulted: Callable[[Mapping[str, Any]], bool], timeout: float) -> None:
-    """Until the API server calls ``who``'s defaulting webhook: a dry-run create of
-    ``probe`` at ``path`` comes back with what only the webhook sets (``defaulted``)."""
-    def called() -> bool:
-        try:
-            got = kube.request("POST", path, probe, params={"dryRun": "All"})
-        except Exception:  # the webhook not answering yet (failurePolicy: Fail)
-            return False
-        return defaulted(got)
-
-    with Kube(bed.api_url, bed.token) as kube:
-        kube.wait(f"the API server calling {who}'s webhook", called, timeout, interval=0.2)

@@ -46,14 +46,7 @@ from typing import Any
 import yaml
 
 from .bins import bin_path, go_module_dir
-from .controllers import (
-    apply,
-    crds,
-    serving_certs,
-    sigs_configuration,
-    wait_defaulted,
-    webhook_configurations,
-)
+from .controllers import apply, crds, serving_certs, webhook_configurations
 from .kube import Kube, NotFound
 from .runner import KCM_WORKLOAD_CONTROLLERS, Proc, TestBed, free_port
 
@@ -79,8 +72,31 @@ def module_dir() -> Path:
 
 def configuration(*, webhook_port: int, probe_port: int, cert_dir: Path) -> dict[str, Any]:
     """The manager's Configuration for a bed (the module docstring says why each field)."""
-    return sigs_configuration("config.jobset.x-k8s.io/v1alpha1", webhook_port=webhook_port,
-                              probe_port=probe_port, cert_dir=cert_dir)
+    return {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "clientConnection": {"qps": 50, "burst": 100},
+    }
+
+
+def _wait_webhook(bed: TestBed, timeout: float) -> None:
+    """Until the API server calls JobSet's defaulting webhook: a dry-run create of a JobSet
+    comes back defaulted (``successPolicy`` set)."""
+    probe = jobset("jobset-webhook-probe", [replicated_job("w", pods=1)])
+
+    def defaulted() -> bool:
+        try:
+            got = kube.request("POST", JOBSETS.format(ns="default"), probe,
+                               params={"dryRun": "All"})
+        except Exception:  # the webhook not answering yet (failurePolicy: Fail)
+            return False
+        return bool((got.get("spec") or {}).get("successPolicy"))
+
+    with Kube(bed.api_url, bed.token) as kube:
+        kube.wait("the API server calling JobSet's webhook", defaulted, timeout, interval=0.2)
 
 
 def start_jobset(bed: TestBed, *, name: str = "jobset", timeout: float = 60.0,
@@ -109,10 +125,7 @@ def start_jobset(bed: TestBed, *, name: str = "jobset", timeout: float = 60.0,
         "--metrics-bind-address=0", "--zap-log-level=2", *extra_args,
     ], ready_url=f"http://127.0.0.1:{probe}/readyz", timeout=timeout, stop_timeout=5.0)
     t1 = time.monotonic()
-    # A dry-run create comes back defaulted (``successPolicy`` set) once the webhook answers.
-    wait_defaulted(bed, "JobSet", JOBSETS.format(ns="default"),
-                   jobset("jobset-webhook-probe", [replicated_job("w", pods=1)]),
-                   lambda got: bool((got.get("spec") or {}).get("successPolicy")), timeout)
+    _wait_webhook(bed, timeout)
     bed.startup_seconds[f"{name}-webhook"] = time.monotonic() - t1
     return proc
 

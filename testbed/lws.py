@@ -49,14 +49,7 @@ from typing import Any
 import yaml
 
 from .bins import bin_path, go_module_dir
-from .controllers import (
-    apply,
-    crds,
-    serving_certs,
-    sigs_configuration,
-    wait_defaulted,
-    webhook_configurations,
-)
+from .controllers import apply, crds, serving_certs, webhook_configurations
 from .kube import Kube
 from .runner import KCM_CONTROLLERS, Proc, TestBed, free_port
 
@@ -87,8 +80,32 @@ def module_dir() -> Path:
 
 def configuration(*, webhook_port: int, probe_port: int, cert_dir: Path) -> dict[str, Any]:
     """The manager's Configuration for a bed (the module docstring says why each field)."""
-    return sigs_configuration("config.lws.x-k8s.io/v1alpha1", webhook_port=webhook_port,
-                              probe_port=probe_port, cert_dir=cert_dir)
+    return {
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "clientConnection": {"qps": 50, "burst": 100},
+    }
+
+
+def _wait_webhook(bed: TestBed, timeout: float) -> None:
+    """Until the API server calls LWS's defaulting webhook: a dry-run create of an LWS comes
+    back defaulted (``restartPolicy`` set)."""
+    probe = leader_worker_set("lws-webhook-probe", replicas=1, size=1)
+
+    def defaulted() -> bool:
+        try:
+            got = kube.request("POST", LWS.format(ns="default"), probe,
+                               params={"dryRun": "All"})
+        except Exception:  # the webhook not answering yet (failurePolicy: Fail)
+            return False
+        tmpl = (got.get("spec") or {}).get("leaderWorkerTemplate") or {}
+        return bool(tmpl.get("restartPolicy"))
+
+    with Kube(bed.api_url, bed.token) as kube:
+        kube.wait("the API server calling LWS's webhook", defaulted, timeout, interval=0.2)
 
 
 def start_lws(bed: TestBed, *, name: str = "lws", timeout: float = 60.0,
@@ -116,11 +133,7 @@ def start_lws(bed: TestBed, *, name: str = "lws", timeout: float = 60.0,
         "--leader-elect=false", "--metrics-bind-address=0", "--zap-log-level=2", *extra_args,
     ], ready_url=f"http://127.0.0.1:{probe}/readyz", timeout=timeout, stop_timeout=5.0)
     t1 = time.monotonic()
-    # A dry-run create comes back defaulted (``restartPolicy`` set) once the webhook answers.
-    wait_defaulted(bed, "LWS", LWS.format(ns="default"),
-                   leader_worker_set("lws-webhook-probe", replicas=1, size=1),
-                   lambda got: bool(((got.get("spec") or {}).get("leaderWorkerTemplate")
-                                     or {}).get("restartPolicy")), timeout)
+    _wait_webhook(bed, timeout)
     bed.startup_seconds[f"{name}-webhook"] = time.monotonic() - t1
     return proc
 
